@@ -1,0 +1,65 @@
+"""Template for a custom dataset: copy this file to `data/<name>_dataset.py` and adapt it.
+
+It works as is (mode `--dataset_mode template`): it reads the images in `dataroot/phase`
+and pairs each image A with its mirror image as B, which is enough to run a pix2pix-style
+model end to end. To write your own dataset, implement these four things:
+
+1. `modify_commandline_options(parser, is_train)`: add flags for your dataset and change
+   defaults of existing ones (optional; return the parser).
+2. `__init__(self, opt)`: call `super().__init__(opt)`, then find your files (use
+   `make_dataset` for a folder of images) and raise `UserError` for anything the user must fix.
+3. `__len__(self)`: the number of samples.
+4. `__getitem__(self, index)`: load sample `index` and return a dict of tensors plus
+   "*_paths" strings. Draw every random choice from `self.sample_rng(index)` (e.g. via
+   `get_params`) so augmentations are reproducible across workers, GPUs and resumed runs.
+
+Finally register the class in `DATASETS` in `data/__init__.py` under the name used with
+`--dataset_mode`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from data.base_dataset import (BaseDataset, check_channels, check_preprocess, domain_channels, get_params,
+                               get_transform)
+from data.image_folder import load_image, make_dataset
+
+
+class TemplateDataset(BaseDataset):
+    """Images in `dataroot/phase`; "A" is the image and "B" its horizontally mirrored copy.
+
+    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str} (both paths the file).
+    """
+
+    @staticmethod
+    def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
+        """Add `--new_dataset_option` (an example flag, stored as `self.new_option`)."""
+        parser.add_argument("--new_dataset_option", type=float, default=1.0,
+                            help="example flag of the template dataset (unused)")
+        return parser
+
+    def __init__(self, opt: argparse.Namespace) -> None:
+        super().__init__(opt)
+        check_preprocess(opt)
+        check_channels("--input_nc", opt.input_nc)
+        check_channels("--output_nc", opt.output_nc)
+        # getattr: the flag exists only when the parser was built for this dataset mode.
+        self.nc_A, self.nc_B = domain_channels(opt)  # A/B are never swapped; the model uses --direction
+        self.new_option = getattr(opt, "new_dataset_option", 1.0)
+        self.image_paths = make_dataset(os.path.join(opt.dataroot, opt.phase), opt.max_dataset_size)
+
+    def __len__(self) -> int:
+        return len(self.image_paths)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        path = self.image_paths[index]
+        img = load_image(path, "RGB")
+        # One set of params for both, and B mirrored after cropping, so B is exactly the
+        # mirror image of A (a learnable mapping).
+        params = get_params(self.opt, img.size, self.sample_rng(index))
+        A = get_transform(self.opt, params, grayscale=self.nc_A == 1)(img)
+        B = get_transform(self.opt, params, grayscale=self.nc_B == 1)(img).flip(-1)
+        return {"A": A, "B": B, "A_paths": path, "B_paths": path}

@@ -1,0 +1,57 @@
+"""Unpaired datasets: two folders of images from two domains (CycleGAN's format)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from data.base_dataset import (BaseDataset, check_channels, check_preprocess, domain_channels, get_params,
+                               get_transform)
+from data.image_folder import load_image, make_dataset
+
+
+class UnalignedDataset(BaseDataset):
+    """Images in `dataroot/<phase>A` and `dataroot/<phase>B` (e.g. trainA, trainB).
+
+    "A" always comes from `<phase>A` and "B" from `<phase>B`; the model picks its input with
+    `--direction` (as in the original), which here only sets the channels: the input domain
+    gets `--input_nc`, the other `--output_nc`. Sample `index` takes A image
+    `index % size_A`; its partner is B image `index % size_B` with
+    --serial_batches, else one drawn at random from `sample_rng(index)`. A and B get
+    independent crops and flips. len = max(size_A, size_B).
+    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str}.
+    """
+
+    def __init__(self, opt: argparse.Namespace) -> None:
+        super().__init__(opt)
+        check_preprocess(opt)
+        check_channels("--input_nc", opt.input_nc)
+        check_channels("--output_nc", opt.output_nc)
+        self.nc_A, self.nc_B = domain_channels(opt)
+        self.dir_A = os.path.join(opt.dataroot, opt.phase + "A")
+        self.dir_B = os.path.join(opt.dataroot, opt.phase + "B")
+        self.A_paths = make_dataset(self.dir_A, opt.max_dataset_size)
+        self.B_paths = make_dataset(self.dir_B, opt.max_dataset_size)
+        self.A_size = len(self.A_paths)
+        self.B_size = len(self.B_paths)
+
+    def __len__(self) -> int:
+        # The larger domain sets the epoch length, so every image of both is seen.
+        return max(self.A_size, self.B_size)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        rng = self.sample_rng(index)
+        A_path = self.A_paths[index % self.A_size]
+        if self.opt.serial_batches:
+            index_B = index % self.B_size
+        else:
+            # Random partner avoids fixed pairs between the two domains.
+            index_B = rng.randint(0, self.B_size - 1)
+        B_path = self.B_paths[index_B]
+
+        A_img = load_image(A_path, "L" if self.nc_A == 1 else "RGB")
+        B_img = load_image(B_path, "L" if self.nc_B == 1 else "RGB")
+        A = get_transform(self.opt, get_params(self.opt, A_img.size, rng), grayscale=self.nc_A == 1)(A_img)
+        B = get_transform(self.opt, get_params(self.opt, B_img.size, rng), grayscale=self.nc_B == 1)(B_img)
+        return {"A": A, "B": B, "A_paths": A_path, "B_paths": B_path}

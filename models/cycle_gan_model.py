@@ -1,0 +1,132 @@
+"""CycleGAN (Zhu et al.): unpaired translation with two generators and cycle consistency.
+
+G_A: A -> B, G_B: B -> A, D_A judges B-domain images, D_B judges A-domain images.
+Losses: GAN losses, cycle losses ||G_B(G_A(A)) - A|| and ||G_A(G_B(B)) - B||, and optional
+identity losses ||G_A(B) - B|| and ||G_B(A) - A|| weighted by lambda_identity.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from models import networks
+from models.base_model import BaseModel
+from util import distributed
+from util.errors import UserError
+from util.image_pool import ImagePool
+
+
+class CycleGANModel(BaseModel):
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool = True):
+        parser.set_defaults(no_dropout=True)  # default CycleGAN did not use dropout
+        if is_train:
+            parser.add_argument("--lambda_A", type=float, default=10.0, help="weight for cycle loss (A -> B -> A)")
+            parser.add_argument("--lambda_B", type=float, default=10.0, help="weight for cycle loss (B -> A -> B)")
+            parser.add_argument("--lambda_identity", type=float, default=0.5,
+                                help="use identity mapping. Setting lambda_identity other than 0 has an effect of scaling the weight of the identity mapping loss. For example, if the weight of the identity loss should be 10 times smaller than the weight of the reconstruction loss, please set lambda_identity = 0.1")
+        return parser
+
+    def __init__(self, opt, ctx, seed: int = 0):
+        super().__init__(opt, ctx)
+        self.loss_names = ["D_A", "G_A", "cycle_A", "idt_A", "D_B", "G_B", "cycle_B", "idt_B"]
+        visual_names_A = ["real_A", "fake_B", "rec_A"]
+        visual_names_B = ["real_B", "fake_A", "rec_B"]
+        if self.isTrain and opt.lambda_identity > 0.0:
+            visual_names_A.append("idt_B")
+            visual_names_B.append("idt_A")
+        self.visual_names = visual_names_A + visual_names_B
+        self.model_names = ["G_A", "G_B", "D_A", "D_B"] if self.isTrain else ["G_A", "G_B"]
+
+        def generator(in_nc: int, out_nc: int):
+            return networks.define_G(in_nc, out_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
+                                     opt.init_type, opt.init_gain).to(self.device)
+
+        def discriminator(in_nc: int):
+            return networks.define_D(in_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.norm,
+                                     opt.init_type, opt.init_gain).to(self.device)
+
+        self.netG_A = generator(opt.input_nc, opt.output_nc)
+        self.netG_B = generator(opt.output_nc, opt.input_nc)
+        if self.isTrain:
+            self.netD_A = discriminator(opt.output_nc)
+            self.netD_B = discriminator(opt.input_nc)
+            if opt.lambda_identity > 0.0 and opt.input_nc != opt.output_nc:
+                raise UserError(f"the identity loss compares G_A(B) with B, so it needs --input_nc == --output_nc "
+                                f"(got {opt.input_nc} and {opt.output_nc}); pass --lambda_identity 0.")
+            self.fake_A_pool = ImagePool(opt.pool_size, seed=seed * 2 + 1)
+            self.fake_B_pool = ImagePool(opt.pool_size, seed=seed * 2 + 2)
+            self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+            self.criterionCycle = torch.nn.L1Loss()
+            self.criterionIdt = torch.nn.L1Loss()
+            self.optimizer_G = torch.optim.Adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()),
+                                                lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizer_D = torch.optim.Adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()),
+                                                lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizers = [self.optimizer_G, self.optimizer_D]
+
+    def set_input(self, input: dict) -> None:
+        AtoB = self.opt.direction == "AtoB"
+        self.real_A = input["A" if AtoB else "B"].to(self.device, non_blocking=True)
+        self.real_B = input["B" if AtoB else "A"].to(self.device, non_blocking=True)
+        self.image_paths = input["A_paths" if AtoB else "B_paths"]
+
+    def forward(self) -> None:
+        self.fake_B = self.netG_A(self.real_A)  # G_A(A)
+        self.rec_A = self.netG_B(self.fake_B)   # G_B(G_A(A))
+        self.fake_A = self.netG_B(self.real_B)  # G_B(B)
+        self.rec_B = self.netG_A(self.fake_A)   # G_A(G_B(B))
+
+    def backward_D_basic(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        """Real-vs-fake loss of one discriminator, back-propagated; returns the loss."""
+        loss_D_real = self.criterionGAN(netD(real), True)
+        loss_D_fake = self.criterionGAN(netD(fake.detach()), False)
+        loss_D = (loss_D_real + loss_D_fake) * 0.5
+        if self.opt.gan_mode == "wgangp":
+            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(netD), real, fake.detach())
+            loss_D = loss_D + penalty
+        loss_D.backward()
+        return loss_D
+
+    def backward_D_A(self) -> None:
+        fake_B = self.fake_B_pool.query(self.fake_B)
+        self.loss_D_A = self.backward_D_basic(self.netD_A, self.real_B, fake_B)
+
+    def backward_D_B(self) -> None:
+        fake_A = self.fake_A_pool.query(self.fake_A)
+        self.loss_D_B = self.backward_D_basic(self.netD_B, self.real_A, fake_A)
+
+    def backward_G(self) -> None:
+        lambda_idt = self.opt.lambda_identity
+        lambda_A = self.opt.lambda_A
+        lambda_B = self.opt.lambda_B
+        if lambda_idt > 0:
+            self.idt_A = self.netG_A(self.real_B)
+            self.loss_idt_A = self.criterionIdt(self.idt_A, self.real_B) * lambda_B * lambda_idt
+            self.idt_B = self.netG_B(self.real_A)
+            self.loss_idt_B = self.criterionIdt(self.idt_B, self.real_A) * lambda_A * lambda_idt
+        else:
+            self.loss_idt_A = 0
+            self.loss_idt_B = 0
+        # The discriminators judge G's outputs through their unwrapped modules: their weights get
+        # no gradient in this step, and DDP-wrapped ones would wait for gradients that never come.
+        self.loss_G_A = self.criterionGAN(distributed.unwrap(self.netD_A)(self.fake_B), True)
+        self.loss_G_B = self.criterionGAN(distributed.unwrap(self.netD_B)(self.fake_A), True)
+        self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
+        self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
+        self.loss_G = (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
+                       + self.loss_idt_A + self.loss_idt_B)
+        self.loss_G.backward()
+
+    def optimize_parameters(self) -> None:
+        self.forward()
+        self.set_requires_grad([self.netD_A, self.netD_B], False)
+        self.optimizer_G.zero_grad(set_to_none=True)
+        self.backward_G()
+        self.optimizer_G.step()
+        self.set_requires_grad([self.netD_A, self.netD_B], True)
+        self.optimizer_D.zero_grad(set_to_none=True)
+        self.backward_D_A()
+        self.backward_D_B()
+        self.optimizer_D.step()

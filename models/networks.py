@@ -1,0 +1,371 @@
+"""Generators, discriminators, GAN losses, weight init and LR schedules.
+
+Module structure and parameter names follow the reference implementation exactly
+(`model.1.weight`, `model.10.conv_block.1.weight`, ...) so that its published checkpoints load
+here with `strict=True` and ours load in its `test.py`. Do not reorder layers.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import init
+from torch.optim import lr_scheduler
+
+from util.errors import UserError
+
+GENERATORS = ("resnet_9blocks", "resnet_6blocks", "unet_256", "unet_128")
+DISCRIMINATORS = ("basic", "n_layers", "pixel")
+NORMS = ("instance", "batch", "syncbatch", "none")
+INIT_TYPES = ("normal", "xavier", "kaiming", "orthogonal")
+GAN_MODES = ("vanilla", "lsgan", "wgangp")
+LR_POLICIES = ("linear", "step", "plateau", "cosine")
+
+
+class Identity(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def get_norm_layer(norm_type: str = "instance") -> Callable[[int], nn.Module]:
+    """A constructor `norm_layer(num_features)` for the named normalisation.
+
+    `syncbatch` builds ordinary BatchNorm2d here: in a single process it *is* batch norm, and
+    under DDP the distributed module converts it to a synchronised one (the state_dict keys
+    are the same either way).
+    """
+    if norm_type in ("batch", "syncbatch"):
+        return functools.partial(nn.BatchNorm2d, affine=True, track_running_stats=True)
+    if norm_type == "instance":
+        return functools.partial(nn.InstanceNorm2d, affine=False, track_running_stats=False)
+    if norm_type == "none":
+        return lambda num_features: Identity()
+    raise UserError(f"--norm {norm_type} is not a normalisation; choose one of {', '.join(NORMS)}.")
+
+
+def _uses_bias(norm_layer: Callable) -> bool:
+    # Conv layers followed by batch norm need no bias (BN has its own shift); instance norm
+    # without affine parameters does, which is why the reference keys depend on the norm.
+    func = norm_layer.func if isinstance(norm_layer, functools.partial) else norm_layer
+    return func is nn.InstanceNorm2d
+
+
+def get_scheduler(optimizer: torch.optim.Optimizer, opt) -> lr_scheduler.LRScheduler:
+    """The learning-rate schedule named by `--lr_policy`, stepped once per epoch.
+
+    linear: constant for `n_epochs` epochs, then linearly towards zero over `n_epochs_decay`.
+    step: times 0.1 every `lr_decay_iters` epochs. plateau: times 0.2 when the metric stalls.
+    cosine: cosine annealing to zero over `n_epochs`.
+    """
+    if opt.lr_policy == "linear":
+        def lambda_rule(epoch: int) -> float:
+            return 1.0 - max(0, epoch + opt.epoch_count - opt.n_epochs) / float(opt.n_epochs_decay + 1)
+        return lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda_rule)
+    if opt.lr_policy == "step":
+        return lr_scheduler.StepLR(optimizer, step_size=opt.lr_decay_iters, gamma=0.1)
+    if opt.lr_policy == "plateau":
+        return lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.2, threshold=0.01, patience=5)
+    if opt.lr_policy == "cosine":
+        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=opt.n_epochs, eta_min=0)
+    raise UserError(f"--lr_policy {opt.lr_policy} is not implemented; choose one of {', '.join(LR_POLICIES)}.")
+
+
+def init_weights(net: nn.Module, init_type: str = "normal", init_gain: float = 0.02) -> None:
+    """Initialise conv/linear weights with `init_type`; batch-norm scales around 1."""
+    def init_func(m: nn.Module) -> None:
+        classname = m.__class__.__name__
+        if hasattr(m, "weight") and ("Conv" in classname or "Linear" in classname):
+            if init_type == "normal":
+                init.normal_(m.weight.data, 0.0, init_gain)
+            elif init_type == "xavier":
+                init.xavier_normal_(m.weight.data, gain=init_gain)
+            elif init_type == "kaiming":
+                init.kaiming_normal_(m.weight.data, a=0, mode="fan_in")
+            elif init_type == "orthogonal":
+                init.orthogonal_(m.weight.data, gain=init_gain)
+            else:
+                raise UserError(f"--init_type {init_type} is unknown; choose one of {', '.join(INIT_TYPES)}.")
+            if getattr(m, "bias", None) is not None:
+                init.constant_(m.bias.data, 0.0)
+        elif "BatchNorm2d" in classname:
+            init.normal_(m.weight.data, 1.0, init_gain)
+            init.constant_(m.bias.data, 0.0)
+
+    net.apply(init_func)
+
+
+def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "batch",
+             use_dropout: bool = False, init_type: str = "normal", init_gain: float = 0.02) -> nn.Module:
+    """Build and initialise a generator (on the CPU; the model moves it to its device)."""
+    norm_layer = get_norm_layer(norm)
+    if netG == "resnet_9blocks":
+        net = ResnetGenerator(input_nc, output_nc, ngf, norm_layer=norm_layer, use_dropout=use_dropout, n_blocks=9)
+    elif netG == "resnet_6blocks":
+        net = ResnetGenerator(input_nc, output_nc, ngf, norm_layer=norm_layer, use_dropout=use_dropout, n_blocks=6)
+    elif netG == "unet_128":
+        net = UnetGenerator(input_nc, output_nc, 7, ngf, norm_layer=norm_layer, use_dropout=use_dropout)
+    elif netG == "unet_256":
+        net = UnetGenerator(input_nc, output_nc, 8, ngf, norm_layer=norm_layer, use_dropout=use_dropout)
+    else:
+        raise UserError(f"--netG {netG} is not a generator; choose one of {', '.join(GENERATORS)}.")
+    init_weights(net, init_type, init_gain)
+    return net
+
+
+def define_D(input_nc: int, ndf: int, netD: str, n_layers_D: int = 3, norm: str = "batch",
+             init_type: str = "normal", init_gain: float = 0.02) -> nn.Module:
+    """Build and initialise a discriminator: 70x70 PatchGAN (`basic`), `n_layers` or `pixel`."""
+    norm_layer = get_norm_layer(norm)
+    if netD == "basic":
+        net = NLayerDiscriminator(input_nc, ndf, n_layers=3, norm_layer=norm_layer)
+    elif netD == "n_layers":
+        net = NLayerDiscriminator(input_nc, ndf, n_layers_D, norm_layer=norm_layer)
+    elif netD == "pixel":
+        net = PixelDiscriminator(input_nc, ndf, norm_layer=norm_layer)
+    else:
+        raise UserError(f"--netD {netD} is not a discriminator; choose one of {', '.join(DISCRIMINATORS)}.")
+    init_weights(net, init_type, init_gain)
+    return net
+
+
+def size_multiple(netG: str) -> int:
+    """Input height and width must be multiples of this for `netG` to return the same size."""
+    return {"resnet_9blocks": 4, "resnet_6blocks": 4, "unet_128": 128, "unet_256": 256}[netG]
+
+
+def check_input_size(netG: str, height: int, width: int) -> None:
+    """Raise a UserError when `netG` cannot translate an image of this size."""
+    multiple = size_multiple(netG)
+    if netG.startswith("unet") and (height < multiple or width < multiple):
+        raise UserError(
+            f"--netG {netG} needs images of at least {multiple}x{multiple} pixels (it halves the size "
+            f"{multiple.bit_length() - 1} times) but got {height}x{width}; use --crop_size {multiple} "
+            f"(and --load_size >= {multiple}) or a resnet generator, which takes any multiple of 4.")
+    if height % multiple or width % multiple:
+        raise UserError(
+            f"--netG {netG} needs height and width that are multiples of {multiple}, got {height}x{width}; "
+            f"set --crop_size (or --load_size with --preprocess none/scale_width) to a multiple of {multiple}.")
+
+
+##############################################################################
+# Losses
+##############################################################################
+class GANLoss(nn.Module):
+    """The adversarial loss for `gan_mode` (lsgan: MSE, vanilla: BCE with logits, wgangp: mean)."""
+
+    def __init__(self, gan_mode: str, target_real_label: float = 1.0, target_fake_label: float = 0.0):
+        super().__init__()
+        self.register_buffer("real_label", torch.tensor(target_real_label))
+        self.register_buffer("fake_label", torch.tensor(target_fake_label))
+        self.gan_mode = gan_mode
+        if gan_mode == "lsgan":
+            self.loss = nn.MSELoss()
+        elif gan_mode == "vanilla":
+            self.loss = nn.BCEWithLogitsLoss()
+        elif gan_mode == "wgangp":
+            self.loss = None
+        else:
+            raise UserError(f"--gan_mode {gan_mode} is unknown; choose one of {', '.join(GAN_MODES)}.")
+
+    def get_target_tensor(self, prediction: torch.Tensor, target_is_real: bool) -> torch.Tensor:
+        target = self.real_label if target_is_real else self.fake_label
+        return target.to(prediction.dtype).expand_as(prediction)
+
+    def forward(self, prediction: torch.Tensor, target_is_real: bool) -> torch.Tensor:
+        if self.gan_mode == "wgangp":
+            return -prediction.mean() if target_is_real else prediction.mean()
+        return self.loss(prediction, self.get_target_tensor(prediction, target_is_real))
+
+
+def cal_gradient_penalty(netD: nn.Module, real_data: torch.Tensor, fake_data: torch.Tensor,
+                         type: str = "mixed", constant: float = 1.0, lambda_gp: float = 10.0):
+    """WGAN-GP gradient penalty; returns (penalty, gradients) as the reference does."""
+    if lambda_gp <= 0.0:
+        return 0.0, None
+    if type == "real":
+        interpolates = real_data
+    elif type == "fake":
+        interpolates = fake_data
+    elif type == "mixed":
+        alpha = torch.rand(real_data.shape[0], 1, device=real_data.device)
+        alpha = alpha.expand(real_data.shape[0], real_data.nelement() // real_data.shape[0])
+        alpha = alpha.contiguous().view(*real_data.shape)
+        interpolates = alpha * real_data + (1 - alpha) * fake_data
+    else:
+        raise ValueError(f"gradient penalty type {type} is not one of real, fake, mixed")
+    interpolates = interpolates.detach().requires_grad_(True)
+    disc_interpolates = netD(interpolates)
+    gradients = torch.autograd.grad(outputs=disc_interpolates, inputs=interpolates,
+                                    grad_outputs=torch.ones_like(disc_interpolates),
+                                    create_graph=True, retain_graph=True, only_inputs=True)[0]
+    gradients = gradients.view(real_data.size(0), -1)
+    penalty = (((gradients + 1e-16).norm(2, dim=1) - constant) ** 2).mean() * lambda_gp
+    return penalty, gradients
+
+
+##############################################################################
+# Generators
+##############################################################################
+class ResnetGenerator(nn.Module):
+    """Downsample twice, `n_blocks` residual blocks, upsample twice (Johnson et al.)."""
+
+    def __init__(self, input_nc: int, output_nc: int, ngf: int = 64, norm_layer=nn.BatchNorm2d,
+                 use_dropout: bool = False, n_blocks: int = 6, padding_type: str = "reflect"):
+        assert n_blocks >= 0
+        super().__init__()
+        use_bias = _uses_bias(norm_layer)
+        model = [nn.ReflectionPad2d(3),
+                 nn.Conv2d(input_nc, ngf, kernel_size=7, padding=0, bias=use_bias),
+                 norm_layer(ngf), nn.ReLU(True)]
+        n_downsampling = 2
+        for i in range(n_downsampling):
+            mult = 2 ** i
+            model += [nn.Conv2d(ngf * mult, ngf * mult * 2, kernel_size=3, stride=2, padding=1, bias=use_bias),
+                      norm_layer(ngf * mult * 2), nn.ReLU(True)]
+        mult = 2 ** n_downsampling
+        for _ in range(n_blocks):
+            model += [ResnetBlock(ngf * mult, padding_type=padding_type, norm_layer=norm_layer,
+                                  use_dropout=use_dropout, use_bias=use_bias)]
+        for i in range(n_downsampling):
+            mult = 2 ** (n_downsampling - i)
+            model += [nn.ConvTranspose2d(ngf * mult, int(ngf * mult / 2), kernel_size=3, stride=2,
+                                         padding=1, output_padding=1, bias=use_bias),
+                      norm_layer(int(ngf * mult / 2)), nn.ReLU(True)]
+        model += [nn.ReflectionPad2d(3), nn.Conv2d(ngf, output_nc, kernel_size=7, padding=0), nn.Tanh()]
+        self.model = nn.Sequential(*model)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.model(input)
+
+
+class ResnetBlock(nn.Module):
+    """conv-norm-relu-(dropout)-conv-norm with a skip connection."""
+
+    def __init__(self, dim: int, padding_type: str, norm_layer, use_dropout: bool, use_bias: bool):
+        super().__init__()
+        self.conv_block = self.build_conv_block(dim, padding_type, norm_layer, use_dropout, use_bias)
+
+    @staticmethod
+    def _padding(padding_type: str) -> tuple[list[nn.Module], int]:
+        if padding_type == "reflect":
+            return [nn.ReflectionPad2d(1)], 0
+        if padding_type == "replicate":
+            return [nn.ReplicationPad2d(1)], 0
+        if padding_type == "zero":
+            return [], 1
+        raise NotImplementedError(f"padding {padding_type} is not implemented")
+
+    def build_conv_block(self, dim, padding_type, norm_layer, use_dropout, use_bias) -> nn.Sequential:
+        pad, p = self._padding(padding_type)
+        conv_block = pad + [nn.Conv2d(dim, dim, kernel_size=3, padding=p, bias=use_bias), norm_layer(dim), nn.ReLU(True)]
+        if use_dropout:
+            conv_block += [nn.Dropout(0.5)]
+        pad, p = self._padding(padding_type)
+        conv_block += pad + [nn.Conv2d(dim, dim, kernel_size=3, padding=p, bias=use_bias), norm_layer(dim)]
+        return nn.Sequential(*conv_block)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv_block(x)
+
+
+class UnetGenerator(nn.Module):
+    """U-Net with `num_downs` halvings: a 2**num_downs input becomes 1x1 at the bottleneck."""
+
+    def __init__(self, input_nc: int, output_nc: int, num_downs: int, ngf: int = 64,
+                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False):
+        super().__init__()
+        # Built from the innermost block outwards.
+        unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=None,
+                                             norm_layer=norm_layer, innermost=True)
+        for _ in range(num_downs - 5):
+            unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=unet_block,
+                                                 norm_layer=norm_layer, use_dropout=use_dropout)
+        unet_block = UnetSkipConnectionBlock(ngf * 4, ngf * 8, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        unet_block = UnetSkipConnectionBlock(ngf * 2, ngf * 4, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        unet_block = UnetSkipConnectionBlock(ngf, ngf * 2, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        self.model = UnetSkipConnectionBlock(output_nc, ngf, input_nc=input_nc, submodule=unet_block,
+                                             outermost=True, norm_layer=norm_layer)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.model(input)
+
+
+class UnetSkipConnectionBlock(nn.Module):
+    """One U-Net level: down, the inner levels, up, concatenated with the input (skip)."""
+
+    def __init__(self, outer_nc: int, inner_nc: int, input_nc: int | None = None, submodule=None,
+                 outermost: bool = False, innermost: bool = False, norm_layer=nn.BatchNorm2d,
+                 use_dropout: bool = False):
+        super().__init__()
+        self.outermost = outermost
+        use_bias = _uses_bias(norm_layer)
+        if input_nc is None:
+            input_nc = outer_nc
+        downconv = nn.Conv2d(input_nc, inner_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+        downrelu = nn.LeakyReLU(0.2, True)
+        downnorm = norm_layer(inner_nc)
+        uprelu = nn.ReLU(True)
+        upnorm = norm_layer(outer_nc)
+        if outermost:
+            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1)
+            model = [downconv, submodule, uprelu, upconv, nn.Tanh()]
+        elif innermost:
+            upconv = nn.ConvTranspose2d(inner_nc, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            model = [downrelu, downconv, uprelu, upconv, upnorm]
+        else:
+            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            model = [downrelu, downconv, downnorm, submodule, uprelu, upconv, upnorm]
+            if use_dropout:
+                model += [nn.Dropout(0.5)]
+        self.model = nn.Sequential(*model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.outermost:
+            return self.model(x)
+        return torch.cat([x, self.model(x)], 1)
+
+
+##############################################################################
+# Discriminators
+##############################################################################
+class NLayerDiscriminator(nn.Module):
+    """PatchGAN: a grid of real/fake logits, each judging an overlapping image patch."""
+
+    def __init__(self, input_nc: int, ndf: int = 64, n_layers: int = 3, norm_layer=nn.BatchNorm2d):
+        super().__init__()
+        use_bias = _uses_bias(norm_layer)
+        kw, padw = 4, 1
+        sequence = [nn.Conv2d(input_nc, ndf, kernel_size=kw, stride=2, padding=padw), nn.LeakyReLU(0.2, True)]
+        nf_mult = 1
+        for n in range(1, n_layers):
+            nf_mult_prev, nf_mult = nf_mult, min(2 ** n, 8)
+            sequence += [nn.Conv2d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=2, padding=padw, bias=use_bias),
+                         norm_layer(ndf * nf_mult), nn.LeakyReLU(0.2, True)]
+        nf_mult_prev, nf_mult = nf_mult, min(2 ** n_layers, 8)
+        sequence += [nn.Conv2d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=1, padding=padw, bias=use_bias),
+                     norm_layer(ndf * nf_mult), nn.LeakyReLU(0.2, True)]
+        sequence += [nn.Conv2d(ndf * nf_mult, 1, kernel_size=kw, stride=1, padding=padw)]
+        self.model = nn.Sequential(*sequence)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.model(input)
+
+
+class PixelDiscriminator(nn.Module):
+    """1x1 PatchGAN: a real/fake logit per pixel."""
+
+    def __init__(self, input_nc: int, ndf: int = 64, norm_layer=nn.BatchNorm2d):
+        super().__init__()
+        use_bias = _uses_bias(norm_layer)
+        self.net = nn.Sequential(
+            nn.Conv2d(input_nc, ndf, kernel_size=1, stride=1, padding=0),
+            nn.LeakyReLU(0.2, True),
+            nn.Conv2d(ndf, ndf * 2, kernel_size=1, stride=1, padding=0, bias=use_bias),
+            norm_layer(ndf * 2),
+            nn.LeakyReLU(0.2, True),
+            nn.Conv2d(ndf * 2, 1, kernel_size=1, stride=1, padding=0, bias=use_bias))
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.net(input)

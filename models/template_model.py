@@ -1,0 +1,58 @@
+"""A starting point for your own model: a generator trained by L1 regression.
+
+To write a model `dummy`, copy this file to models/dummy_model.py, rename the class, and add it
+to `MODELS` in models/__init__.py. Then fill in:
+  - `modify_commandline_options`: your flags and changed defaults;
+  - `__init__`: `loss_names`, `visual_names`, `model_names`, the networks, losses, optimizers;
+  - `set_input`: move the batch to `self.device`;
+  - `forward`: produce the outputs named in `visual_names`;
+  - `optimize_parameters`: compute losses, gradients and optimizer steps.
+DDP wrapping, checkpoints, schedules, logging and test-time loading come from BaseModel.
+Train it with: python train.py --dataroot ./datasets/facades --name template --model template
+"""
+from __future__ import annotations
+
+import torch
+
+from models import networks
+from models.base_model import BaseModel
+
+
+class TemplateModel(BaseModel):
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool = True):
+        parser.set_defaults(dataset_mode="aligned")
+        if is_train:
+            parser.add_argument("--lambda_regression", type=float, default=1.0, help="weight for the regression loss")
+        return parser
+
+    def __init__(self, opt, ctx, seed: int = 0):
+        super().__init__(opt, ctx)
+        self.loss_names = ["G"]
+        self.visual_names = ["data_A", "data_B", "output"]
+        self.model_names = ["G"]
+        self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
+                                      not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
+        if self.isTrain:
+            self.criterionLoss = torch.nn.L1Loss()
+            self.optimizer = torch.optim.Adam(self.netG.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizers = [self.optimizer]
+
+    def set_input(self, input: dict) -> None:
+        AtoB = self.opt.direction == "AtoB"
+        self.data_A = input["A" if AtoB else "B"].to(self.device)
+        self.data_B = input["B" if AtoB else "A"].to(self.device)
+        self.image_paths = input["A_paths" if AtoB else "B_paths"]
+
+    def forward(self) -> None:
+        self.output = self.netG(self.data_A)
+
+    def backward(self) -> None:
+        self.loss_G = self.criterionLoss(self.output, self.data_B) * self.opt.lambda_regression
+        self.loss_G.backward()
+
+    def optimize_parameters(self) -> None:
+        self.forward()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.backward()
+        self.optimizer.step()

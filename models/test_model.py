@@ -1,0 +1,36 @@
+"""Apply one trained generator in one direction (e.g. a CycleGAN half) to single images.
+
+Loads `<epoch>_net_G[model_suffix].pth`, so `--model_suffix _A` loads CycleGAN's G_A.
+"""
+from __future__ import annotations
+
+from models import networks
+from models.base_model import BaseModel
+
+
+class TestModel(BaseModel):
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool = True):
+        if is_train:
+            raise ValueError("TestModel cannot be used during training: use --model cycle_gan or pix2pix")
+        parser.set_defaults(dataset_mode="single")
+        parser.add_argument("--model_suffix", type=str, default="",
+                            help="In checkpoints_dir, [epoch]_net_G[model_suffix].pth will be loaded as the generator.")
+        return parser
+
+    def __init__(self, opt, ctx, seed: int = 0):
+        super().__init__(opt, ctx)
+        self.loss_names = []
+        self.visual_names = ["real", "fake"]
+        self.model_names = ["G" + opt.model_suffix]
+        self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
+                                      not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
+        # The checkpoint name decides the attribute name (netG_A for suffix _A).
+        setattr(self, "netG" + opt.model_suffix, self.netG)
+
+    def set_input(self, input: dict) -> None:
+        self.real = input["A"].to(self.device)
+        self.image_paths = input["A_paths"]
+
+    def forward(self) -> None:
+        self.fake = self.netG(self.real)

@@ -1,0 +1,1 @@
+"""Command-line options: `BaseOptions` (shared), `TrainOptions`, `TestOptions`."""

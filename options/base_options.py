@@ -1,0 +1,144 @@
+"""Command-line options shared by training and testing.
+
+Every flag of the reference implementation is accepted with the same name, type, default and
+meaning, so its users' scripts run unchanged. Models and datasets add their own flags through
+`modify_commandline_options`. After `parse()` the options are read-only: derived values
+(device, rank, seed) live in the objects that compute them, not in `opt`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import data
+import models
+from models import networks
+
+
+class FrozenOptions(argparse.Namespace):
+    """Parsed options; assigning to an attribute after parsing raises, so nothing patches `opt`."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"options are read-only after parsing (tried to set opt.{name})")
+        super().__setattr__(name, value)
+
+    def freeze(self) -> "FrozenOptions":
+        super().__setattr__("_frozen", True)
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in sorted(vars(self).items()) if not k.startswith("_")}
+
+
+class BaseOptions:
+    """Flags used by both train.py and test.py; subclasses add theirs in `initialize`."""
+
+    isTrain: bool = False
+
+    def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        # basic parameters
+        parser.add_argument("--dataroot", required=True, help="path to images (should have subfolders trainA, trainB, valA, valB, etc)")
+        parser.add_argument("--name", type=str, default="experiment_name", help="name of the experiment. It decides where to store samples and models")
+        parser.add_argument("--checkpoints_dir", type=str, default="./checkpoints", help="models are saved here")
+        parser.add_argument("--gpu_ids", type=str, default=None, help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
+        parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], help="where to run: auto picks CUDA when available; under torchrun each process takes cuda:LOCAL_RANK")
+        parser.add_argument("--seed", type=int, default=None, help="seed every random generator so that the same command gives the same weights")
+        # model parameters
+        parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
+        parser.add_argument("--input_nc", type=int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale")
+        parser.add_argument("--output_nc", type=int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale")
+        parser.add_argument("--ngf", type=int, default=64, help="# of gen filters in the last conv layer")
+        parser.add_argument("--ndf", type=int, default=64, help="# of discrim filters in the first conv layer")
+        parser.add_argument("--netD", type=str, default="basic", choices=networks.DISCRIMINATORS, help="basic: 70x70 PatchGAN; n_layers: set --n_layers_D; pixel: 1x1 PatchGAN")
+        parser.add_argument("--netG", type=str, default="resnet_9blocks", choices=networks.GENERATORS, help="specify generator architecture")
+        parser.add_argument("--n_layers_D", type=int, default=3, help="only used if netD==n_layers")
+        parser.add_argument("--norm", type=str, default="instance", choices=networks.NORMS, help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes")
+        parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, help="network initialization")
+        parser.add_argument("--init_gain", type=float, default=0.02, help="scaling factor for normal, xavier and orthogonal.")
+        parser.add_argument("--no_dropout", action="store_true", help="no dropout for the generator")
+        # dataset parameters
+        parser.add_argument("--dataset_mode", type=str, default="unaligned", choices=sorted(data.DATASETS), help="chooses how datasets are loaded")
+        parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], help="AtoB or BtoA")
+        parser.add_argument("--serial_batches", action="store_true", help="if true, takes images in order to make batches, otherwise takes them randomly")
+        parser.add_argument("--num_threads", default=4, type=int, help="# threads for loading data")
+        parser.add_argument("--batch_size", type=int, default=1, help="input batch size (per process under torchrun)")
+        parser.add_argument("--load_size", type=int, default=286, help="scale images to this size")
+        parser.add_argument("--crop_size", type=int, default=256, help="then crop to this size")
+        parser.add_argument("--max_dataset_size", type=int, default=float("inf"), help="Maximum number of samples allowed per dataset.")
+        parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], help="scaling and cropping of images at load time")
+        parser.add_argument("--no_flip", action="store_true", help="if specified, do not flip the images for data augmentation")
+        parser.add_argument("--display_winsize", type=int, default=256, help="display window size for both visdom and HTML")
+        # additional parameters
+        parser.add_argument("--epoch", type=str, default="latest", help="which epoch to load? set to latest to use latest cached model")
+        parser.add_argument("--load_iter", type=int, default=0, help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
+        parser.add_argument("--verbose", action="store_true", help="if specified, print more debugging information")
+        parser.add_argument("--suffix", default="", type=str, help="customized suffix: opt.name = opt.name + suffix: e.g., {model}_{netG}_size{load_size}")
+        # wandb parameters
+        parser.add_argument("--use_wandb", action="store_true", help="if specified, then init wandb logging")
+        parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", help="specify wandb project name")
+        # distributed parameters
+        parser.add_argument("--ddp_timeout", type=float, default=600.0, help="seconds a process waits for its peers before the whole run is stopped with an error")
+        return parser
+
+    def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
+        """The full parser: base flags, then the chosen model's and dataset's own flags."""
+        parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parser = self.initialize(parser)
+        known, _ = parser.parse_known_args(argv)
+        parser = models.get_option_setter(known.model)(parser, self.isTrain)
+        # The model may have changed the default dataset mode, so parse again before asking it.
+        known, _ = parser.parse_known_args(argv)
+        parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
+        return parser
+
+    def parse(self, argv: list[str] | None = None) -> FrozenOptions:
+        """Parse `argv` (default: sys.argv[1:]) into read-only options and print them."""
+        parser = self.build_parser(argv)
+        opt = parser.parse_args(argv, namespace=FrozenOptions())
+        opt.isTrain = self.isTrain
+        if opt.suffix:
+            opt.name = opt.name + "_" + opt.suffix.format(**vars(opt))
+        if opt.gpu_ids is not None:
+            opt.device = self._device_from_gpu_ids(opt.gpu_ids, opt.device)
+        defaults = {key: parser.get_default(key) for key in vars(opt)}
+        object.__setattr__(opt, "_defaults", defaults)
+        return opt.freeze()
+
+    @staticmethod
+    def _device_from_gpu_ids(gpu_ids: str, device: str) -> str:
+        ids = [int(i) for i in gpu_ids.split(",") if i.strip() != ""]
+        chosen = "cpu" if not ids or ids[0] < 0 else "cuda"
+        if device != "auto":
+            chosen = device
+        extra = " (for several GPUs launch with torchrun --nproc_per_node=N)" if len(ids) > 1 else ""
+        print(f"warning: --gpu_ids is replaced by --device; --gpu_ids {gpu_ids} now means --device {chosen}{extra}.",
+              file=sys.stderr)
+        return chosen
+
+
+def format_options(opt: FrozenOptions) -> str:
+    """The options as the reference prints them, values that differ from the default marked."""
+    defaults = getattr(opt, "_defaults", {})
+    lines = ["----------------- Options ---------------"]
+    for key, value in opt.as_dict().items():
+        default = defaults.get(key)
+        comment = f"\t[default: {default}]" if key in defaults and value != default else ""
+        lines.append(f"{key:>25}: {str(value):<30}{comment}")
+    lines.append("----------------- End -------------------")
+    return "\n".join(lines)
+
+
+def save_options(opt: FrozenOptions) -> None:
+    """Write `<phase>_opt.txt` (as the reference) and `<phase>_opt.json` into the run folder."""
+    run_dir = os.path.join(opt.checkpoints_dir, opt.name)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, f"{opt.phase}_opt.txt"), "wt") as f:
+        f.write(format_options(opt) + "\n")
+    with open(os.path.join(run_dir, f"{opt.phase}_opt.json"), "wt") as f:
+        json.dump(opt.as_dict(), f, indent=1, default=str)
+
+

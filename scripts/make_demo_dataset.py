@@ -1,0 +1,236 @@
+"""Generate the built-in demo datasets (no downloads) for pix2pix and CycleGAN.
+
+Layouts follow the reference repository:
+
+* ``OUT/demo_pix2pix/{train,val,test}/NNNN.png`` -- aligned pairs, A | B side by side
+  (width 2*S, height S). A is a flat-colour label map (like facades' labels), B a
+  "rendered photo" of the same scene. B is a deterministic function of A alone, so a
+  model can learn it, and A and B colours differ a lot, so copying A scores badly.
+* ``OUT/demo_cyclegan/{trainA,trainB,testA,testB}/*.png`` -- S x S, unpaired. Domain A
+  has solid shapes, domain B striped shapes (like horse -> zebra), drawn from different
+  random scenes.
+
+Output is byte-identical for a given seed. A dataset folder is reused when it already
+holds the expected files for the same parameters; otherwise it is rebuilt in a hidden
+temporary folder and renamed into place, so an interrupted run never leaves half a dataset.
+
+Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 0]
+       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
+
+# pix2pix classes: 0 background, 1 circle, 2 rectangle, 3 triangle.
+LABEL_COLORS = np.array([(0, 0, 200), (255, 0, 0), (0, 255, 0), (255, 255, 0)], np.float32)
+# Rendered colours are far from the label colours so the identity baseline is poor.
+SHAPE_COLORS = {1: (40, 150, 70), 2: (150, 85, 35), 3: (110, 70, 150)}
+SKY_TOP, SKY_BOTTOM = np.array((185, 215, 250), np.float32), np.array((250, 205, 160), np.float32)
+
+# CycleGAN palettes; both domains share them so only the stripes tell A from B.
+CG_BACKGROUNDS = [(225, 225, 225), (235, 225, 200), (205, 225, 235)]
+CG_SHAPE_COLORS = [(220, 50, 50), (50, 120, 220), (60, 170, 80), (230, 170, 30), (150, 70, 180)]
+STRIPE_COLOR = np.array((25, 25, 25), np.float32)
+
+
+def _grid(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre coordinates (y, x), each of shape (size, size)."""
+    c = np.arange(size, dtype=np.float32) + 0.5
+    return np.meshgrid(c, c, indexing="ij")
+
+
+def _shape_mask(rng: np.random.Generator, kind: int, size: int, scale: float = 1.0) -> np.ndarray:
+    """Boolean mask of one random shape: kind 1 circle, 2 rectangle, 3 triangle."""
+    yy, xx = _grid(size)
+    cy, cx = rng.uniform(0.12 * size, 0.88 * size, 2)
+    r = rng.uniform(size / 10, size / 4) * scale
+    if kind == 1:
+        return (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+    if kind == 2:
+        hh, hw = rng.uniform(0.5 * r, 1.1 * r, 2)
+        return (np.abs(yy - cy) <= hh) & (np.abs(xx - cx) <= hw)
+    angles = rng.uniform(0, 2 * np.pi) + np.arange(3) * 2 * np.pi / 3 + rng.uniform(-0.4, 0.4, 3)
+    vy, vx = cy + r * 1.2 * np.sin(angles), cx + r * 1.2 * np.cos(angles)
+    # Inside a triangle = same side of all three edges (either winding order).
+    sides = [(vx[(i + 1) % 3] - vx[i]) * (yy - vy[i]) - (vy[(i + 1) % 3] - vy[i]) * (xx - vx[i])
+             for i in range(3)]
+    return np.all([s >= 0 for s in sides], axis=0) | np.all([s <= 0 for s in sides], axis=0)
+
+
+def _random_labels(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A label map (size x size, int) with 3-6 overlapping shapes; later shapes win."""
+    labels = np.zeros((size, size), np.int64)
+    for _ in range(int(rng.integers(3, 7))):
+        kind = int(rng.integers(1, 4))
+        labels[_shape_mask(rng, kind, size)] = kind
+    return labels
+
+
+def _boundary(labels: np.ndarray, width: int) -> np.ndarray:
+    """Shape pixels within `width` px (4-neighbourhood steps) of a different label."""
+    padded = np.pad(labels, width, mode="edge")  # image border is not an edge
+    size = labels.shape[0]
+    edge = np.zeros(labels.shape, bool)
+    for d in range(1, width + 1):
+        for dy, dx in ((d, 0), (-d, 0), (0, d), (0, -d)):
+            edge |= padded[width + dy:width + dy + size, width + dx:width + dx + size] != labels
+    return edge & (labels > 0)
+
+
+def render_photo(labels: np.ndarray) -> np.ndarray:
+    """The "photo" B for a label map: a pure function of the labels (no noise).
+
+    Shading depends on the row only, never the column, so the horizontal flips that
+    pix2pix applies to A and B together keep B predictable from A.
+    """
+    size = labels.shape[0]
+    t = ((np.arange(size, dtype=np.float32) + 0.5) / size)[:, None, None]  # 0 top .. 1 bottom
+    img = np.broadcast_to(SKY_TOP * (1 - t) + SKY_BOTTOM * t, (size, size, 3)).copy()
+    light = 1.2 - 0.45 * t  # lit from above
+    for cls, color in SHAPE_COLORS.items():
+        mask = labels == cls
+        img[mask] = (np.array(color, np.float32) * light)[np.nonzero(mask)[0], 0]
+    img[_boundary(labels, 1 if size < 128 else 2)] *= 0.35  # dark outline
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+
+def _pix2pix_pair(rng: np.random.Generator, size: int) -> np.ndarray:
+    """One aligned A | B image, shape (size, 2*size, 3)."""
+    labels = _random_labels(rng, size)
+    label_img = LABEL_COLORS[labels].astype(np.uint8)
+    return np.concatenate([label_img, render_photo(labels)], axis=1)
+
+
+def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool) -> np.ndarray:
+    """One S x S scene of 1-3 shapes on a plain background; striped shapes for domain B."""
+    yy, xx = _grid(size)
+    img = np.empty((size, size, 3), np.float32)
+    img[:] = CG_BACKGROUNDS[int(rng.integers(len(CG_BACKGROUNDS)))]
+    period = max(4.0, size / 10)
+    for _ in range(int(rng.integers(1, 4))):
+        # Bigger than pix2pix shapes so each one shows several stripes.
+        mask = _shape_mask(rng, int(rng.integers(1, 4)), size, scale=1.4)
+        img[mask] = CG_SHAPE_COLORS[int(rng.integers(len(CG_SHAPE_COLORS)))]
+        if striped:
+            # Random orientation (horizontal, vertical, two diagonals) and phase per shape.
+            wy, wx = [(1, 0), (0, 1), (0.7, 0.7), (0.7, -0.7)][int(rng.integers(4))]
+            phase = rng.uniform(0, period)
+            dark = ((wy * yy + wx * xx + phase) % period) < period / 2
+            img[mask & dark] = STRIPE_COLOR
+    return img.astype(np.uint8)
+
+
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    """Independent, reproducible random stream per (seed, task, split)."""
+    return np.random.default_rng([seed, *stream])
+
+
+def _build(out_dir: Path, name: str, params: dict, splits: dict[str, int],
+           make_split: Callable[[Path, str, int], None]) -> Path:
+    """Reuse `out_dir/name` if complete for `params`, else build it atomically."""
+    target = out_dir / name
+    if _is_complete(target, params, splits):
+        print(f"reusing {target} ({_summary(target)})")
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_dir))
+    try:
+        for split, count in splits.items():
+            (tmp / split).mkdir()
+            make_split(tmp / split, split, count)
+        (tmp / PARAMS_FILE).write_text(json.dumps(params, sort_keys=True))
+        if target.exists():  # stale or incomplete earlier dataset
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except BaseException:  # includes Ctrl-C: never leave the partial folder behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"wrote {target} ({_summary(target)})")
+    return target
+
+
+def _is_complete(target: Path, params: dict, splits: dict[str, int]) -> bool:
+    """True if `target` was generated with `params` and has every expected image."""
+    try:
+        if json.loads((target / PARAMS_FILE).read_text()) != params:
+            return False
+    except (OSError, ValueError):
+        return False
+    return all(len(list((target / s).glob("*.png"))) == n for s, n in splits.items())
+
+
+def _summary(target: Path) -> str:
+    """'N images, X.XX MB' for a dataset folder."""
+    files = list(target.rglob("*.png"))
+    return f"{len(files)} images, {sum(f.stat().st_size for f in files) / 1e6:.2f} MB"
+
+
+def _save(img: np.ndarray, path: Path) -> None:
+    Image.fromarray(np.ascontiguousarray(img)).save(path, format="PNG")  # Pillow PNGs carry no timestamp
+
+
+def make_pix2pix_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 200,
+                      n_val: int = 20, n_test: int = 20) -> Path:
+    """Write (or reuse) `out_dir/demo_pix2pix` with train/val/test aligned pairs; return it."""
+    splits = {"train": n_train, "val": n_val, "test": n_test}
+    params = {"task": "pix2pix", "size": size, "seed": seed, **splits}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        rng = _rng(seed, 0, list(splits).index(split))
+        for i in range(count):
+            _save(_pix2pix_pair(rng, size), folder / f"{i:04d}.png")
+
+    return _build(Path(out_dir), "demo_pix2pix", params, splits, make_split)
+
+
+def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100,
+                       n_test: int = 10) -> Path:
+    """Write (or reuse) `out_dir/demo_cyclegan` (solid A vs striped B, unpaired); return it."""
+    splits = {"trainA": n_train, "trainB": n_train, "testA": n_test, "testB": n_test}
+    params = {"task": "cyclegan", "size": size, "seed": seed, "n_train": n_train, "n_test": n_test}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        # Each domain/split has its own stream, so A and B scenes are unrelated (unpaired).
+        rng = _rng(seed, 1, list(splits).index(split))
+        domain = split[-1]
+        for i in range(count):
+            img = _cyclegan_scene(rng, size, striped=domain == "B")
+            _save(img, folder / f"{domain.lower()}_{i:04d}.png")
+
+    return _build(Path(out_dir), "demo_cyclegan", params, splits, make_split)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
+    parser.add_argument("--size", type=int, default=64, help="image side S in pixels")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n_train", type=int, default=200,
+                        help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
+    parser.add_argument("--n_test", type=int, default=20,
+                        help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
+    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both"], default="both")
+    args = parser.parse_args(argv)
+    if args.size < 16:
+        parser.error("--size must be at least 16")
+    if args.n_train < 2 or args.n_test < 2 or args.seed < 0:
+        parser.error("--n_train and --n_test must be at least 2 and --seed non-negative")
+    if args.task in ("pix2pix", "both"):
+        make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
+    if args.task in ("cyclegan", "both"):
+        make_cyclegan_demo(args.out, args.size, args.seed, args.n_train // 2, args.n_test // 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Reading and writing checkpoint files safely.
+
+Writes go to a temporary file in the same folder, are flushed to disk and renamed over the
+target, so a crash at any instant leaves either the old file or the new one, never half of one.
+Reads use `weights_only=True`: a checkpoint is data, and a file that needs code to unpickle is
+refused rather than executed.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from typing import Any
+
+import torch
+
+from util.errors import UserError
+
+
+def atomic_torch_save(obj: Any, path: str) -> None:
+    """`torch.save(obj, path)` that never leaves a truncated `path` behind."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+
+
+def load_checkpoint_file(path: str, map_location: torch.device | str = "cpu") -> Any:
+    """Load a checkpoint written by `torch.save`, with a clear error for missing or bad files."""
+    if not os.path.isfile(path):
+        folder = os.path.dirname(path) or "."
+        available = sorted(f for f in os.listdir(folder) if f.endswith(".pth")) if os.path.isdir(folder) else []
+        hint = (f" Checkpoints in {folder}: {', '.join(available[:12])}." if available
+                else f" The folder {folder} holds no checkpoints; check --checkpoints_dir and --name.")
+        raise UserError(f"checkpoint file {path} does not exist.{hint} Choose one with --epoch "
+                        f"(e.g. --epoch latest) or --load_iter.")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UserError(f"checkpoint {path} is not a plain weights file (loading it would run code "
+                        f"stored inside it, which we refuse): {str(err).splitlines()[0]} "
+                        f"Only load checkpoints written by this tool or the reference implementation.") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(err).splitlines()[0]}); "
+                        f"delete it or load another epoch with --epoch.") from None
+
+
+def load_state_dict_file(path: str, map_location: torch.device | str = "cpu") -> dict:
+    """Load a per-network weights file as a plain dict of tensors."""
+    state = load_checkpoint_file(path, map_location)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"checkpoint {path} does not hold network weights (a dict of tensors); "
+                        f"pass a <epoch>_net_<name>.pth file written by train.py.")
+    state = dict(state)
+    state.pop("_metadata", None)
+    return state

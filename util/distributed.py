@@ -1,0 +1,253 @@
+"""Everything that touches `torch.distributed` lives here.
+
+`init_distributed` reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE), picks the
+device and backend (NCCL + cuda:LOCAL_RANK when CUDA is used, gloo + CPU otherwise) and returns
+a `DistContext`. The rest of the code asks small questions (`is_main_process()`, `world_size()`)
+or calls the collectives below, which are no-ops in a single process, so the training loop has
+no rank branches beyond "only the main process writes".
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from util.errors import UserError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Derived facts about this process: where it runs and who it is among its peers."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    backend: str | None = None
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+_context = DistContext()
+
+
+def launched_by_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def pick_device(requested: str, local_rank: int = 0) -> torch.device:
+    """`--device auto|cpu|cuda` to a concrete device (cuda:LOCAL_RANK under torchrun)."""
+    if requested == "cpu":
+        return torch.device("cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was given but PyTorch sees no CUDA GPU on this machine; "
+                        "use --device cpu (or --device auto) to train on the CPU.")
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
+    """Start this process: under torchrun join the process group, otherwise run alone.
+
+    The device is set before the process group is created, and given to it, so that NCCL
+    barriers know their device instead of guessing.
+    """
+    global _context
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        _context = DistContext(device=pick_device(device))
+        if _context.device.type == "cuda":
+            torch.cuda.set_device(_context.device)
+        return _context
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    world = int(os.environ["WORLD_SIZE"])
+    chosen = pick_device(device, local_rank)
+    backend = "nccl" if chosen.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)
+        dist.init_process_group(backend, timeout=timeout, device_id=chosen)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
+    _context = DistContext(rank=rank, local_rank=local_rank, world_size=world,
+                           device=chosen, backend=backend)
+    return _context
+
+
+def context() -> DistContext:
+    return _context
+
+
+def is_main_process() -> bool:
+    return _context.is_main
+
+
+def world_size() -> int:
+    return _context.world_size
+
+
+def rank() -> int:
+    return _context.rank
+
+
+def barrier() -> None:
+    if _context.is_distributed:
+        dist.barrier()
+
+
+def reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
+    """The mean of `tensor` over all ranks (the tensor itself in a single process)."""
+    if not _context.is_distributed:
+        return tensor
+    reduced = tensor.detach().clone()
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced / _context.world_size
+
+
+def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over all ranks in place (autograd-free); identity in a single process."""
+    if _context.is_distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if not _context.is_distributed:
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not _context.is_distributed:
+        return [obj]
+    gathered: list[Any] = [None] * _context.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def shared_seed(requested: int | None) -> int:
+    """The run's seed: `--seed` if given, else one drawn by rank 0 and shared with all ranks."""
+    seed = requested if requested is not None else random.SystemRandom().randrange(2**31)
+    return int(broadcast_object(seed))
+
+
+def wrap_ddp(module: nn.Module, sync_batchnorm: bool = False) -> nn.Module:
+    """Wrap `module` in DistributedDataParallel when running distributed; otherwise return it.
+
+    With `sync_batchnorm`, batch-norm layers first become synchronised ones (PyTorch's on CUDA,
+    ours on CPU, where PyTorch's refuses to run); their parameters stay the same objects, so
+    optimizers built before wrapping remain valid.
+    """
+    if not _context.is_distributed or not any(p.requires_grad for p in module.parameters()):
+        return module
+    if sync_batchnorm:
+        module = convert_sync_batchnorm(module)
+    device_ids = [_context.device.index] if _context.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The plain module inside a DDP wrapper (the module itself if not wrapped)."""
+    return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class _SyncBatchNormFunction(torch.autograd.Function):
+    """Batch norm over the batch of all ranks, with the gradient of the global statistics.
+
+    Forward all-reduces per-channel sum, sum of squares and count; backward all-reduces the
+    per-channel sums of dy and dy*x_hat, which carry the cross-rank terms of d(loss)/dx.
+    Parameter gradients stay local: DDP averages them like any other gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps: float):
+        channels = x.shape[1]
+        reduce_dims = [0] + list(range(2, x.dim()))
+        count = torch.tensor([x.numel() / channels], dtype=x.dtype, device=x.device)
+        stats = torch.cat([x.sum(reduce_dims), (x * x).sum(reduce_dims), count])
+        all_reduce_sum_(stats)
+        total = stats[-1]
+        mean = stats[:channels] / total
+        var = (stats[channels:2 * channels] / total - mean * mean).clamp_min(0)
+        invstd = torch.rsqrt(var + eps)
+        shape = [1, channels] + [1] * (x.dim() - 2)
+        x_hat = (x - mean.view(shape)) * invstd.view(shape)
+        ctx.save_for_backward(x_hat, weight, invstd, total)
+        ctx.reduce_dims = reduce_dims
+        ctx.shape = shape
+        return x_hat * weight.view(shape) + bias.view(shape), mean, var * total / (total - 1).clamp_min(1)
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_mean, _grad_var):
+        x_hat, weight, invstd, total = ctx.saved_tensors
+        shape, dims = ctx.shape, ctx.reduce_dims
+        sum_dy = grad_out.sum(dims)
+        sum_dy_xhat = (grad_out * x_hat).sum(dims)
+        grad_weight, grad_bias = sum_dy_xhat.clone(), sum_dy.clone()
+        global_sums = all_reduce_sum_(torch.cat([sum_dy, sum_dy_xhat]))
+        channels = sum_dy.numel()
+        mean_dy = (global_sums[:channels] / total).view(shape)
+        mean_dy_xhat = (global_sums[channels:] / total).view(shape)
+        grad_x = (weight * invstd).view(shape) * (grad_out - mean_dy - x_hat * mean_dy_xhat)
+        return grad_x, grad_weight, grad_bias, None
+
+
+class CPUSyncBatchNorm(nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics cover the batches of all ranks (gloo, CPU).
+
+    PyTorch's nn.SyncBatchNorm refuses to run on CPU; this one has the same parameters and
+    buffers (so checkpoints are plain BatchNorm2d ones) and behaves as BatchNorm2d in eval mode
+    or in a single process.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and _context.is_distributed):
+            return super().forward(x)
+        y, mean, unbiased_var = _SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                momentum = (1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum)
+                self.running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+                self.running_var.mul_(1 - momentum).add_(unbiased_var.detach() * momentum)
+        return y
+
+
+def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
+    """Batch-norm layers of `module` synchronised across ranks: PyTorch's on CUDA, ours on CPU."""
+    if _context.device.type == "cuda":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    if isinstance(module, nn.BatchNorm2d) and not isinstance(module, CPUSyncBatchNorm) and module.affine:
+        synced = CPUSyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                                  module.track_running_stats)
+        synced.weight, synced.bias = module.weight, module.bias  # the same Parameter objects
+        synced.running_mean, synced.running_var = module.running_mean, module.running_var
+        synced.num_batches_tracked = module.num_batches_tracked
+        synced.train(module.training)
+        return synced
+    for name, child in module.named_children():
+        module.add_module(name, convert_sync_batchnorm(child))
+    return module

@@ -1,0 +1,23 @@
+"""User-facing errors.
+
+A `UserError` is a problem with the user's input (a flag, a path, an image, a checkpoint)
+that the user can fix. `train.py` and `test.py` print its message as one paragraph and exit
+with status 2 instead of showing a traceback. Everything else is a bug and keeps its traceback.
+"""
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """Bad input the user can fix; the message names the file or flag and the fix."""
+
+
+def describe(error: UserError) -> str:
+    """The one-paragraph text shown to the user for `error`."""
+    text = str(error)
+    if "Original Traceback" in text:
+        # Raised in a DataLoader worker: PyTorch re-raises it with the worker's traceback
+        # prepended; the user needs only the original message on the last line.
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split("UserError: ", 1)[-1]
+    return "error: " + " ".join(text.split())
