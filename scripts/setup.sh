@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install the project's dependencies into it.
+# Re-running is cheap: the install is skipped while requirements files are unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+wanted=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+  echo "setup: .venv is up to date"
+  exit 0
+fi
+# visdom is an sdist whose build needs pkg_resources, gone from setuptools>=81. A pip
+# constraint reaches the isolated build environment; keep any constraints the machine has.
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "setuptools<81" > "$constraints"
+configured=$(.venv/bin/python -m pip config list 2>/dev/null | sed -n "s/^global.constraint='\(.*\)'$/\1/p")
+for existing in ${PIP_CONSTRAINT:-} $configured; do
+  [ -f "$existing" ] && cat "$existing" >> "$constraints"
+done
+echo "setup: installing requirements (first time: a few minutes, PyTorch is large)"
+PIP_CONSTRAINT="$constraints" .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+echo "$wanted" > "$stamp"
+echo "setup: done"
