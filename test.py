@@ -2,57 +2,105 @@
 
     python test.py --dataroot ./datasets/facades --name facades_pix2pix --model pix2pix --direction BtoA
     python test.py --dataroot ./datasets/horse2zebra/testA --name horse2zebra_pretrained --model test --no_dropout
+    torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
-Images go to --results_dir/--name/<phase>_<epoch>/images/, the page to .../index.html.
+Images go to --results_dir/--name/<phase>_<epoch>/images/, the page to .../index.html, and for
+paired data the mean L1/PSNR of the outputs (and of the do-nothing baseline) to metrics.json.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from data import create_dataset
 from models import create_model
+from models.networks import check_input_size
 from options.test_options import TestOptions
 from util import distributed, html
 from util.errors import EXIT_USER_ERROR, UserError, describe
+from util.metrics import MetricAverager
 from util.seeding import seed_everything
-from util.visualizer import save_images
+from util.visualizer import save_result_images
 
 
 def run_test(opt, ctx: distributed.DistContext) -> str:
-    """Translate up to --num_test images; returns the path of the results page."""
+    """Translate the first --num_test images; returns the path of the results page."""
     seed_everything(opt.seed if opt.seed is not None else 0)
-    dataset = create_dataset(opt, 0, ctx.rank, ctx.world_size, ctx.device.type)
+    dataset = create_dataset(opt, 0, ctx.rank, ctx.world_size, ctx.device.type, limit=opt.num_test)
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     if opt.load_iter > 0:
         web_dir = f"{web_dir}_iter{opt.load_iter}"
-    print(f"creating web directory {web_dir}")
-    webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
+    image_dir = os.path.join(web_dir, "images")
+    os.makedirs(image_dir, exist_ok=True)
+    if ctx.is_main:
+        print(f"creating web directory {web_dir}")
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
-    for i, data in enumerate(dataset):
-        if i >= opt.num_test:
-            break
+
+    rows = []  # (dataset index, name, files, labels, metrics) for each image this rank translated
+    # Like the reference, only the first image of each batch is saved.
+    for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
+        check_input_size(opt.netG, *data["A"].shape[-2:])
         model.set_input(data)
         model.test()  # forward under torch.no_grad
         img_path = model.get_image_paths()
-        if i % 5 == 0:
-            print(f"processing ({i:04d})-th image... {img_path}")
-        save_images(webpage, model.get_current_visuals(), img_path, aspect_ratio=opt.aspect_ratio,
-                    width=opt.display_winsize)
+        if index % 5 == 0:
+            print(f"processing ({index:04d})-th image... {img_path}")
+        visuals = model.get_current_visuals()
+        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio),
+                     paired_metrics(visuals)))
+
+    all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
+    if not ctx.is_main:
+        return os.path.join(web_dir, "index.html")
+    webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
+    summary = summarize([row[4] for row in all_rows if row[4]])
+    if summary:
+        with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
+            json.dump(summary, f, indent=1)
+        text = ", ".join(f"{k} {v:.4f}" for k, v in summary.items() if k != "images")
+        print(f"metrics over {summary['images']} images (L1 in [-1, 1] units; identity = input vs target): {text}")
+        webpage.add_text(f"Mean over {summary['images']} test images: {text}")
+    for _, name, files, labels, _ in all_rows:
+        webpage.add_header(name)
+        webpage.add_images(files, labels, files, width=opt.display_winsize)
     return webpage.save()
 
 
+def paired_metrics(visuals: dict) -> dict[str, float]:
+    """With a target image (paired data): scores of the output and of the do-nothing baseline."""
+    if "fake_B" not in visuals or "real_B" not in visuals:
+        return {}
+    scores = MetricAverager()
+    scores.add_pair("output", visuals["fake_B"][:1], visuals["real_B"][:1])
+    if visuals["real_A"].shape == visuals["real_B"].shape:
+        scores.add_pair("identity", visuals["real_A"][:1], visuals["real_B"][:1])
+    scores.count = 1
+    return scores.means()
+
+
+def summarize(per_image: list[dict[str, float]]) -> dict[str, float]:
+    if not per_image:
+        return {}
+    keys = per_image[0].keys()
+    return {"images": len(per_image), **{k: sum(m[k] for m in per_image) / len(per_image) for k in keys}}
+
+
+@record  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
         page = run_test(opt, ctx)
-        print(f"results page: {os.path.abspath(page)}")
+        if ctx.is_main:
+            print(f"results page: {os.path.abspath(page)}")
     except UserError as err:
-        print(describe(err), file=sys.stderr, flush=True)
+        distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR
     finally:
         distributed.shutdown()

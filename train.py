@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from data import create_dataset
 from models import create_model
 from models.networks import check_input_size
@@ -28,13 +30,18 @@ def crossed(total: int, step: int, freq: int) -> bool:
     return freq > 0 and total // freq > (total - step) // freq
 
 
+def check_distributed_options(opt, ctx: distributed.DistContext) -> None:
+    """Refuse settings that cannot work across processes (on every rank, before any collective)."""
+    if ctx.is_distributed and opt.norm == "batch":
+        raise UserError("--norm batch computes batch statistics per process, so under torchrun every process "
+                        "would normalise its own images differently; use --norm syncbatch (batch norm "
+                        "synchronised across processes) or --norm instance.")
+
+
 def train(opt, ctx: distributed.DistContext) -> None:
+    check_distributed_options(opt, ctx)
     seed = distributed.shared_seed(opt.seed)
     seed_everything(seed)  # the same initial weights on every rank
-    if ctx.is_distributed and opt.norm == "batch":
-        raise UserError("--norm batch computes batch statistics per process, so under torchrun each GPU would "
-                        "normalise differently; use --norm syncbatch (batch norm synchronised across processes) "
-                        "or --norm instance.")
     if ctx.is_main:
         print(format_options(opt))
         save_options(opt)
@@ -92,13 +99,14 @@ def train(opt, ctx: distributed.DistContext) -> None:
     distributed.barrier()
 
 
+@record  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
         train(opt, ctx)
     except UserError as err:
-        print(describe(err), file=sys.stderr, flush=True)
+        distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR
     finally:
         distributed.shutdown()

@@ -8,6 +8,7 @@ checks the dataset folder, builds the dataset and wraps it in a `DatasetLoader`,
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,20 +57,27 @@ class DatasetLoader:
     """
 
     def __init__(self, opt: argparse.Namespace, dataset: BaseDataset, seed: int,
-                 rank: int = 0, world_size: int = 1, device_type: str = "cpu") -> None:
+                 rank: int = 0, world_size: int = 1, device_type: str = "cpu",
+                 limit: int | None = None) -> None:
         self.opt = opt
         self.dataset = dataset
-        # One code path for 1 and N processes: with num_replicas=1 this is a plain seeded,
-        # epoch-dependent shuffle (or sequential order with --serial_batches).
-        self.sampler = torch.utils.data.DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=not opt.serial_batches,
-            seed=seed, drop_last=False,
-        )
+        if opt.isTrain:
+            # One code path for 1 and N processes: with num_replicas=1 this is a plain seeded,
+            # epoch-dependent shuffle (or sequential order with --serial_batches).
+            self.sampler = torch.utils.data.DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=not opt.serial_batches,
+                seed=seed, drop_last=False,
+            )
+        else:
+            # Inference: the first `limit` images, dealt out round-robin with no padding, so that
+            # the ranks together process every image exactly once.
+            self.sampler = InferenceShardSampler(len(dataset), rank, world_size, limit)
         # Workers are not persistent: they are forked at each epoch's iter() and so see the
-        # dataset's current epoch.
+        # dataset's current epoch. More workers than cores only adds contention.
+        workers = min(int(opt.num_threads), len(os.sched_getaffinity(0)))
         self.dataloader = torch.utils.data.DataLoader(
             dataset, batch_size=opt.batch_size, sampler=self.sampler,
-            num_workers=int(opt.num_threads), pin_memory=device_type == "cuda", drop_last=False,
+            num_workers=workers, pin_memory=device_type == "cuda", drop_last=False,
         )
 
     def load_data(self) -> DatasetLoader:
@@ -78,7 +86,8 @@ class DatasetLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the shuffle order and augmentations of `epoch`."""
-        self.sampler.set_epoch(epoch)
+        if isinstance(self.sampler, torch.utils.data.DistributedSampler):
+            self.sampler.set_epoch(epoch)
         self.dataset.set_epoch(epoch)
 
     @property
@@ -97,16 +106,32 @@ class DatasetLoader:
             yield batch
 
 
+class InferenceShardSampler(torch.utils.data.Sampler):
+    """Indices rank, rank + world_size, ... of the first `limit` samples (all when None)."""
+
+    def __init__(self, dataset_size: int, rank: int, world_size: int, limit: int | None = None) -> None:
+        total = dataset_size if limit is None else min(dataset_size, limit)
+        self.indices = list(range(rank, total, world_size))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
 def create_dataset(opt: argparse.Namespace, seed: int, rank: int = 0, world_size: int = 1,
-                   device_type: str = "cpu") -> DatasetLoader:
+                   device_type: str = "cpu", limit: int | None = None) -> DatasetLoader:
     """Check the dataset folder, build the `--dataset_mode` dataset and its loader.
 
     `seed` fixes the shuffle and all augmentations; `rank`/`world_size` select this
     process's share for distributed training; `device_type` "cuda" enables pinned memory.
+    At inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
     Raises `UserError` for problems with the dataset folder or flags.
     """
     dataset_class = find_dataset_using_name(opt.dataset_mode)
     check_dataset_root(opt)
     dataset = dataset_class(opt)
     dataset.set_seed(seed)
-    return DatasetLoader(opt, dataset, seed, rank=rank, world_size=world_size, device_type=device_type)
+    return DatasetLoader(opt, dataset, seed, rank=rank, world_size=world_size, device_type=device_type,
+                         limit=limit)

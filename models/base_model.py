@@ -39,6 +39,7 @@ class BaseModel(ABC):
         self.ctx = ctx
         self.isTrain = opt.isTrain
         self.device = ctx.device
+        self.dtype = getattr(torch, opt.dtype)
         self.save_dir = os.path.join(opt.checkpoints_dir, opt.name)
         self.loss_names: list[str] = []
         self.model_names: list[str] = []
@@ -65,12 +66,18 @@ class BaseModel(ABC):
         """One training step: losses, gradients, optimizer steps."""
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
 
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """An input tensor on the model's device, in its precision."""
+        return tensor.to(self.device, self.dtype, non_blocking=True)
+
     # ------------------------------------------------------------------ setup
     def named_networks(self) -> dict[str, nn.Module]:
         return {name: getattr(self, "net" + name) for name in self.model_names}
 
     def setup(self, opt) -> None:
         """Create schedulers, load weights when testing or continuing, wrap nets for DDP."""
+        for net in self.named_networks().values():
+            net.to(dtype=self.dtype)  # in place: the optimizers keep the same parameters
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         if not self.isTrain or opt.continue_train:
@@ -121,7 +128,9 @@ class BaseModel(ABC):
 
     # ------------------------------------------------------------------ checkpoints
     def save_networks(self, epoch) -> None:
-        """Write `<epoch>_net_<name>.pth` for every network (main process only)."""
+        """Write `<epoch>_net_<name>.pth` for every network (main process; all ranks must call)."""
+        for name, net in self.named_networks().items():
+            distributed.check_in_sync(name, net)
         if not distributed.is_main_process():
             return
         os.makedirs(self.save_dir, exist_ok=True)

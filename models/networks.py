@@ -138,11 +138,17 @@ def size_multiple(netG: str) -> int:
 def check_input_size(netG: str, height: int, width: int) -> None:
     """Raise a UserError when `netG` cannot translate an image of this size."""
     multiple = size_multiple(netG)
+    if netG.startswith("resnet") and (height < 8 or width < 8):
+        # Two halvings leave a quarter of the size, and the residual blocks' 1-pixel reflection
+        # padding needs at least 2 pixels there.
+        raise UserError(
+            f"--netG {netG} needs images of at least 8x8 pixels (multiples of 4) but got {height}x{width}; "
+            f"set --crop_size (or --load_size with --preprocess none/scale_width) to 8 or more.")
     if netG.startswith("unet") and (height < multiple or width < multiple):
         raise UserError(
             f"--netG {netG} needs images of at least {multiple}x{multiple} pixels (it halves the size "
             f"{multiple.bit_length() - 1} times) but got {height}x{width}; use --crop_size {multiple} "
-            f"(and --load_size >= {multiple}) or a resnet generator, which takes any multiple of 4.")
+            f"(and --load_size >= {multiple}) or a resnet generator, which takes any multiple of 4 from 8 up.")
     if height % multiple or width % multiple:
         raise UserError(
             f"--netG {netG} needs height and width that are multiples of {multiple}, got {height}x{width}; "

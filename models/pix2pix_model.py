@@ -37,8 +37,8 @@ class Pix2PixModel(BaseModel):
 
     def set_input(self, input: dict) -> None:
         AtoB = self.opt.direction == "AtoB"
-        self.real_A = input["A" if AtoB else "B"].to(self.device, non_blocking=True)
-        self.real_B = input["B" if AtoB else "A"].to(self.device, non_blocking=True)
+        self.real_A = self.to_device(input["A" if AtoB else "B"])
+        self.real_B = self.to_device(input["B" if AtoB else "A"])
         self.image_paths = input["A_paths" if AtoB else "B_paths"]
 
     def forward(self) -> None:

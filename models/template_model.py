@@ -40,8 +40,8 @@ class TemplateModel(BaseModel):
 
     def set_input(self, input: dict) -> None:
         AtoB = self.opt.direction == "AtoB"
-        self.data_A = input["A" if AtoB else "B"].to(self.device)
-        self.data_B = input["B" if AtoB else "A"].to(self.device)
+        self.data_A = self.to_device(input["A" if AtoB else "B"])
+        self.data_B = self.to_device(input["B" if AtoB else "A"])
         self.image_paths = input["A_paths" if AtoB else "B_paths"]
 
     def forward(self) -> None:

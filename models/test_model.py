@@ -12,7 +12,8 @@ class TestModel(BaseModel):
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         if is_train:
-            raise ValueError("TestModel cannot be used during training: use --model cycle_gan or pix2pix")
+            parser.error("--model test only applies a trained generator (test.py); to train use --model "
+                         "cycle_gan, pix2pix, colorization or template")
         parser.set_defaults(dataset_mode="single")
         parser.add_argument("--model_suffix", type=str, default="",
                             help="In checkpoints_dir, [epoch]_net_G[model_suffix].pth will be loaded as the generator.")
@@ -29,7 +30,7 @@ class TestModel(BaseModel):
         setattr(self, "netG" + opt.model_suffix, self.netG)
 
     def set_input(self, input: dict) -> None:
-        self.real = input["A"].to(self.device)
+        self.real = self.to_device(input["A"])
         self.image_paths = input["A_paths"]
 
     def forward(self) -> None:

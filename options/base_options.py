@@ -47,6 +47,7 @@ class BaseOptions:
         parser.add_argument("--gpu_ids", type=str, default=None, help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
         parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], help="where to run: auto picks CUDA when available; under torchrun each process takes cuda:LOCAL_RANK")
         parser.add_argument("--seed", type=int, default=None, help="seed every random generator so that the same command gives the same weights")
+        parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
         parser.add_argument("--input_nc", type=int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale")

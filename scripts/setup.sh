@@ -24,6 +24,7 @@ for existing in ${PIP_CONSTRAINT:-} $configured; do
   [ -f "$existing" ] && cat "$existing" >> "$constraints"
 done
 echo "setup: installing requirements (first time: a few minutes, PyTorch is large)"
-PIP_CONSTRAINT="$constraints" .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+PIP_CONSTRAINT="$constraints" .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt 2>&1 \
+  | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 echo "$wanted" > "$stamp"
 echo "setup: done"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import warnings
 from typing import Any
 
 import torch
@@ -44,7 +45,11 @@ def load_checkpoint_file(path: str, map_location: torch.device | str = "cpu") ->
         raise UserError(f"checkpoint file {path} does not exist.{hint} Choose one with --epoch "
                         f"(e.g. --epoch latest) or --load_iter.")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():
+            # A plain pickle (protocol > 2) makes torch warn before refusing it; the UserError
+            # below is the one message the user should see.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         raise UserError(f"checkpoint {path} is not a plain weights file (loading it would run code "
                         f"stored inside it, which we refuse): {str(err).splitlines()[0]} "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +127,21 @@ def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def check_in_sync(name: str, module: nn.Module) -> None:
+    """Raise if `module`'s weights differ between ranks (DDP must keep replicas identical)."""
+    if not _context.is_distributed:
+        return
+    with torch.no_grad():
+        params = [p.detach().double().flatten() for p in unwrap(module).parameters()]
+        flat = torch.cat(params) if params else torch.zeros(1, dtype=torch.float64)
+        fingerprint = torch.stack([flat.sum(), flat.abs().sum(), (flat * torch.arange(
+            flat.numel(), dtype=torch.float64, device=flat.device).remainder(7)).sum()])
+    fingerprints = torch.stack(gather_objects(fingerprint.cpu()))
+    if not torch.allclose(fingerprints, fingerprints[0].expand_as(fingerprints), rtol=1e-9, atol=1e-9):
+        raise RuntimeError(f"network {name} has different weights on different ranks "
+                           f"(fingerprints {fingerprints.tolist()}); the processes are not training one model")
+
+
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's `obj` on every rank."""
     if not _context.is_distributed:
@@ -167,6 +184,20 @@ def wrap_ddp(module: nn.Module, sync_batchnorm: bool = False) -> nn.Module:
 def unwrap(module: nn.Module) -> nn.Module:
     """The plain module inside a DDP wrapper (the module itself if not wrapped)."""
     return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+
+
+def report_user_error(message: str) -> None:
+    """Print a user error once: every rank hits most of them alike, so only rank 0 speaks,
+    except when this rank alone failed (e.g. an unreadable image only it loaded)."""
+    env_rank = int(os.environ.get("RANK", _context.rank))
+    if env_rank == 0:
+        print(message, file=sys.stderr, flush=True)
+    else:
+        # Most user errors (flags, dataset folder) hit every rank alike; torchrun stops the other
+        # ranks as soon as rank 0 exits with the same message, so waiting a moment keeps it to one
+        # copy. If rank 0 is fine (this rank alone read a bad file), we say who failed.
+        time.sleep(3.0)
+        print(f"[rank {env_rank}] {message}", file=sys.stderr, flush=True)
 
 
 def shutdown() -> None:

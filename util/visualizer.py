@@ -17,19 +17,25 @@ from util import html, util
 from util.errors import UserError
 
 
-def save_images(webpage: html.HTML, visuals: OrderedDict, image_path: list[str],
-                aspect_ratio: float = 1.0, width: int = 256) -> None:
-    """Save the first image of each visual as `<name>_<label>.png` and add a row to `webpage`."""
+def save_result_images(image_dir: str, visuals: OrderedDict, image_path: list[str],
+                       aspect_ratio: float = 1.0) -> tuple[str, list[str], list[str]]:
+    """Save the first image of each visual as `<name>_<label>.png`; returns (name, files, labels)."""
     name = os.path.splitext(os.path.basename(image_path[0]))[0]
-    webpage.add_header(name)
-    ims, txts, links = [], [], []
+    files, labels = [], []
     for label, im_data in visuals.items():
         image_name = f"{name}_{label}.png"
-        util.save_image(util.tensor2im(im_data), os.path.join(webpage.get_image_dir(), image_name), aspect_ratio)
-        ims.append(image_name)
-        txts.append(label)
-        links.append(image_name)
-    webpage.add_images(ims, txts, links, width=width)
+        util.save_image(util.tensor2im(im_data), os.path.join(image_dir, image_name), aspect_ratio)
+        files.append(image_name)
+        labels.append(label)
+    return name, files, labels
+
+
+def save_images(webpage: html.HTML, visuals: OrderedDict, image_path: list[str],
+                aspect_ratio: float = 1.0, width: int = 256) -> None:
+    """Save the images of one test input and add them as a row of `webpage` (the reference's API)."""
+    name, files, labels = save_result_images(webpage.get_image_dir(), visuals, image_path, aspect_ratio)
+    webpage.add_header(name)
+    webpage.add_images(files, labels, files, width=width)
 
 
 class NullVisualizer:

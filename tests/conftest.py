@@ -1,0 +1,46 @@
+"""Shared fixtures: the repository root, small datasets in the reference's layouts, CLI runners."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+_spec = importlib.util.spec_from_file_location("make_demo_dataset", ROOT / "scripts" / "make_demo_dataset.py")
+demo_data = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo_data)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
+
+
+@pytest.fixture(scope="session")
+def paired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Aligned A|B images, 32x32 per side: <root>/{train,val,test}/*.png (the reference's facades layout)."""
+    return demo_data.make_pix2pix_demo(tmp_path_factory.mktemp("paired"), 32, 0, 8, 4, 4)
+
+
+@pytest.fixture(scope="session")
+def unpaired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Unpaired 32x32 images: <root>/{trainA,trainB,testA,testB}/*.png (the reference's horse2zebra layout)."""
+    return demo_data.make_cyclegan_demo(tmp_path_factory.mktemp("unpaired"), 32, 0, 8, 4)
+
+
+def run_script(script: str, *args: str, timeout: float = 300, env: dict | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python <script> args...` from the repository root, as a user would; capture output."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd or ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# Small networks and no display, so that a few iterations take seconds on a CPU.
+FAST_FLAGS = ["--ngf", "8", "--ndf", "8", "--display_id", "0", "--num_threads", "0", "--seed", "0"]

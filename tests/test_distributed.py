@@ -1,0 +1,169 @@
+"""DistributedDataParallel, for real: torchrun with 2 processes and the gloo backend on the CPU.
+
+The central promise: N processes x batch b train the same model as 1 process x batch N*b.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FAST_FLAGS, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+               f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}"
+    return result
+
+
+def weights(run_dir: Path, epoch: str = "latest") -> dict[str, dict[str, torch.Tensor]]:
+    return {path.name: torch.load(path, weights_only=True) for path in sorted(run_dir.glob(f"{epoch}_net_*.pth"))}
+
+
+def assert_same_weights(a: dict, b: dict, rtol: float = 1e-6, atol: float = 1e-7) -> None:
+    assert a.keys() == b.keys() and a
+    for net in a:
+        for key, value in a[net].items():
+            if value.is_floating_point():
+                assert torch.allclose(value, b[net][key], rtol=rtol, atol=atol), \
+                    f"{net} {key}: max diff {(value - b[net][key]).abs().max().item():.3g}"
+            else:
+                assert torch.equal(value, b[net][key]), f"{net} {key}"
+
+
+# Deterministic data order and no randomness in the losses, so both runs see the same batches.
+# float64: in float32 the runs agree to rounding (~1e-7) after a step, but Adam turns rounding
+# noise in near-zero gradients (e.g. conv biases before instance norm, whose true gradient is 0)
+# into full-size steps, and GAN training amplifies those; float64 leaves only true differences.
+EQUIVALENCE = ["--dtype", "float64", "--serial_batches", "--no_flip", "--pool_size", "0", "--n_epochs", "1", "--n_epochs_decay", "1",
+               "--load_size", "32", "--crop_size", "32", "--print_freq", "2", "--save_epoch_freq", "1"]
+
+
+def cycle_gan_args(root: Path, ckpt: Path, name: str, batch: int) -> list[str]:
+    return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "cycle_gan",
+            "--batch_size", str(batch), *EQUIVALENCE, *FAST_FLAGS]
+
+
+def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> list[str]:
+    return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "pix2pix",
+            "--netG", "resnet_6blocks", "--no_dropout", "--norm", norm, "--batch_size", str(batch),
+            *EQUIVALENCE, *FAST_FLAGS]
+
+
+def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch(unpaired_root, tmp_path):
+    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2)))
+    ddp = ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1)))
+    for epoch in ("1", "2", "latest"):
+        assert_same_weights(weights(tmp_path / "one", epoch), weights(tmp_path / "two", epoch))
+    # one set of outputs, written once, and the log states the global batch
+    assert sorted(p.name for p in (tmp_path / "two").glob("latest_net_*.pth")) == \
+        ["latest_net_D_A.pth", "latest_net_D_B.pth", "latest_net_G_A.pth", "latest_net_G_B.pth"]
+    log = (tmp_path / "two" / "loss_log.txt").read_text()
+    assert log.count("================ Training Loss") == 1
+    assert "global batch = 2 (1 per process x 2 processes)" in log
+    assert ddp.stdout.count("saving the model at the end of epoch 2") == 1
+
+
+def test_synchronised_batch_norm_on_cpu_matches_batch_norm_of_the_whole_batch(paired_root, tmp_path):
+    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch")))
+    ok(torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "two", 1, "syncbatch")))
+    # running statistics included: every rank saw the statistics of the whole global batch
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+
+
+def test_logged_losses_are_averaged_over_all_ranks(paired_root, tmp_path):
+    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch")))
+    ok(torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "two", 1, "syncbatch")))
+
+    def loss_lines(name: str) -> list[str]:
+        lines = (tmp_path / name / "loss_log.txt").read_text().splitlines()
+        return [line.split(")", 1)[1] for line in lines if line.startswith("(epoch")]
+
+    assert loss_lines("one") == loss_lines("two")
+
+
+def test_batch_norm_under_ddp_is_refused_with_advice_on_every_rank(paired_root, tmp_path):
+    start = time.time()
+    result = torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "bn", 1, "batch"))
+    assert result.returncode != 0
+    assert "--norm syncbatch" in result.stderr and "--norm instance" in result.stderr
+    assert result.stderr.count("error: --norm batch") == 1
+    assert "Traceback" not in result.stderr.split("error: --norm batch")[0]
+    assert time.time() - start < 60
+    assert not list((tmp_path / "bn").glob("*.pth"))
+
+
+def test_two_nodes_on_one_machine_train_the_same_model(unpaired_root, tmp_path):
+    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2)))
+    port = free_port()
+    rendezvous = ["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                  f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two_nodes_test"]
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, str(ROOT / "train.py"),
+               *cycle_gan_args(unpaired_root, tmp_path, "nodes", 1)]
+    agents = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(2)]
+    outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+    assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "nodes"))
+
+
+def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_root, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(unpaired_root, root)
+    # With --serial_batches rank 1 reads the odd indices: only it meets the broken image.
+    victims = sorted((root / "trainA").glob("*.png"))
+    victims[3].write_bytes(b"not an image at all")
+    start = time.time()
+    result = torchrun("train.py", *cycle_gan_args(root, tmp_path, "crash", 1), "--ddp_timeout", "60")
+    elapsed = time.time() - start
+    assert result.returncode != 0
+    assert elapsed < 90
+    assert str(victims[3]) in result.stderr
+    assert result.stderr.count(f"cannot read image {victims[3]}") == 1
+
+
+def test_distributed_test_output_equals_single_process_output(paired_root, tmp_path):
+    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "model", 2, "batch")))
+    common = ["--dataroot", str(paired_root), "--name", "model", "--checkpoints_dir", str(tmp_path),
+              "--model", "pix2pix", "--netG", "resnet_6blocks", "--no_dropout", "--norm", "batch",
+              "--load_size", "32", "--crop_size", "32", "--ngf", "8", "--ndf", "8"]
+    ok(single("test.py", *common, "--results_dir", str(tmp_path / "one")))
+    ok(torchrun("test.py", *common, "--results_dir", str(tmp_path / "two")))
+    one = tmp_path / "one" / "model" / "test_latest"
+    two = tmp_path / "two" / "model" / "test_latest"
+    names = sorted(p.name for p in (one / "images").iterdir())
+    assert names == sorted(p.name for p in (two / "images").iterdir()) and len(names) == 4 * 3
+    for name in names:
+        assert (one / "images" / name).read_bytes() == (two / "images" / name).read_bytes(), name
+    page_one, page_two = (one / "index.html").read_text(), (two / "index.html").read_text()
+    assert page_one == page_two
+    for name in names:
+        assert page_two.count(f'src="images/{name}"') == 1

@@ -1,0 +1,382 @@
+"""Models: each one learns a tiny fixed batch, shows the documented visuals, keeps D and G
+gradients apart, is reproducible from its seed, and saves/loads checkpoints in the reference's
+format (including old ones and with clear errors for ones that do not fit)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import models
+from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
+from models import networks
+from options.test_options import TestOptions
+from options.train_options import TrainOptions
+from util.distributed import DistContext
+from util.errors import UserError
+from util.seeding import seed_everything
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Small convolutions run fastest (and steadiest on a shared machine) on one thread.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+SMALL = ["--ngf", "8", "--ndf", "8"]
+
+
+def train_opt(model: str, *flags: str, tmp=None):
+    extra = ["--checkpoints_dir", str(tmp), "--name", "exp"] if tmp is not None else []
+    return TrainOptions().parse(["--dataroot", "unused", "--model", model, *SMALL, *extra, *flags])
+
+
+def build(model: str, *flags: str, seed: int = 0, tmp=None, setup: bool = True):
+    """What train.py does: seed every generator, create the model, set it up."""
+    opt = train_opt(model, *flags, tmp=tmp)
+    seed_everything(seed)
+    m = models.create_model(opt, DistContext(), seed)
+    if setup:
+        m.setup(opt)
+    return m
+
+
+def load_test_model(tmp, *flags: str):
+    opt = TestOptions().parse(["--dataroot", "unused", "--checkpoints_dir", str(tmp), "--name", "exp",
+                               "--ngf", "8", *flags])
+    m = models.create_model(opt, DistContext(), 0)
+    m.setup(opt)
+    return m
+
+
+
+
+def smooth(channels: int, size: int, seed: int, batch: int = 1) -> torch.Tensor:
+    """A smooth image in [-1, 1] (low-frequency colour blobs)."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(batch, channels, 4, 4, generator=g) * 2 - 1
+    return F.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
+
+
+def pair(size: int, in_nc: int = 3, out_nc: int = 3, batch: int = 1) -> dict:
+    return {"A": smooth(in_nc, size, 1, batch), "B": smooth(out_nc, size, 2, batch),
+            "A_paths": [f"a{i}.png" for i in range(batch)], "B_paths": [f"b{i}.png" for i in range(batch)]}
+
+
+def lab_pair(size: int) -> dict:
+    rgb = ((smooth(3, size, 3)[0].permute(1, 2, 0).numpy() + 1) * 127.5).round().astype(np.uint8)
+    lab = torch.from_numpy(rgb_to_lab(rgb).astype(np.float32)).permute(2, 0, 1)
+    return {"A": (lab[[0]] / L_SCALE - 1.0)[None], "B": (lab[1:] / AB_SCALE)[None],
+            "A_paths": ["c.png"], "B_paths": ["c.png"]}
+
+
+def state(net) -> dict:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+def same_state(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------- learning a fixed batch
+# (model, flags, batch, the loss it must reduce, visuals: name -> shape)
+S = 32
+OVERFIT = [
+    ("cycle_gan", [], lambda: pair(S), ("cycle_A", "cycle_B"),
+     {n: (1, 3, S, S) for n in ["real_A", "fake_B", "rec_A", "idt_B", "real_B", "fake_A", "rec_B", "idt_A"]}),
+    ("pix2pix", ["--lr", "0.001"], lambda: pair(256), ("G_L1",),   # the default unet_256 needs 256x256
+     {n: (1, 3, 256, 256) for n in ["real_A", "fake_B", "real_B"]}),
+    ("colorization", ["--lr", "0.001"], lambda: lab_pair(256), ("G_L1",),
+     {"real_A": (1, 1, 256, 256), "real_B_rgb": (1, 3, 256, 256), "fake_B_rgb": (1, 3, 256, 256)}),
+    ("template", ["--lr", "0.001"], lambda: pair(S), ("G",),
+     {n: (1, 3, S, S) for n in ["data_A", "data_B", "output"]}),
+]
+LOSS_NAMES = {
+    "cycle_gan": ["D_A", "G_A", "cycle_A", "idt_A", "D_B", "G_B", "cycle_B", "idt_B"],
+    "pix2pix": ["G_GAN", "G_L1", "D_real", "D_fake"],
+    "colorization": ["G_GAN", "G_L1", "D_real", "D_fake"],
+    "template": ["G"],
+}
+
+
+@pytest.mark.parametrize("model,flags,make_batch,main_losses,visuals", OVERFIT, ids=[o[0] for o in OVERFIT])
+def test_model_learns_a_fixed_batch_and_shows_documented_visuals(model, flags, make_batch, main_losses, visuals):
+    m = build(model, *flags)
+    batch = make_batch()
+    history = []
+    for _ in range(20):
+        m.set_input(batch)
+        m.optimize_parameters()
+        losses = m.get_current_losses()
+        assert list(losses) == LOSS_NAMES[model]
+        assert all(math.isfinite(v) for v in losses.values()), losses
+        history.append(sum(losses[name] for name in main_losses))
+    first, last = np.mean(history[:3]), np.mean(history[-3:])
+    assert last < 0.9 * first, history
+
+    m.compute_visuals()
+    shown = m.get_current_visuals()
+    assert list(shown) == list(visuals)
+    for name, shape in visuals.items():
+        assert tuple(shown[name].shape) == shape, name
+        assert shown[name].min() >= -1.0 and shown[name].max() <= 1.0, name
+    assert m.get_image_paths() == batch["A_paths"]
+
+
+def test_cycle_gan_without_identity_loss_shows_no_identity_images():
+    m = build("cycle_gan", "--lambda_identity", "0")
+    assert m.visual_names == ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"]
+    m.set_input(pair(S))
+    m.optimize_parameters()
+    losses = m.get_current_losses()
+    assert losses["idt_A"] == 0.0 and losses["idt_B"] == 0.0
+
+
+def test_cycle_gan_identity_loss_needs_equal_channel_counts():
+    with pytest.raises(UserError, match="lambda_identity"):
+        build("cycle_gan", "--input_nc", "1", setup=False)
+    build("cycle_gan", "--input_nc", "1", "--lambda_identity", "0", setup=False)
+
+
+@pytest.mark.parametrize("model", ["pix2pix", "cycle_gan"])
+def test_direction_btoa_swaps_the_domains(model):
+    m = build(model, "--netG", "resnet_6blocks", "--direction", "BtoA", setup=False)
+    batch = pair(S)
+    m.set_input(batch)
+    assert torch.equal(m.real_A, batch["B"]) and torch.equal(m.real_B, batch["A"])
+    assert m.get_image_paths() == batch["B_paths"]
+
+
+# ---------------------------------------------------------------- gradients kept apart
+def grads(*nets) -> list:
+    return [None if p.grad is None else p.grad.clone() for net in nets for p in net.parameters()]
+
+
+def same_grads(a: list, b: list) -> bool:
+    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+                                    for x, y in zip(a, b))
+
+
+def guard(model, method: str, untouched: list, touched: list, calls: list) -> None:
+    """Wrap model.<method> so that it checks which networks' gradients it changed."""
+    original = getattr(model, method)
+
+    def checked():
+        before_untouched, before_touched = grads(*untouched), grads(*touched)
+        original()
+        assert same_grads(grads(*untouched), before_untouched), f"{method} changed gradients it must not touch"
+        after = grads(*touched)
+        assert all(g is not None for g in after), f"{method} left a network without gradients"
+        assert not same_grads(after, before_touched)
+        calls.append(method)
+
+    setattr(model, method, checked)
+
+
+def test_pix2pix_steps_give_gradients_only_to_the_network_they_train():
+    m = build("pix2pix", "--netG", "resnet_6blocks")
+    calls: list = []
+    guard(m, "backward_D", untouched=[m.netG], touched=[m.netD], calls=calls)
+    guard(m, "backward_G", untouched=[m.netD], touched=[m.netG], calls=calls)
+    for _ in range(2):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+    assert calls == ["backward_D", "backward_G"] * 2
+
+
+def test_cycle_gan_steps_give_gradients_only_to_the_networks_they_train():
+    m = build("cycle_gan", "--netG", "resnet_6blocks")
+    calls: list = []
+    gens, discs = [m.netG_A, m.netG_B], [m.netD_A, m.netD_B]
+    guard(m, "backward_G", untouched=discs, touched=gens, calls=calls)
+    guard(m, "backward_D_A", untouched=gens + [m.netD_B], touched=[m.netD_A], calls=calls)
+    guard(m, "backward_D_B", untouched=gens + [m.netD_A], touched=[m.netD_B], calls=calls)
+    for _ in range(2):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+    assert calls == ["backward_G", "backward_D_A", "backward_D_B"] * 2
+
+
+def test_cycle_gan_training_step_leaves_discriminators_trainable():
+    m = build("cycle_gan", "--netG", "resnet_6blocks")
+    before = state(m.netD_A)
+    m.set_input(pair(S))
+    m.optimize_parameters()
+    assert all(p.requires_grad for p in m.netD_A.parameters())
+    assert not same_state(before, state(m.netD_A))  # the D step updated D_A
+
+
+# ---------------------------------------------------------------- seeds
+@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
+def test_same_seed_gives_identical_initial_weights(model):
+    flags = ["--netG", "resnet_6blocks"]
+    a, b, c = build(model, *flags, seed=5), build(model, *flags, seed=5), build(model, *flags, seed=6)
+    for name in a.model_names:
+        net_a, net_b, net_c = (getattr(m, "net" + name) for m in (a, b, c))
+        assert same_state(state(net_a), state(net_b)), name
+        assert not same_state(state(net_a), state(net_c)), name
+
+
+# ---------------------------------------------------------------- WGAN-GP
+def record_penalties(monkeypatch) -> list:
+    seen = []
+    original = networks.cal_gradient_penalty
+
+    def recording(*args, **kwargs):
+        penalty, gradients = original(*args, **kwargs)
+        seen.append(penalty.detach().item())
+        return penalty, gradients
+
+    monkeypatch.setattr(networks, "cal_gradient_penalty", recording)
+    return seen
+
+
+def test_pix2pix_trains_with_wgangp_and_its_d_loss_includes_the_penalty(monkeypatch):
+    seen = record_penalties(monkeypatch)
+    m = build("pix2pix", "--gan_mode", "wgangp", "--netG", "resnet_6blocks")
+    for step in range(3):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+        assert len(seen) == step + 1
+        assert all(math.isfinite(v) for v in m.get_current_losses().values())
+        assert m.loss_D.item() == pytest.approx(0.5 * (m.loss_D_real + m.loss_D_fake).item() + seen[-1], rel=1e-5)
+    assert all(p > 0 for p in seen)
+
+
+def test_cycle_gan_trains_with_wgangp_penalising_both_discriminators(monkeypatch):
+    seen = record_penalties(monkeypatch)
+    m = build("cycle_gan", "--gan_mode", "wgangp", "--netG", "resnet_6blocks")
+    for step in range(2):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+        assert len(seen) == 2 * (step + 1)  # D_A and D_B
+        assert all(math.isfinite(v) for v in m.get_current_losses().values())
+    assert all(p > 0 for p in seen)
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_save_networks_writes_plain_reference_state_dicts(tmp_path):
+    m = build("cycle_gan", "--netG", "resnet_6blocks", tmp=tmp_path)
+    m.save_networks("latest")
+    m.save_networks(5)
+    for epoch in ("latest", "5"):
+        for name in ("G_A", "G_B", "D_A", "D_B"):
+            path = tmp_path / "exp" / f"{epoch}_net_{name}.pth"
+            saved = torch.load(path, weights_only=True)
+            assert not any(k.startswith("module.") for k in saved)
+            assert same_state(saved, state(getattr(m, "net" + name)))
+            assert all(v.device.type == "cpu" for v in saved.values())
+    arch = json.loads((tmp_path / "exp" / "architecture.json").read_text())
+    assert arch["netG"] == "resnet_6blocks" and arch["ngf"] == 8 and arch["norm"] == "instance"
+
+
+def test_load_networks_restores_saved_weights(tmp_path):
+    m = build("pix2pix", "--netG", "resnet_6blocks", tmp=tmp_path)
+    saved_G, saved_D = state(m.netG), state(m.netD)
+    m.save_networks("latest")
+    with torch.no_grad():
+        for p in list(m.netG.parameters()) + list(m.netD.parameters()):
+            p.zero_()
+    m.load_networks("latest")
+    assert same_state(state(m.netG), saved_G) and same_state(state(m.netD), saved_D)
+
+
+def test_continue_train_loads_latest_or_the_given_iteration(tmp_path):
+    first = build("pix2pix", "--netG", "resnet_6blocks", tmp=tmp_path, seed=1)
+    first.save_networks("latest")
+    latest = state(first.netG)
+    first.set_input(pair(S))
+    first.optimize_parameters()
+    first.save_networks("iter_100")
+    later = state(first.netG)
+
+    resumed = build("pix2pix", "--netG", "resnet_6blocks", "--continue_train", tmp=tmp_path, seed=2)
+    assert same_state(state(resumed.netG), latest)
+    resumed = build("pix2pix", "--netG", "resnet_6blocks", "--continue_train", "--load_iter", "100",
+                    tmp=tmp_path, seed=2)
+    assert same_state(state(resumed.netG), later)
+
+
+def test_test_model_loads_one_cycle_gan_generator_and_reproduces_it(tmp_path):
+    trained = build("cycle_gan", tmp=tmp_path)
+    trained.set_input(pair(S))
+    trained.optimize_parameters()
+    trained.save_networks("latest")
+    x = smooth(3, S, 9)
+    for suffix, net in (("_A", trained.netG_A), ("_B", trained.netG_B)):
+        m = load_test_model(tmp_path, "--model_suffix", suffix, "--no_dropout")
+        assert m.model_names == ["G" + suffix]
+        m.eval()
+        m.set_input({"A": x, "A_paths": ["x.png"]})
+        m.test()
+        with torch.no_grad():
+            expected = net(x)
+        assert torch.allclose(m.fake, expected, atol=1e-6)
+        assert list(m.get_current_visuals()) == ["real", "fake"]
+        assert m.get_image_paths() == ["x.png"]
+
+
+def test_checkpoint_from_another_architecture_names_the_file_and_flags(tmp_path):
+    build("cycle_gan", tmp=tmp_path).save_networks("latest")  # resnet_9blocks, no dropout
+    with pytest.raises(UserError) as exc:
+        load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks")
+    message = str(exc.value)
+    assert "latest_net_G_A.pth" in message
+    assert "--netG resnet_9blocks" in message
+    with pytest.raises(UserError) as exc:
+        load_test_model(tmp_path, "--model_suffix", "_A", "--ngf", "16", "--no_dropout")
+    assert "--ngf 8" in str(exc.value)
+    with pytest.raises(UserError) as exc:  # forgot --no_dropout: the resnet blocks' layers shift
+        load_test_model(tmp_path, "--model_suffix", "_A")
+    assert "--no_dropout" in str(exc.value) and "latest_net_G_A.pth" in str(exc.value)
+
+
+def test_missing_checkpoint_is_a_user_error_listing_available_ones(tmp_path):
+    build("cycle_gan", "--netG", "resnet_6blocks", tmp=tmp_path).save_networks("latest")
+    with pytest.raises(UserError) as exc:
+        load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks", "--epoch", "7")
+    message = str(exc.value)
+    assert "7_net_G_A.pth" in message and "latest_net_G_A.pth" in message and "--epoch" in message
+
+
+def test_old_checkpoint_with_instance_norm_running_stats_still_loads(tmp_path):
+    m = build("cycle_gan", "--netG", "resnet_6blocks", tmp=tmp_path)
+    m.save_networks("latest")
+    path = tmp_path / "exp" / "latest_net_G_A.pth"
+    old = torch.load(path, weights_only=True)
+    # PyTorch < 0.4 saved running statistics for InstanceNorm2d layers (model.2, a block's norm, ...)
+    for layer in ("model.2", "model.5", "model.10.conv_block.2", "model.15.conv_block.6", "model.17"):
+        old[f"{layer}.running_mean"] = torch.zeros(1)
+        old[f"{layer}.running_var"] = torch.ones(1)
+    torch.save(old, path)
+    loaded = load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks")
+    assert same_state(state(loaded.netG), state(m.netG_A))
+
+
+def test_unknown_extra_keys_in_a_checkpoint_are_still_refused(tmp_path):
+    m = build("cycle_gan", "--netG", "resnet_6blocks", tmp=tmp_path)
+    m.save_networks("latest")
+    path = tmp_path / "exp" / "latest_net_G_A.pth"
+    bad = torch.load(path, weights_only=True)
+    bad["model.1.extra"] = torch.zeros(1)
+    torch.save(bad, path)
+    with pytest.raises(UserError, match="latest_net_G_A.pth"):
+        load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks")
+
+
+def test_print_networks_reports_reference_parameter_counts(capsys):
+    m = build("cycle_gan", "--ngf", "64", "--ndf", "64", setup=False)
+    capsys.readouterr()
+    m.print_networks(verbose=False)
+    out = capsys.readouterr().out
+    assert "[Network G_A] Total number of parameters : 11.378 M" in out
+    assert "[Network G_B] Total number of parameters : 11.378 M" in out
+    assert "[Network D_A] Total number of parameters : 2.765 M" in out
+    assert "[Network D_B] Total number of parameters : 2.765 M" in out

@@ -1,0 +1,327 @@
+"""Command-line options: every flag of the reference implementation with its default and type,
+the defaults each model changes, clear errors for misspelt choices, the deprecated --gpu_ids,
+read-only options, --suffix and the saved option files."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from options.base_options import save_options
+from options.test_options import TestOptions
+from options.train_options import TrainOptions
+
+# (flag, reference default, type, a value to parse from the command line). "flag" = store_true.
+BASE_FLAGS = [
+    ("name", "experiment_name", str, "my_run"),
+    ("checkpoints_dir", "./checkpoints", str, "/tmp/ckpt"),
+    ("model", "cycle_gan", str, "pix2pix"),
+    ("input_nc", 3, int, "1"),
+    ("output_nc", 3, int, "1"),
+    ("ngf", 64, int, "32"),
+    ("ndf", 64, int, "32"),
+    ("netD", "basic", str, "pixel"),
+    ("netG", "resnet_9blocks", str, "unet_128"),
+    ("n_layers_D", 3, int, "5"),
+    ("norm", "instance", str, "batch"),
+    ("init_type", "normal", str, "xavier"),
+    ("init_gain", 0.02, float, "0.5"),
+    ("no_dropout", False, "flag", None),
+    ("dataset_mode", "unaligned", str, "single"),
+    ("direction", "AtoB", str, "BtoA"),
+    ("serial_batches", False, "flag", None),
+    ("num_threads", 4, int, "2"),
+    ("batch_size", 1, int, "8"),
+    ("load_size", 286, int, "143"),
+    ("crop_size", 256, int, "128"),
+    ("max_dataset_size", math.inf, int, "10"),
+    ("preprocess", "resize_and_crop", str, "scale_width"),
+    ("no_flip", False, "flag", None),
+    ("display_winsize", 256, int, "128"),
+    ("epoch", "latest", str, "20"),
+    ("load_iter", 0, int, "5000"),
+    ("verbose", False, "flag", None),
+    ("suffix", "", str, "x"),
+    ("use_wandb", False, "flag", None),
+    ("wandb_project_name", "CycleGAN-and-pix2pix", str, "proj"),
+]
+
+TRAIN_FLAGS = [
+    ("display_freq", 400, int, "10"),
+    ("display_ncols", 4, int, "2"),
+    ("display_id", 1, int, "0"),
+    ("display_server", "http://localhost", str, "http://example"),
+    ("display_env", "main", str, "other"),
+    ("display_port", 8097, int, "9000"),
+    ("update_html_freq", 1000, int, "10"),
+    ("print_freq", 100, int, "10"),
+    ("no_html", False, "flag", None),
+    ("save_latest_freq", 5000, int, "10"),
+    ("save_epoch_freq", 5, int, "1"),
+    ("save_by_iter", False, "flag", None),
+    ("continue_train", False, "flag", None),
+    ("epoch_count", 1, int, "7"),
+    ("phase", "train", str, "val"),
+    ("n_epochs", 100, int, "3"),
+    ("n_epochs_decay", 100, int, "3"),
+    ("beta1", 0.5, float, "0.9"),
+    ("lr", 0.0002, float, "0.001"),
+    ("gan_mode", "lsgan", str, "wgangp"),
+    ("pool_size", 50, int, "0"),
+    ("lr_policy", "linear", str, "cosine"),
+    ("lr_decay_iters", 50, int, "10"),
+]
+
+TEST_FLAGS = [
+    ("results_dir", "./results/", str, "/tmp/res"),
+    ("aspect_ratio", 1.0, float, "2.0"),
+    ("phase", "test", str, "val"),
+    ("eval", False, "flag", None),
+    ("num_test", 50, int, "7"),
+]
+
+
+def parse_train(*argv: str):
+    return TrainOptions().parse(["--dataroot", "unused", *argv])
+
+
+def parse_test(*argv: str):
+    return TestOptions().parse(["--dataroot", "unused", *argv])
+
+
+def declared_default(options_cls, dest: str):
+    """The default as declared by the options class itself, before any model changes it."""
+    parser = options_cls().initialize(argparse.ArgumentParser())
+    return parser.get_default(dest)
+
+
+def _check_default_and_type(options_cls, parse, flag, default, kind, sample, check_default=True):
+    if check_default:
+        assert declared_default(options_cls, flag) == default
+    if kind == "flag":
+        assert isinstance(getattr(parse(), flag), bool)
+        assert getattr(parse(f"--{flag}"), flag) is True
+    else:
+        value = getattr(parse(f"--{flag}", sample), flag)
+        assert type(value) is kind
+        assert value == kind(sample)
+
+
+@pytest.mark.parametrize("flag,default,kind,sample", BASE_FLAGS, ids=[f[0] for f in BASE_FLAGS])
+def test_base_flag_has_reference_default_and_type(flag, default, kind, sample):
+    _check_default_and_type(TrainOptions, parse_train, flag, default, kind, sample)
+    # test.py accepts the same flag; the reference forces a few of them for testing (see below).
+    _check_default_and_type(TestOptions, parse_test, flag, default, kind, sample,
+                            check_default=flag not in TEST_TIME_DEFAULTS)
+
+
+@pytest.mark.parametrize("flag,default,kind,sample", TRAIN_FLAGS, ids=[f[0] for f in TRAIN_FLAGS])
+def test_train_flag_has_reference_default_and_type(flag, default, kind, sample):
+    _check_default_and_type(TrainOptions, parse_train, flag, default, kind, sample)
+
+
+@pytest.mark.parametrize("flag,default,kind,sample", TEST_FLAGS, ids=[f[0] for f in TEST_FLAGS])
+def test_test_flag_has_reference_default_and_type(flag, default, kind, sample):
+    _check_default_and_type(TestOptions, parse_test, flag, default, kind, sample)
+
+
+def test_plain_train_command_gives_reference_defaults():
+    opt = parse_train()
+    expected = {flag: default for flag, default, _, _ in BASE_FLAGS + TRAIN_FLAGS}
+    expected["no_dropout"] = True  # the default model, cycle_gan, turns dropout off
+    assert opt.isTrain is True
+    for flag, value in expected.items():
+        assert getattr(opt, flag) == value, flag
+
+
+# The reference's test.py forces these after parsing; here they are TestOptions defaults.
+TEST_TIME_DEFAULTS = {"model": "test", "load_size": 256, "num_threads": 0, "batch_size": 1,
+                      "serial_batches": True, "no_flip": True}
+
+
+def test_plain_test_command_uses_test_model_and_no_crop():
+    opt = parse_test()
+    assert opt.isTrain is False
+    assert opt.model == "test"
+    assert opt.dataset_mode == "single"
+    assert opt.model_suffix == ""
+    assert opt.crop_size == 256
+    assert opt.load_size == opt.crop_size  # no random crop at test time
+    for flag, default, _, _ in TEST_FLAGS:
+        assert getattr(opt, flag) == default, flag
+    for flag, value in TEST_TIME_DEFAULTS.items():
+        assert getattr(opt, flag) == value, flag
+
+
+def test_dataroot_is_required(capsys):
+    with pytest.raises(SystemExit) as exc:
+        TrainOptions().parse([])
+    assert exc.value.code == 2
+    assert "--dataroot" in capsys.readouterr().err
+
+
+def test_training_only_flags_are_not_test_flags():
+    opt = parse_test()
+    for flag in ("lr", "n_epochs", "gan_mode", "pool_size", "continue_train", "display_freq"):
+        assert not hasattr(opt, flag), flag
+
+
+# ---------------------------------------------------------------- model-specific defaults
+MODEL_DEFAULTS = [
+    ("cycle_gan", True, {"lambda_A": 10.0, "lambda_B": 10.0, "lambda_identity": 0.5, "no_dropout": True,
+                         "netG": "resnet_9blocks", "norm": "instance", "dataset_mode": "unaligned",
+                         "gan_mode": "lsgan", "pool_size": 50}),
+    ("cycle_gan", False, {"no_dropout": True, "dataset_mode": "unaligned"}),
+    ("pix2pix", True, {"lambda_L1": 100.0, "netG": "unet_256", "norm": "batch", "dataset_mode": "aligned",
+                       "pool_size": 0, "gan_mode": "vanilla", "no_dropout": False}),
+    ("pix2pix", False, {"netG": "unet_256", "norm": "batch", "dataset_mode": "aligned", "no_dropout": False}),
+    ("test", False, {"model_suffix": "", "dataset_mode": "single", "netG": "resnet_9blocks", "norm": "instance"}),
+    ("colorization", True, {"dataset_mode": "colorization", "input_nc": 1, "output_nc": 2, "lambda_L1": 100.0,
+                            "netG": "unet_256", "norm": "batch", "gan_mode": "vanilla", "pool_size": 0}),
+    ("colorization", False, {"dataset_mode": "colorization", "input_nc": 1, "output_nc": 2}),
+    ("template", True, {"lambda_regression": 1.0, "dataset_mode": "aligned"}),
+    ("template", False, {"dataset_mode": "aligned"}),
+]
+
+
+@pytest.mark.parametrize("model,is_train,expected", MODEL_DEFAULTS,
+                         ids=[f"{m}-{'train' if t else 'test'}" for m, t, _ in MODEL_DEFAULTS])
+def test_model_sets_its_reference_defaults(model, is_train, expected):
+    opt = (parse_train if is_train else parse_test)("--model", model)
+    for flag, value in expected.items():
+        assert getattr(opt, flag) == value, flag
+
+
+@pytest.mark.parametrize("model,flag", [("cycle_gan", "lambda_A"), ("pix2pix", "lambda_L1"),
+                                        ("template", "lambda_regression")])
+def test_loss_weights_are_training_only_flags(model, flag):
+    assert hasattr(parse_train("--model", model), flag)
+    assert not hasattr(parse_test("--model", model), flag)
+
+
+def test_explicit_flags_override_model_defaults():
+    opt = parse_train("--model", "pix2pix", "--netG", "resnet_6blocks", "--norm", "instance", "--dataset_mode",
+                "unaligned", "--pool_size", "10", "--gan_mode", "lsgan", "--lambda_L1", "5")
+    assert (opt.netG, opt.norm, opt.dataset_mode, opt.pool_size, opt.gan_mode, opt.lambda_L1) == (
+        "resnet_6blocks", "instance", "unaligned", 10, "lsgan", 5.0)
+    opt = parse_train("--model", "cycle_gan", "--lambda_A", "3", "--lambda_identity", "0")
+    assert (opt.lambda_A, opt.lambda_B, opt.lambda_identity) == (3.0, 10.0, 0.0)
+    opt = parse_test("--model", "test", "--dataset_mode", "aligned", "--model_suffix", "_A")
+    assert (opt.dataset_mode, opt.model_suffix) == ("aligned", "_A")
+
+
+def test_model_default_dataset_mode_brings_that_datasets_defaults():
+    # colorization's dataset sets 1 input and 2 output channels; an explicit flag still wins.
+    assert (parse_train("--model", "colorization").input_nc, parse_train("--model", "colorization").output_nc) == (1, 2)
+    assert parse_train("--model", "colorization", "--input_nc", "3").input_nc == 3
+
+
+def test_test_model_cannot_be_trained(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_train("--model", "test")
+    assert exc.value.code == 2
+    message = capsys.readouterr().err
+    assert "--model test" in message and "cycle_gan" in message and "Traceback" not in message
+
+
+# ---------------------------------------------------------------- misspelt choices
+MISSPELT = [
+    ("--netG", "resnet9", ["resnet_9blocks", "resnet_6blocks", "unet_256", "unet_128"]),
+    ("--model", "cyclegan", ["cycle_gan", "pix2pix", "colorization", "template"]),
+    ("--norm", "batchnorm", ["instance", "batch", "none"]),
+    ("--netD", "patch", ["basic", "n_layers", "pixel"]),
+    ("--gan_mode", "wgan", ["vanilla", "lsgan", "wgangp"]),
+    ("--lr_policy", "exp", ["linear", "step", "plateau", "cosine"]),
+    ("--init_type", "he", ["normal", "xavier", "kaiming", "orthogonal"]),
+    ("--dataset_mode", "paired", ["aligned", "unaligned", "single"]),
+    ("--direction", "AB", ["AtoB", "BtoA"]),
+    ("--preprocess", "resize", ["resize_and_crop", "scale_width", "none"]),
+]
+
+
+@pytest.mark.parametrize("flag,value,choices", MISSPELT, ids=[m[0] for m in MISSPELT])
+def test_misspelt_choice_exits_2_listing_valid_choices(capsys, flag, value, choices):
+    with pytest.raises(SystemExit) as exc:
+        parse_train(flag, value)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and value in err
+    for choice in choices:
+        assert choice in err
+
+
+def test_unknown_flag_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_train("--lamda_A", "5")
+    assert exc.value.code == 2
+    assert "--lamda_A" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- deprecated --gpu_ids
+def test_gpu_ids_minus_one_means_cpu_with_one_line_warning(capsys):
+    opt = parse_train("--gpu_ids", "-1")
+    assert opt.device == "cpu"
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--device" in err and "--gpu_ids" in err
+
+
+def test_gpu_ids_several_gpus_points_to_torchrun(capsys):
+    opt = parse_train("--gpu_ids", "0,1")
+    assert opt.device == "cuda"
+    assert "torchrun" in capsys.readouterr().err
+
+
+def test_gpu_ids_single_gpu_means_cuda_without_torchrun_hint(capsys):
+    assert parse_train("--gpu_ids", "0").device == "cuda"
+    err = capsys.readouterr().err
+    assert "--device" in err and "torchrun" not in err
+
+
+def test_without_gpu_ids_there_is_no_warning(capsys):
+    assert parse_train().device == "auto"
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------- read-only, suffix
+def test_options_are_read_only_after_parsing():
+    opt = parse_train()
+    with pytest.raises(AttributeError):
+        opt.lr = 0.1
+    with pytest.raises(AttributeError):
+        opt.brand_new = 1
+    assert opt.lr == 0.0002
+
+
+def test_suffix_extends_name_with_formatted_options():
+    assert parse_train("--suffix", "{model}_{netG}").name == "experiment_name_cycle_gan_resnet_9blocks"
+    opt = parse_train("--name", "facades", "--model", "pix2pix", "--suffix", "{model}_{netG}_size{load_size}")
+    assert opt.name == "facades_pix2pix_unet_256_size286"
+    assert parse_train("--name", "facades").name == "facades"
+
+
+# ---------------------------------------------------------------- saved options
+def test_save_options_writes_text_and_json_with_the_values(tmp_path):
+    opt = parse_train("--checkpoints_dir", str(tmp_path), "--name", "run1", "--ngf", "16", "--lr", "0.001")
+    save_options(opt)
+    text = (tmp_path / "run1" / "train_opt.txt").read_text()
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1] for line in text.splitlines() if ":" in line}
+    assert lines["ngf"].split()[0] == "16"
+    assert "[default: 64]" in lines["ngf"]  # changed values show the reference's default
+    assert lines["ndf"].split()[0] == "64"
+    assert "default" not in lines["ndf"]
+    assert lines["lr"].split()[0] == "0.001"
+    saved = json.loads((tmp_path / "run1" / "train_opt.json").read_text())
+    assert saved["ngf"] == 16 and saved["lr"] == 0.001 and saved["name"] == "run1"
+    assert saved["model"] == "cycle_gan" and saved["lambda_A"] == 10.0
+    assert "_frozen" not in saved and "_defaults" not in saved
+
+
+def test_save_options_at_test_time_writes_test_opt(tmp_path):
+    opt = parse_test("--checkpoints_dir", str(tmp_path), "--name", "run2")
+    save_options(opt)
+    saved = json.loads((tmp_path / "run2" / "test_opt.json").read_text())
+    assert saved["phase"] == "test" and saved["model"] == "test"
+    assert (tmp_path / "run2" / "test_opt.txt").exists()
