@@ -64,6 +64,7 @@ def train(opt, ctx: distributed.DistContext) -> None:
         epoch_iter = 0
         visualizer.reset()
         dataset.set_epoch(epoch)  # a new shuffle and new augmentations each epoch
+        visualizer.begin_epoch(epoch, len(dataset), epoch_iter)
 
         for data in dataset:
             iter_start_time = time.time()
@@ -83,9 +84,11 @@ def train(opt, ctx: distributed.DistContext) -> None:
                 t_comp = (time.time() - iter_start_time) / global_batch
                 visualizer.print_current_losses(epoch, epoch_iter, losses, t_comp, t_data)
                 visualizer.plot_current_losses(epoch, epoch_iter / len(dataset), losses)
+                visualizer.log_training_scalars(total_iters, losses, model.current_lr(), 1.0 / max(t_comp, 1e-9))
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
                 model.save_networks(f"iter_{total_iters}" if opt.save_by_iter else "latest")
+            visualizer.end_iteration(epoch_iter, total_iters)
             iter_data_time = time.time()
 
         if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
@@ -96,6 +99,7 @@ def train(opt, ctx: distributed.DistContext) -> None:
         old_lr, new_lr = model.update_learning_rate()  # the schedule counts whole epochs
         visualizer.print_message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
                                  f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
+    visualizer.close()
     distributed.barrier()
 
 

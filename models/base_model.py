@@ -115,6 +115,9 @@ class BaseModel(ABC):
                 scheduler.step()
         return old_lr, self.optimizers[0].param_groups[0]["lr"]
 
+    def current_lr(self) -> float:
+        return self.optimizers[0].param_groups[0]["lr"] if self.optimizers else 0.0
+
     def get_current_visuals(self) -> OrderedDict:
         return OrderedDict((name, getattr(self, name)) for name in self.visual_names)
 

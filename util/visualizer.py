@@ -106,6 +106,18 @@ class Visualizer:
         """Called at the start of each epoch so that the next display also saves to HTML."""
         self.saved = False
 
+    def begin_epoch(self, epoch: int, images_in_epoch: int, images_done: int) -> None:
+        """Called at the start of each epoch (images_done > 0 when resuming mid-epoch)."""
+
+    def end_iteration(self, images_done: int, total_iters: int) -> None:
+        """Called after every training step, with the images done in this epoch and overall."""
+
+    def log_training_scalars(self, total_iters: int, losses: OrderedDict, lr: float, images_per_sec: float) -> None:
+        """Called with the rank-averaged losses whenever they are printed."""
+
+    def close(self) -> None:
+        """Called once when training ends."""
+
     def display_current_results(self, visuals: OrderedDict, epoch: int, save_result: bool) -> None:
         """Show current images in visdom and, when `save_result`, add them to the HTML page."""
         if self.vis is not None:
