@@ -2,6 +2,7 @@
 
     python train.py --dataroot ./datasets/maps --name maps_cyclegan --model cycle_gan
     python train.py --dataroot ./datasets/facades --name facades_pix2pix --model pix2pix --direction BtoA
+    python train.py ... --continue_train          # continue exactly where the run stopped
     torchrun --nproc_per_node=2 train.py ...      # DistributedDataParallel, CPU (gloo) or GPU (NCCL)
 
 Options (see options/) -> distributed start -> dataset -> model -> epoch loop -> shutdown.
@@ -9,6 +10,7 @@ Checkpoints, logs and the HTML page go to --checkpoints_dir/--name.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,7 +23,10 @@ from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
 from util.errors import EXIT_USER_ERROR, UserError, describe
+from util.run_control import RunLock, StopRequest
 from util.seeding import seed_everything
+from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
+                                 remove_stale_temporary_files, restore_rng, save_training_state)
 from util.visualizer import make_visualizer
 
 
@@ -38,43 +43,82 @@ def check_distributed_options(opt, ctx: distributed.DistContext) -> None:
                         "synchronised across processes) or --norm instance.")
 
 
-def train(opt, ctx: distributed.DistContext) -> None:
+def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
+    """The training state to continue from, or None to start fresh (or load weights only).
+
+    `--continue_train` on its own, and every restart of a worker by torchrun (--max-restarts),
+    continue from the newest complete training state. With `--epoch`, `--load_iter` or
+    `--epoch_count` it behaves as the reference: weights only, counting from --epoch_count.
+    """
+    reference_style = opt.epoch != "latest" or opt.load_iter > 0 or opt.epoch_count != 1
+    restarted_by_torchrun = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if reference_style or not (opt.continue_train or restarted_by_torchrun):
+        return None
+    run_dir = os.path.join(opt.checkpoints_dir, opt.name)
+    found = find_resume_state(run_dir) if ctx.is_main else None  # rank 0 picks; every rank loads it
+    path = distributed.broadcast_object(found[0] if found else None)
+    if path is None:
+        if opt.continue_train and ctx.is_main:
+            print(f"warning: no training state (*_train_state.pth) in {run_dir}: loading the weights of "
+                  f"--epoch {opt.epoch} only; optimizers and the learning-rate schedule start afresh.", file=sys.stderr)
+        return None
+    state = found[1] if ctx.is_main else load_training_state(path)
+    if ctx.is_main:
+        p = progress_of(state)
+        print(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
+    return state
+
+
+def save_checkpoint(model, label: str, progress: Progress, seed: int) -> None:
+    """Reference-compatible weights (`<label>_net_<name>.pth`) plus the full training state."""
+    model.save_networks(label)
+    save_training_state(model, label, progress, seed)
+
+
+def train(opt, ctx: distributed.DistContext) -> int:
     check_distributed_options(opt, ctx)
-    seed = distributed.shared_seed(opt.seed)
+    resume = find_resume_point(opt, ctx)
+    seed = resume["seed"] if resume else distributed.shared_seed(opt.seed)
     seed_everything(seed)  # the same initial weights on every rank
     if ctx.is_main:
         print(format_options(opt))
         save_options(opt)
-    dataset = create_dataset(opt, seed, ctx.rank, ctx.world_size, ctx.device.type)  # with a DistributedSampler
+    dataset = create_dataset(opt, seed, ctx.rank, ctx.world_size, ctx.device.type)  # a sampler per rank
     first = dataset.dataset[0]["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
-    model.setup(opt)                      # schedulers, loading, DDP wrapping
-    seed_everything(seed + ctx.rank)      # but different dropout and noise per rank
+    rank_state = rank_part(resume, ctx.rank) if resume else None
+    model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping
+    if rank_state is not None:
+        restore_rng(rank_state["rng"])    # the random streams exactly as they were
+    else:
+        seed_everything(seed + ctx.rank + (progress_of(resume).total_iters if resume else 0))
     visualizer = make_visualizer(opt, ctx.is_main)  # does nothing on non-main ranks
     global_batch = opt.batch_size * ctx.world_size
     visualizer.print_message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
                              f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
+    stop = StopRequest().install()  # SIGTERM / Ctrl-C: save, then stop
 
-    total_iters = 0  # training images seen by all processes together
+    progress = progress_of(resume) if resume else Progress(epoch=opt.epoch_count)
     last_epoch = opt.n_epochs + opt.n_epochs_decay
-    for epoch in range(opt.epoch_count, last_epoch + 1):
+    while progress.epoch <= last_epoch:
+        epoch = progress.epoch
         epoch_start_time = time.time()
         iter_data_time = time.time()
-        epoch_iter = 0
         visualizer.reset()
-        dataset.set_epoch(epoch)  # a new shuffle and new augmentations each epoch
-        visualizer.begin_epoch(epoch, len(dataset), epoch_iter)
+        dataset.set_epoch(epoch, progress.images_done)  # this epoch's shuffle, from where we are
+        visualizer.begin_epoch(epoch, len(dataset), progress.images_done)
 
         for data in dataset:
             iter_start_time = time.time()
             t_data = iter_start_time - iter_data_time
-            total_iters += global_batch
-            epoch_iter += global_batch
+            progress.total_iters += global_batch
+            progress.images_done += global_batch
 
             model.set_input(data)          # unpack the batch onto the device
             model.optimize_parameters()    # losses, gradients, weight updates
 
+            total_iters = progress.total_iters
             if crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML
                 model.compute_visuals()
                 visualizer.display_current_results(model.get_current_visuals(), epoch,
@@ -82,39 +126,52 @@ def train(opt, ctx: distributed.DistContext) -> None:
             if crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
                 losses = model.get_current_losses()
                 t_comp = (time.time() - iter_start_time) / global_batch
-                visualizer.print_current_losses(epoch, epoch_iter, losses, t_comp, t_data)
-                visualizer.plot_current_losses(epoch, epoch_iter / len(dataset), losses)
+                visualizer.print_current_losses(epoch, progress.images_done, losses, t_comp, t_data)
+                visualizer.plot_current_losses(epoch, progress.images_done / len(dataset), losses)
                 visualizer.log_training_scalars(total_iters, losses, model.current_lr(), 1.0 / max(t_comp, 1e-9))
+            if distributed.any_rank(stop.requested):  # every rank stops after the same step
+                save_checkpoint(model, "latest", progress, seed)
+                visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
+                                         f"it; saved. Continue with --continue_train.")
+                return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
-                model.save_networks(f"iter_{total_iters}" if opt.save_by_iter else "latest")
-            visualizer.end_iteration(epoch_iter, total_iters)
+                save_checkpoint(model, f"iter_{total_iters}" if opt.save_by_iter else "latest", progress, seed)
+            visualizer.end_iteration(progress.images_done, total_iters)
             iter_data_time = time.time()
 
-        if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
-            visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {total_iters}")
-            model.save_networks("latest")
-            if epoch % opt.save_epoch_freq == 0:
-                model.save_networks(epoch)
         old_lr, new_lr = model.update_learning_rate()  # the schedule counts whole epochs
+        progress = Progress(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
+        if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
+            visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
+            save_checkpoint(model, "latest", progress, seed)
+            if epoch % opt.save_epoch_freq == 0:
+                save_checkpoint(model, str(epoch), progress, seed)
         visualizer.print_message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
                                  f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     visualizer.close()
+    stop.uninstall()
     distributed.barrier()
+    return 0
 
 
 @record  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
+    lock = None
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
-        train(opt, ctx)
+        if ctx.is_main:  # one run per folder; taken before anything is written there
+            lock = RunLock(os.path.join(opt.checkpoints_dir, opt.name)).acquire()
+            remove_stale_temporary_files(os.path.join(opt.checkpoints_dir, opt.name))
+        return train(opt, ctx)
     except UserError as err:
         distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR
     finally:
+        if lock is not None:
+            lock.release()
         distributed.shutdown()
-    return 0
 
 
 if __name__ == "__main__":

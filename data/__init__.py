@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from data.colorization_dataset import ColorizationDataset
 from data.single_dataset import SingleDataset
 from data.template_dataset import TemplateDataset
 from data.unaligned_dataset import UnalignedDataset
+from data.samplers import InferenceShardSampler, TrainingSampler
 from data.validation import check_dataset_root
 from util.errors import UserError
 
@@ -61,22 +63,25 @@ class DatasetLoader:
                  limit: int | None = None) -> None:
         self.opt = opt
         self.dataset = dataset
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
         if opt.isTrain:
-            # One code path for 1 and N processes: with num_replicas=1 this is a plain seeded,
-            # epoch-dependent shuffle (or sequential order with --serial_batches).
-            self.sampler = torch.utils.data.DistributedSampler(
-                dataset, num_replicas=world_size, rank=rank, shuffle=not opt.serial_batches,
-                seed=seed, drop_last=False,
-            )
+            self.sampler = TrainingSampler(len(dataset), rank, world_size, shuffle=not opt.serial_batches, seed=seed)
         else:
             # Inference: the first `limit` images, dealt out round-robin with no padding, so that
             # the ranks together process every image exactly once.
             self.sampler = InferenceShardSampler(len(dataset), rank, world_size, limit)
+        # The loader draws its workers' seeds from its own generator, never from the global torch
+        # RNG, so loading data does not change the random stream that training (dropout) sees.
+        self.generator = torch.Generator()
+        self.generator.manual_seed(seed)
         # Workers are not persistent: they are forked at each epoch's iter() and so see the
         # dataset's current epoch. More workers than cores only adds contention.
         workers = min(int(opt.num_threads), len(os.sched_getaffinity(0)))
         self.dataloader = torch.utils.data.DataLoader(
-            dataset, batch_size=opt.batch_size, sampler=self.sampler,
+            SkipBadImages(dataset) if getattr(opt, "skip_bad_images", False) else dataset,
+            batch_size=opt.batch_size, sampler=self.sampler, generator=self.generator,
             num_workers=workers, pin_memory=device_type == "cuda", drop_last=False,
         )
 
@@ -84,10 +89,12 @@ class DatasetLoader:
         """Return self (kept for scripts written against the original API)."""
         return self
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the shuffle order and augmentations of `epoch`."""
-        if isinstance(self.sampler, torch.utils.data.DistributedSampler):
-            self.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, images_done: int = 0) -> None:
+        """Select the order and augmentations of `epoch`, skipping its first `images_done` samples
+        (counted over all ranks) when resuming in the middle of it."""
+        if isinstance(self.sampler, TrainingSampler):
+            self.sampler.set_epoch(epoch, images_done)
+        self.generator.manual_seed(hash((self.seed, epoch, self.rank)) & 0xFFFF_FFFF)
         self.dataset.set_epoch(epoch)
 
     @property
@@ -100,24 +107,30 @@ class DatasetLoader:
         return int(min(len(self.dataset), self.opt.max_dataset_size))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        already = getattr(self.sampler, "images_done", 0) // self.world_size
         for i, batch in enumerate(self.dataloader):
-            if i * self.opt.batch_size >= self.opt.max_dataset_size:
+            if already + i * self.opt.batch_size >= self.opt.max_dataset_size:
                 break
             yield batch
 
 
-class InferenceShardSampler(torch.utils.data.Sampler):
-    """Indices rank, rank + world_size, ... of the first `limit` samples (all when None)."""
+class SkipBadImages(torch.utils.data.Dataset):
+    """With --skip_bad_images: an unreadable sample is replaced by the next readable one, with a
+    warning naming the file, instead of stopping the run."""
 
-    def __init__(self, dataset_size: int, rank: int, world_size: int, limit: int | None = None) -> None:
-        total = dataset_size if limit is None else min(dataset_size, limit)
-        self.indices = list(range(rank, total, world_size))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
+    def __init__(self, dataset: BaseDataset) -> None:
+        self.dataset = dataset
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        for attempt in range(len(self.dataset)):
+            try:
+                return self.dataset[(index + attempt) % len(self.dataset)]
+            except UserError as err:
+                print(f"warning: skipping a bad image (--skip_bad_images): {err}", file=sys.stderr, flush=True)
+        raise UserError("--skip_bad_images: no readable image left in the dataset; check --dataroot.")
 
 
 def create_dataset(opt: argparse.Namespace, seed: int, rank: int = 0, world_size: int = 1,

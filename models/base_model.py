@@ -74,13 +74,19 @@ class BaseModel(ABC):
     def named_networks(self) -> dict[str, nn.Module]:
         return {name: getattr(self, "net" + name) for name in self.model_names}
 
-    def setup(self, opt) -> None:
-        """Create schedulers, load weights when testing or continuing, wrap nets for DDP."""
+    def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None) -> None:
+        """Create schedulers; load weights (testing, --continue_train) or a whole training state
+        (exact resume: `resume_state` from util.training_state, `rank_state` this rank's part);
+        then wrap the networks for DDP."""
         for net in self.named_networks().values():
             net.to(dtype=self.dtype)  # in place: the optimizers keep the same parameters
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
-        if not self.isTrain or opt.continue_train:
+        if resume_state is not None:
+            self.load_shared_training_state(resume_state["model"])
+            if rank_state is not None:
+                self.load_rank_training_state(rank_state["model"])
+        elif not self.isTrain or opt.continue_train:
             load_suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
             self.load_networks(load_suffix)
         self.print_networks(opt.verbose)
@@ -128,6 +134,31 @@ class BaseModel(ABC):
                                for v in values])
         stacked = distributed.reduce_mean(stacked).cpu().tolist()
         return OrderedDict(zip(self.loss_names, stacked))
+
+    # ------------------------------------------------------------------ training state (exact resume)
+    def shared_training_state(self) -> dict:
+        """What all ranks share: weights, optimizer and scheduler states (plain tensors/containers)."""
+        return {
+            "networks": {name: {k: v.detach().cpu() for k, v in distributed.unwrap(net).state_dict().items()}
+                         for name, net in self.named_networks().items()},
+            "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
+            "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
+        }
+
+    def load_shared_training_state(self, state: dict) -> None:
+        for name, net in self.named_networks().items():
+            distributed.unwrap(net).load_state_dict(state["networks"][name])
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+
+    def rank_training_state(self) -> dict:
+        """State that differs between ranks (e.g. image pools); none by default."""
+        return {}
+
+    def load_rank_training_state(self, state: dict) -> None:
+        """Restore what `rank_training_state` returned."""
 
     # ------------------------------------------------------------------ checkpoints
     def save_networks(self, epoch) -> None:

@@ -66,6 +66,16 @@ class CycleGANModel(BaseModel):
                                                 lr=opt.lr, betas=(opt.beta1, 0.999))
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
+    def rank_training_state(self) -> dict:
+        if not self.isTrain:
+            return {}
+        return {"fake_A_pool": self.fake_A_pool.state_dict(), "fake_B_pool": self.fake_B_pool.state_dict()}
+
+    def load_rank_training_state(self, state: dict) -> None:
+        if self.isTrain and state:
+            self.fake_A_pool.load_state_dict(state["fake_A_pool"], self.device)
+            self.fake_B_pool.load_state_dict(state["fake_B_pool"], self.device)
+
     def set_input(self, input: dict) -> None:
         AtoB = self.opt.direction == "AtoB"
         self.real_A = self.to_device(input["A" if AtoB else "B"])

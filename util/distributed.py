@@ -80,11 +80,17 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistCon
     chosen = pick_device(device, local_rank)
     backend = "nccl" if chosen.type == "cuda" else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
+    # torchrun may hand restarted workers the same key-value store as the workers they replace;
+    # without a fresh key prefix per restart, the new processes read the dead ones' addresses
+    # and fail to connect. (Seen with gloo and --max-restarts on torch 2.14.)
+    store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+    store = dist.PrefixStore(f"img2img/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
     if chosen.type == "cuda":
         torch.cuda.set_device(chosen)
-        dist.init_process_group(backend, timeout=timeout, device_id=chosen)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                                device_id=chosen)
     else:
-        dist.init_process_group(backend, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     _context = DistContext(rank=rank, local_rank=local_rank, world_size=world,
                            device=chosen, backend=backend)
     return _context
@@ -118,6 +124,15 @@ def reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     reduced = tensor.detach().clone()
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
     return reduced / _context.world_size
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank if `flag` is true on any rank (so that all ranks take the same branch)."""
+    if not _context.is_distributed:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=_context.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)
 
 
 def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:

@@ -34,3 +34,10 @@ class ImagePool:
             else:
                 chosen.append(image)
         return torch.cat(chosen, 0)
+
+    def state_dict(self) -> dict:
+        return {"images": [image.cpu() for image in self.images], "rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict, device: torch.device | None = None) -> None:
+        self.images = [image.to(device) if device is not None else image for image in state["images"]]
+        self.rng.setstate(state["rng"])

@@ -1,0 +1,82 @@
+"""Owning a run folder, and stopping cleanly when asked to.
+
+`RunLock`: one training run per `checkpoints_dir/name`. The main process holds an exclusive
+lock on `<run>/.run.lock` for the whole run; a second run on the same folder is refused with a
+message naming the holder. The operating system drops the lock when the holder dies, however it
+dies, so a crashed or killed run never blocks the next one.
+
+`StopRequest`: SIGTERM (cluster pre-emption, `kill`) and SIGINT (Ctrl-C) only set a flag; the
+training loop checks it after each step, saves a `latest` checkpoint and exits.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import time
+
+from util.errors import UserError
+
+
+class RunLock:
+    def __init__(self, run_dir: str):
+        self.path = os.path.join(run_dir, ".run.lock")
+        self.file = None
+
+    def acquire(self) -> "RunLock":
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise UserError(f"another training run is using {os.path.dirname(self.path)} ({holder}); two runs "
+                            f"writing the same checkpoints would corrupt each other. Wait for it to finish, stop "
+                            f"it, or choose another --name or --checkpoints_dir.") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        self.file = handle
+        return self
+
+    def release(self) -> None:
+        if self.file is not None:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
+            self.file.close()
+            self.file = None
+
+
+class StopRequest:
+    """Remembers the first SIGTERM/SIGINT instead of dying mid-step; a second SIGINT exits at once."""
+
+    def __init__(self) -> None:
+        self.signal_number: int | None = None
+        self.previous = {}
+
+    def install(self) -> "StopRequest":
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal_number == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # Ctrl-C twice: the user does not want to wait for the save
+        self.signal_number = signum
+        print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
+              flush=True)
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_number is not None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signal_number or 0)
+
+    def uninstall(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
