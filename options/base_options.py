@@ -72,6 +72,7 @@ class BaseOptions:
         parser.add_argument("--max_dataset_size", type=int, default=float("inf"), help="Maximum number of samples allowed per dataset.")
         parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], help="scaling and cropping of images at load time")
         parser.add_argument("--no_flip", action="store_true", help="if specified, do not flip the images for data augmentation")
+        parser.add_argument("--skip_bad_images", action="store_true", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
         parser.add_argument("--display_winsize", type=int, default=256, help="display window size for both visdom and HTML")
         # additional parameters
         parser.add_argument("--epoch", type=str, default="latest", help="which epoch to load? set to latest to use latest cached model")
