@@ -129,10 +129,14 @@ def train(opt, ctx: distributed.DistContext) -> int:
                 visualizer.print_current_losses(epoch, progress.images_done, losses, t_comp, t_data)
                 visualizer.plot_current_losses(epoch, progress.images_done / len(dataset), losses)
                 visualizer.log_training_scalars(total_iters, losses, model.current_lr(), 1.0 / max(t_comp, 1e-9))
-            if distributed.any_rank(stop.requested):  # every rank stops after the same step
+            # Every rank must stop after the same step; asking the others costs a host sync, so
+            # under DDP it is asked every 10 steps.
+            if (not ctx.is_distributed or total_iters // global_batch % 10 == 0) and \
+                    distributed.any_rank(stop.requested):
                 save_checkpoint(model, "latest", progress, seed)
                 visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                          f"it; saved. Continue with --continue_train.")
+                visualizer.close()
                 return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")

@@ -21,7 +21,7 @@ from data.colorization_dataset import ColorizationDataset
 from data.single_dataset import SingleDataset
 from data.template_dataset import TemplateDataset
 from data.unaligned_dataset import UnalignedDataset
-from data.samplers import InferenceShardSampler, TrainingSampler
+from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
 from data.validation import check_dataset_root
 from util.errors import UserError
 
@@ -76,13 +76,16 @@ class DatasetLoader:
         # RNG, so loading data does not change the random stream that training (dropout) sees.
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
-        # Workers are not persistent: they are forked at each epoch's iter() and so see the
-        # dataset's current epoch. More workers than cores only adds contention.
+        served = SkipBadImages(dataset) if getattr(opt, "skip_bad_images", False) else dataset
+        if opt.isTrain:
+            served = EpochIndexedDataset(served, dataset)
+        # More workers than cores only adds contention. Workers persist across epochs (no
+        # re-forking each epoch); they learn the epoch from the sampler's (epoch, index) keys.
         workers = min(int(opt.num_threads), len(os.sched_getaffinity(0)))
         self.dataloader = torch.utils.data.DataLoader(
-            SkipBadImages(dataset) if getattr(opt, "skip_bad_images", False) else dataset,
-            batch_size=opt.batch_size, sampler=self.sampler, generator=self.generator,
-            num_workers=workers, pin_memory=device_type == "cuda", drop_last=False,
+            served, batch_size=opt.batch_size, sampler=self.sampler, generator=self.generator,
+            num_workers=workers, persistent_workers=workers > 0, pin_memory=device_type == "cuda",
+            drop_last=False,
         )
 
     def load_data(self) -> DatasetLoader:

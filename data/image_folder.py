@@ -1,18 +1,21 @@
 """Finding and loading the image files of a dataset folder.
 
 `make_dataset` lists the images under a folder (recursively, sorted, so every process and
-every run sees the same order); `load_image` decodes one file into an 8-bit PIL image of the
-requested mode, turning unreadable files into a `UserError` that names the file.
+every run sees the same order); `read_image_header` reads a file's size and pixel mode without
+decoding it (cheap enough to check every file before training); `load_image` decodes one file
+into an 8-bit PIL image of the requested mode. Both turn unreadable files into a `UserError`
+that names the file and says what is wrong with it.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Literal
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from util.errors import UserError
 
@@ -23,6 +26,12 @@ IMG_EXTENSIONS: tuple[str, ...] = (
 # Modes that hold more than 8 bits per sample. PIL's convert("L") clips these to 0..255,
 # which turns almost every 16-bit pixel white, so they are rescaled by hand instead.
 _WIDE_GRAY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+# Modes PIL cannot convert to both "RGB" and "L" directly: go through this mode first.
+_CONVERT_VIA = {"La": "LA", "LAB": "RGB"}
+
+# What PIL raises for files it cannot open or decode.
+_UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 def is_image_file(filename: str) -> bool:
@@ -81,6 +90,8 @@ def _wide_gray_to_8bit(img: Image.Image) -> Image.Image:
 def _convert(img: Image.Image, mode: str) -> Image.Image:
     if img.mode in _WIDE_GRAY_MODES:
         img = _wide_gray_to_8bit(img)
+    if img.mode in _CONVERT_VIA:
+        img = img.convert(_CONVERT_VIA[img.mode])
     if img.mode == "P":
         # Palette images may mark a palette entry transparent; go through RGBA so that
         # transparency is handled like a real alpha channel below.
@@ -93,6 +104,65 @@ def _convert(img: Image.Image, mode: str) -> Image.Image:
         img = Image.alpha_composite(background, rgba).convert("RGB")
     # copy() when no conversion is needed: the caller closes the file-backed original.
     return img.copy() if img.mode == mode else img.convert(mode)
+
+
+def _content_hint(path: str) -> str:
+    """A few words on what a file that is not an image holds, judged from its first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(200)
+    except OSError:
+        return ""
+    if head.startswith(b"version https://git-lfs"):
+        return (" (it is a Git LFS pointer, not the image itself: fetch the real files with "
+                "`git lfs pull`)")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+    if not text.strip() or any(not (c.isprintable() or c.isspace()) for c in text):
+        return ""
+    start = " ".join(text.split())[:40]
+    if text.lstrip()[:1] == "<":
+        return f" (it holds HTML starting {start!r}, e.g. an error page saved by a failed download)"
+    return f" (it holds text starting {start!r})"
+
+
+def _unreadable(path: str, err: BaseException) -> UserError:
+    """The `UserError` for a file PIL could not open or decode: what is wrong, and the fix."""
+    try:
+        empty = os.path.getsize(path) == 0
+    except OSError:
+        empty = False
+    if empty:
+        problem = "the file is empty (0 bytes), e.g. left behind by an interrupted copy or download"
+    elif isinstance(err, FileNotFoundError):
+        problem = "the file no longer exists (it was moved or deleted after the dataset folder was listed)"
+    elif isinstance(err, UnidentifiedImageError):
+        problem = (f"it is not an image in any format PIL can read, although its name ends in "
+                   f"{os.path.splitext(path)[1]}{_content_hint(path)}")
+    else:
+        reason = " ".join((str(err) or type(err).__name__).split())
+        problem = f"the file is damaged or not in the format its name suggests ({reason})"
+    return UserError(f"cannot read image {path}: {problem}; remove or replace the file.")
+
+
+def read_image_header(path: str) -> tuple[int, int, str]:
+    """(width, height, PIL mode) of the image file `path`, read from its header only.
+
+    Does not decode the pixels, so it is fast (well under a millisecond per file) but does not
+    notice files cut off after the header (truncated JPEGs): `load_image` reports those.
+    Raises `UserError` naming the file if it is empty, missing or not a readable image.
+    """
+    try:
+        with warnings.catch_warnings():
+            # Damaged metadata makes PIL warn; the file is loaded (and warned about) later anyway.
+            warnings.simplefilter("ignore")
+            with Image.open(path) as img:
+                width, height = img.size
+                return width, height, img.mode
+    except _UNREADABLE as e:
+        raise _unreadable(path, e) from e
 
 
 def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
@@ -108,6 +178,5 @@ def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
         with Image.open(path) as img:
             img.load()  # decode now so that truncated files fail here, not inside a transform
             return _convert(img, mode)
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        reason = str(e) or type(e).__name__
-        raise UserError(f"cannot read image {path}: {reason}; remove or replace the file.") from e
+    except _UNREADABLE as e:
+        raise _unreadable(path, e) from e

@@ -42,14 +42,33 @@ class TrainingSampler(torch.utils.data.Sampler):
             order += order[: padded_size - len(order)]
         return order
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """(epoch, index) pairs: the epoch travels with each index to the loader's workers, which
+        stay alive across epochs (persistent workers) and so cannot be told about it otherwise."""
         remaining = self.global_order()[self.images_done:]
-        return iter(remaining[self.rank::self.world_size])
+        return iter([(self.epoch, index) for index in remaining[self.rank::self.world_size]])
 
     def __len__(self) -> int:
         padded_size = math.ceil(self.dataset_size / self.world_size) * self.world_size
         remaining = max(padded_size - self.images_done, 0)
         return len(range(self.rank, remaining, self.world_size))
+
+
+class EpochIndexedDataset(torch.utils.data.Dataset):
+    """Serves the (epoch, index) keys of a TrainingSampler: sets the epoch, then loads the index."""
+
+    def __init__(self, dataset, epoch_holder) -> None:
+        self.dataset = dataset            # what to load from (possibly wrapped)
+        self.epoch_holder = epoch_holder  # the BaseDataset whose augmentations depend on the epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        if self.epoch_holder.epoch != epoch:
+            self.epoch_holder.set_epoch(epoch)
+        return self.dataset[index]
 
 
 class InferenceShardSampler(torch.utils.data.Sampler):

@@ -1,18 +1,37 @@
-"""Cheap up-front checks of the dataset folder layout, run before any model is built.
+"""Cheap up-front checks of the dataset, run before any model is built.
 
 They catch the common mistakes (wrong --dataroot, wrong --phase, wrong --dataset_mode for
-the folder layout) in a fraction of a second and say how to fix them, instead of failing
-later, after the networks have been created.
+the folder layout) and bad image files (empty, not an image, unreadable header, an odd-width
+A|B image, a size the generator cannot take) in seconds and say how to fix them, instead of
+failing later, after the networks have been created or in the middle of an epoch.
+
+Image files are checked from their headers only (size and pixel mode, no decoding: about
+0.1 ms a file), in the order the dataset lists them, for at most `HEADER_CHECK_SECONDS`; files
+not reached by then (huge datasets, slow network disks) are checked when first loaded, like
+files damaged after their header (truncated JPEGs), which no header check can see.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
+from dataclasses import dataclass
 from itertools import islice
 
-from data.image_folder import IMG_EXTENSIONS, iter_image_files
+from data.base_dataset import _resized_size
+from data.image_folder import IMG_EXTENSIONS, iter_image_files, make_dataset, read_image_header
 from util.errors import UserError
+
+# Wall-clock budget for reading image headers. 10k local files take about one second; the
+# budget only matters on slow (network) disks, where the check stops early rather than delay
+# the start of the run.
+HEADER_CHECK_SECONDS = 5.0
+
+# Preprocessing modes whose output size depends on the image (the others always produce
+# --crop_size or --load_size squares, which train.py checks against --netG from the flags).
+_SIZE_FOLLOWS_IMAGE = ("none", "crop", "scale_width")
 
 
 def _has_image(folder: str) -> bool:
@@ -71,3 +90,190 @@ def check_dataset_root(opt: argparse.Namespace) -> None:
                 f"dataset root {root} contains no images; --dataset_mode single reads the images "
                 f"directly under --dataroot (e.g. datasets/horse2zebra/testA).{hint}"
             )
+    check_image_files(opt)
+
+
+# ---------------------------------------------------------------------------------- image files
+@dataclass
+class _Problem:
+    path: str
+    message: str
+    skippable: bool  # --skip_bad_images can skip the file (its dataset raises UserError for it)
+
+
+def _files_read(opt: argparse.Namespace) -> list[list[str]]:
+    """The image files the dataset will read, in groups whose images are batched together.
+
+    Training reads every listed file (make_dataset's sorted order, capped at --max_dataset_size);
+    test.py reads the first --num_test samples. Unknown dataset modes give no groups.
+    """
+    root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
+    cap = opt.max_dataset_size
+    limit = None if getattr(opt, "isTrain", True) else getattr(opt, "num_test", None)
+
+    def first(paths: list[str], count: int | None) -> list[str]:
+        return paths if count is None else paths[:max(int(count), 0)]
+
+    if mode == "unaligned":
+        a_paths = make_dataset(os.path.join(root, phase + "A"), cap)
+        b_paths = make_dataset(os.path.join(root, phase + "B"), cap)
+        if limit is None:
+            return [a_paths, b_paths]
+        samples = min(limit, max(len(a_paths), len(b_paths)))
+        # Sample i reads A image i % size_A, and B image i % size_B with --serial_batches
+        # (test.py's default), else a B image drawn at random.
+        return [first(a_paths, samples), first(b_paths, samples) if opt.serial_batches else b_paths]
+    if mode in ("aligned", "colorization", "template"):
+        return [first(make_dataset(os.path.join(root, phase), cap), limit)]
+    if mode == "single":
+        return [first(make_dataset(root, cap), limit)]
+    return []
+
+
+def _size_requirement(netG: str) -> tuple[int, int] | None:
+    """(minimum side, multiple) of image sizes `netG` takes; None for generators it does not know."""
+    from models.networks import size_multiple  # here: models imports data, not the other way round
+
+    try:
+        multiple = size_multiple(netG)
+    except KeyError:
+        return None
+    return (8 if netG.startswith("resnet") else multiple), multiple
+
+
+def _final_size(opt: argparse.Namespace, w: int, h: int) -> tuple[int, int]:
+    """(width, height) an image of w x h has after the resize/crop steps of `get_transform`."""
+    w, h = _resized_size(opt, w, h)
+    c = opt.crop_size
+    if "crop" in opt.preprocess and (w > c or h > c):
+        return c, c  # (a crop that reaches past an edge is padded to the full square)
+    if opt.preprocess == "none":
+        return max(4, round(w / 4) * 4), max(4, round(h / 4) * 4)
+    return w, h
+
+
+def _how_preprocess_sizes(opt: argparse.Namespace) -> str:
+    if opt.preprocess == "none":
+        return "--preprocess none uses each image at its own size, rounded to multiples of 4"
+    if opt.preprocess == "crop":
+        return (f"--preprocess crop cuts a --crop_size {opt.crop_size} square out of each image but "
+                f"leaves images no larger than that at their own size")
+    return (f"--preprocess scale_width scales each image to a width of --load_size {opt.load_size} and keeps "
+            f"its aspect ratio (height at least --crop_size {opt.crop_size})")
+
+
+def _check_file(opt: argparse.Namespace, path: str, requirement: tuple[int, int] | None
+                ) -> tuple[_Problem | None, tuple[int, int] | None]:
+    """Check one file's header; returns (its problem or None, its size after preprocessing when that
+    size depends on the image, else None)."""
+    try:
+        w, h, _mode = read_image_header(path)  # every mode PIL opens converts to RGB/L (load_image)
+    except UserError as err:
+        return _Problem(path, str(err), skippable=True), None
+    size = f"{w}x{h} pixels"
+    if opt.dataset_mode == "aligned":
+        if w % 2:
+            return _Problem(path, (
+                f"image {path} is {size}, an odd width: aligned images must be A and B side by side with an "
+                f"even width (A the left half, B the right half, both the same size); re-save {path} as A|B, "
+                f"remove it, or use --dataset_mode unaligned with separate {opt.phase}A and {opt.phase}B "
+                f"folders."), skippable=True), None
+        w //= 2  # each half goes through the preprocessing on its own
+        size += f" (each half {w}x{h})"
+    if opt.preprocess not in _SIZE_FOLLOWS_IMAGE:
+        return None, None
+    fw, fh = _final_size(opt, w, h)
+    if requirement is not None:
+        smallest, multiple = requirement
+        if fw < smallest or fh < smallest or fw % multiple or fh % multiple:
+            need = (f"{smallest}x{smallest} pixels or larger multiples of {multiple}" if smallest == multiple
+                    else f"at least {smallest}x{smallest} pixels in multiples of {multiple}")
+            return _Problem(path, (
+                f"image {path} is {size}; {_how_preprocess_sizes(opt)}, so it reaches the generator as "
+                f"{fw}x{fh}, but --netG {opt.netG} needs {need}. Use --preprocess resize_and_crop (resize to "
+                f"--load_size, then crop to --crop_size), or enlarge or remove the file."), skippable=False), None
+    return None, (fw, fh)
+
+
+def _mixed_size_problem(opt: argparse.Namespace, sizes: dict[tuple[int, int], str]) -> _Problem | None:
+    """Images of different sizes cannot be stacked into one batch."""
+    if len(sizes) < 2 or getattr(opt, "batch_size", 1) <= 1:
+        return None
+    (s1, p1), (s2, p2) = islice(sizes.items(), 2)
+    return _Problem(p2, (
+        f"{_how_preprocess_sizes(opt)}, but --batch_size {opt.batch_size} stacks several images into one "
+        f"batch, which needs them all the same size: {p1} becomes {s1[0]}x{s1[1]} and {p2} becomes "
+        f"{s2[0]}x{s2[1]}. Use --batch_size 1, or --preprocess resize_and_crop (or scale_width_and_crop) "
+        f"to give every image the same size."), skippable=False)
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SECONDS) -> None:
+    """Check the header of every image file the dataset will read; raise `UserError` for the first
+    bad one (mentioning how many more there are).
+
+    Refused: empty files, files that are not images, unreadable headers, aligned (A|B) images of
+    odd width and, where the size reaching the generator follows the image (--preprocess none,
+    crop, scale_width), sizes --netG cannot take or, with --batch_size > 1, differing sizes. Channel
+    counts are never refused: load_image converts any mode to RGB or grayscale. With
+    --skip_bad_images the unreadable files are only warned about (the loader skips them), unless
+    none is left. Stops after `budget_s` seconds; the remaining files are checked as they load.
+    """
+    groups = _files_read(opt)
+    requirement = _size_requirement(opt.netG) if hasattr(opt, "netG") else None
+    skip = bool(getattr(opt, "skip_bad_images", False))
+    total = sum(len(paths) for paths in groups)
+    deadline = time.monotonic() + budget_s
+    problems: list[_Problem] = []
+    checked = 0
+    for paths in groups:
+        sizes: dict[tuple[int, int], str] = {}  # size after preprocessing -> first file of that size
+        readable = 0
+        for path in paths:
+            if time.monotonic() > deadline:
+                if _is_main_process():
+                    print(f"note: checked the headers of {checked} of {total} images in {budget_s:.0f} s and "
+                          f"stopped there; the others are checked as they are loaded.", flush=True)
+                return _raise_or_warn(problems, checked, skip)
+            checked += 1
+            problem, size = _check_file(opt, path, requirement)
+            if problem is not None:
+                problems.append(problem)
+                continue
+            readable += 1
+            if size is not None:
+                sizes.setdefault(size, path)
+        mixed = _mixed_size_problem(opt, sizes)
+        if mixed is not None:
+            problems.append(mixed)
+        if skip and paths and readable == 0:
+            folder = os.path.dirname(paths[0])
+            first = next(p for p in problems if p.path == paths[0])
+            raise UserError(f"--skip_bad_images: none of the {len(paths)} images read from {folder} is usable, "
+                            f"so there is nothing to train on. The first: {first.message}")
+    _raise_or_warn(problems, checked, skip)
+
+
+def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:
+    if skip:
+        refused = [p for p in problems if not p.skippable]
+        if _is_main_process():
+            skipped = [p for p in problems if p.skippable]
+            for p in skipped[:10]:
+                print(f"warning: --skip_bad_images will skip this file: {p.message}", file=sys.stderr, flush=True)
+            if len(skipped) > 10:
+                print(f"warning: and {len(skipped) - 10} more bad images will be skipped.", file=sys.stderr, flush=True)
+        problems = refused
+    if not problems:
+        return
+    message = problems[0].message
+    others = problems[1:]
+    if others:
+        examples = ", ".join(p.path for p in others[:3]) + (", ..." if len(others) > 3 else "")
+        hint = ("; --skip_bad_images skips the unreadable ones with a warning"
+                if any(p.skippable for p in problems) else "")
+        message += f" ({len(others)} more of the {checked} images checked have problems too: {examples}{hint}.)"
+    raise UserError(message)

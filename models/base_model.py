@@ -40,6 +40,13 @@ class BaseModel(ABC):
         self.isTrain = opt.isTrain
         self.device = ctx.device
         self.dtype = getattr(torch, opt.dtype)
+        self.memory_format = torch.channels_last if opt.channels_last else torch.contiguous_format
+        self.amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[opt.amp]
+        if opt.amp == "fp16" and self.device.type != "cuda":
+            raise UserError("--amp fp16 needs a CUDA GPU (on the CPU, float16 arithmetic is slow and "
+                            "unsupported by many kernels); use --amp bf16 on the CPU.")
+        # Scales fp16 losses so that small gradients do not underflow; a no-op otherwise.
+        self.grad_scaler = torch.amp.GradScaler(self.device.type, enabled=opt.amp == "fp16")
         self.save_dir = os.path.join(opt.checkpoints_dir, opt.name)
         self.loss_names: list[str] = []
         self.model_names: list[str] = []
@@ -67,8 +74,25 @@ class BaseModel(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """An input tensor on the model's device, in its precision."""
-        return tensor.to(self.device, self.dtype, non_blocking=True)
+        """An input tensor on the model's device, in its precision and memory format."""
+        return tensor.to(self.device, self.dtype, non_blocking=True).contiguous(memory_format=self.memory_format)
+
+    # ------------------------------------------------------------------ mixed precision
+    def autocast(self):
+        """The context in which forward passes and losses run (bf16/fp16 autocast with --amp)."""
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                              enabled=self.amp_dtype is not None)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.grad_scaler.scale(loss).backward()
+
+    def step(self, *optimizers: torch.optim.Optimizer) -> None:
+        """Apply the gradients; call once per optimizer and iteration, then `end_iteration()`."""
+        for optimizer in optimizers:
+            self.grad_scaler.step(optimizer)
+
+    def end_iteration(self) -> None:
+        self.grad_scaler.update()
 
     # ------------------------------------------------------------------ setup
     def named_networks(self) -> dict[str, nn.Module]:
@@ -79,7 +103,10 @@ class BaseModel(ABC):
         (exact resume: `resume_state` from util.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
         for net in self.named_networks().values():
-            net.to(dtype=self.dtype)  # in place: the optimizers keep the same parameters
+            # in place: the optimizers keep the same parameter objects
+            net.to(dtype=self.dtype, memory_format=self.memory_format)
+            if opt.channels_last:
+                networks.make_instance_norm_channels_last_safe(net)
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         if resume_state is not None:
@@ -93,6 +120,9 @@ class BaseModel(ABC):
         if self.isTrain:
             for name, net in self.named_networks().items():
                 setattr(self, "net" + name, distributed.wrap_ddp(net, sync_batchnorm=opt.norm == "syncbatch"))
+        if opt.compile:
+            for name, net in self.named_networks().items():
+                setattr(self, "net" + name, networks.compile_network(net, name))
 
     def eval(self) -> None:
         for net in self.named_networks().values():
@@ -143,6 +173,7 @@ class BaseModel(ABC):
                          for name, net in self.named_networks().items()},
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
+            "grad_scaler": self.grad_scaler.state_dict(),
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -152,6 +183,8 @@ class BaseModel(ABC):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
+        if state.get("grad_scaler"):
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
 
     def rank_training_state(self) -> dict:
         """State that differs between ranks (e.g. image pools); none by default."""

@@ -90,13 +90,14 @@ class CycleGANModel(BaseModel):
 
     def backward_D_basic(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
         """Real-vs-fake loss of one discriminator, back-propagated; returns the loss."""
-        loss_D_real = self.criterionGAN(netD(real), True)
-        loss_D_fake = self.criterionGAN(netD(fake.detach()), False)
-        loss_D = (loss_D_real + loss_D_fake) * 0.5
+        with self.autocast():
+            loss_D_real = self.criterionGAN(netD(real), True)
+            loss_D_fake = self.criterionGAN(netD(fake.detach()), False)
+            loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
             penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(netD), real, fake.detach())
             loss_D = loss_D + penalty
-        loss_D.backward()
+        self.backward(loss_D)
         return loss_D
 
     def backward_D_A(self) -> None:
@@ -111,32 +112,35 @@ class CycleGANModel(BaseModel):
         lambda_idt = self.opt.lambda_identity
         lambda_A = self.opt.lambda_A
         lambda_B = self.opt.lambda_B
-        if lambda_idt > 0:
-            self.idt_A = self.netG_A(self.real_B)
-            self.loss_idt_A = self.criterionIdt(self.idt_A, self.real_B) * lambda_B * lambda_idt
-            self.idt_B = self.netG_B(self.real_A)
-            self.loss_idt_B = self.criterionIdt(self.idt_B, self.real_A) * lambda_A * lambda_idt
-        else:
-            self.loss_idt_A = 0
-            self.loss_idt_B = 0
-        # The discriminators judge G's outputs through their unwrapped modules: their weights get
-        # no gradient in this step, and DDP-wrapped ones would wait for gradients that never come.
-        self.loss_G_A = self.criterionGAN(distributed.unwrap(self.netD_A)(self.fake_B), True)
-        self.loss_G_B = self.criterionGAN(distributed.unwrap(self.netD_B)(self.fake_A), True)
-        self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
-        self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
-        self.loss_G = (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
-                       + self.loss_idt_A + self.loss_idt_B)
-        self.loss_G.backward()
+        with self.autocast():
+            if lambda_idt > 0:
+                self.idt_A = self.netG_A(self.real_B)
+                self.loss_idt_A = self.criterionIdt(self.idt_A, self.real_B) * lambda_B * lambda_idt
+                self.idt_B = self.netG_B(self.real_A)
+                self.loss_idt_B = self.criterionIdt(self.idt_B, self.real_A) * lambda_A * lambda_idt
+            else:
+                self.loss_idt_A = 0
+                self.loss_idt_B = 0
+            # The discriminators judge G's outputs through their unwrapped modules: their weights get
+            # no gradient in this step, and DDP-wrapped ones would wait for gradients that never come.
+            self.loss_G_A = self.criterionGAN(distributed.unwrap(self.netD_A)(self.fake_B), True)
+            self.loss_G_B = self.criterionGAN(distributed.unwrap(self.netD_B)(self.fake_A), True)
+            self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
+            self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
+            self.loss_G = (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
+                           + self.loss_idt_A + self.loss_idt_B)
+        self.backward(self.loss_G)
 
     def optimize_parameters(self) -> None:
-        self.forward()
+        with self.autocast():
+            self.forward()
         self.set_requires_grad([self.netD_A, self.netD_B], False)
         self.optimizer_G.zero_grad(set_to_none=True)
         self.backward_G()
-        self.optimizer_G.step()
+        self.step(self.optimizer_G)
         self.set_requires_grad([self.netD_A, self.netD_B], True)
         self.optimizer_D.zero_grad(set_to_none=True)
         self.backward_D_A()
         self.backward_D_B()
-        self.optimizer_D.step()
+        self.step(self.optimizer_D)
+        self.end_iteration()

@@ -7,6 +7,7 @@ here with `strict=True` and ours load in its `test.py`. Do not reorder layers.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Callable
 
 import torch
@@ -153,6 +154,48 @@ def check_input_size(netG: str, height: int, width: int) -> None:
         raise UserError(
             f"--netG {netG} needs height and width that are multiples of {multiple}, got {height}x{width}; "
             f"set --crop_size (or --load_size with --preprocess none/scale_width) to a multiple of {multiple}.")
+
+
+class _GradientToContiguous(torch.autograd.Function):
+    """Identity forward (to channels-last); backward hands on the gradient in contiguous layout."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.contiguous(memory_format=torch.channels_last)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
+class ChannelsLastSafeInstanceNorm2d(nn.InstanceNorm2d):
+    """InstanceNorm2d that computes in contiguous layout inside a channels-last network.
+
+    On the CPU (torch 2.14), instance norm's backward returns a wrong input gradient whenever
+    the incoming gradient is channels-last; so the norm runs on a contiguous copy and its
+    gradient arrives contiguous. Same parameters and state_dict keys as InstanceNorm2d.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _GradientToContiguous.apply(super().forward(x.contiguous()))
+
+
+def make_instance_norm_channels_last_safe(net: nn.Module) -> None:
+    """Swap every InstanceNorm2d in `net` for ChannelsLastSafeInstanceNorm2d, in place."""
+    for module in net.modules():
+        if type(module) is nn.InstanceNorm2d:
+            module.__class__ = ChannelsLastSafeInstanceNorm2d
+
+
+def compile_network(net: nn.Module, name: str) -> nn.Module:
+    """torch.compile(net), or `net` itself with a message if this machine cannot compile."""
+    import shutil
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not hasattr(torch, "compile") or compiler is None:
+        print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
+              f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
+        return net
+    return torch.compile(net)
 
 
 ##############################################################################

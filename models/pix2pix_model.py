@@ -45,35 +45,39 @@ class Pix2PixModel(BaseModel):
         self.fake_B = self.netG(self.real_A)
 
     def backward_D(self) -> None:
-        fake_AB = torch.cat((self.real_A, self.fake_B), 1)
-        pred_fake = self.netD(fake_AB.detach())
-        self.loss_D_fake = self.criterionGAN(pred_fake, False)
-        real_AB = torch.cat((self.real_A, self.real_B), 1)
-        pred_real = self.netD(real_AB)
-        self.loss_D_real = self.criterionGAN(pred_real, True)
-        self.loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
+        with self.autocast():
+            fake_AB = torch.cat((self.real_A, self.fake_B), 1)
+            pred_fake = self.netD(fake_AB.detach())
+            self.loss_D_fake = self.criterionGAN(pred_fake, False)
+            real_AB = torch.cat((self.real_A, self.real_B), 1)
+            pred_real = self.netD(real_AB)
+            self.loss_D_real = self.criterionGAN(pred_real, True)
+            self.loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real_AB, fake_AB.detach())
             self.loss_D = self.loss_D + penalty
-        self.loss_D.backward()
+        self.backward(self.loss_D)
 
     def backward_G(self) -> None:
-        fake_AB = torch.cat((self.real_A, self.fake_B), 1)
-        # D judges G's output through the unwrapped module: D's weights get no gradient in this
-        # step, and a DDP-wrapped D would wait forever for gradients that never come.
-        pred_fake = distributed.unwrap(self.netD)(fake_AB)
-        self.loss_G_GAN = self.criterionGAN(pred_fake, True)
-        self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
-        self.loss_G = self.loss_G_GAN + self.loss_G_L1
-        self.loss_G.backward()
+        with self.autocast():
+            fake_AB = torch.cat((self.real_A, self.fake_B), 1)
+            # D judges G's output through the unwrapped module: D's weights get no gradient in this
+            # step, and a DDP-wrapped D would wait forever for gradients that never come.
+            pred_fake = distributed.unwrap(self.netD)(fake_AB)
+            self.loss_G_GAN = self.criterionGAN(pred_fake, True)
+            self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
+            self.loss_G = self.loss_G_GAN + self.loss_G_L1
+        self.backward(self.loss_G)
 
     def optimize_parameters(self) -> None:
-        self.forward()
+        with self.autocast():
+            self.forward()
         self.set_requires_grad(self.netD, True)
         self.optimizer_D.zero_grad(set_to_none=True)
         self.backward_D()
-        self.optimizer_D.step()
+        self.step(self.optimizer_D)
         self.set_requires_grad(self.netD, False)
         self.optimizer_G.zero_grad(set_to_none=True)
         self.backward_G()
-        self.optimizer_G.step()
+        self.step(self.optimizer_G)
+        self.end_iteration()

@@ -47,12 +47,11 @@ class TemplateModel(BaseModel):
     def forward(self) -> None:
         self.output = self.netG(self.data_A)
 
-    def backward(self) -> None:
-        self.loss_G = self.criterionLoss(self.output, self.data_B) * self.opt.lambda_regression
-        self.loss_G.backward()
-
     def optimize_parameters(self) -> None:
-        self.forward()
+        with self.autocast():  # mixed precision with --amp
+            self.forward()
+            self.loss_G = self.criterionLoss(self.output, self.data_B) * self.opt.lambda_regression
         self.optimizer.zero_grad(set_to_none=True)
-        self.backward()
-        self.optimizer.step()
+        self.backward(self.loss_G)  # BaseModel.backward scales the loss for fp16
+        self.step(self.optimizer)
+        self.end_iteration()

@@ -47,6 +47,9 @@ class BaseOptions:
         parser.add_argument("--gpu_ids", type=str, default=None, help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
         parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], help="where to run: auto picks CUDA when available; under torchrun each process takes cuda:LOCAL_RANK")
         parser.add_argument("--seed", type=int, default=None, help="seed every random generator so that the same command gives the same weights")
+        parser.add_argument("--amp", type=str, default="none", choices=["none", "bf16", "fp16"], help="mixed precision: bf16 autocast (CPU or GPU), or fp16 autocast with a gradient scaler (CUDA only)")
+        parser.add_argument("--channels_last", action="store_true", help="store images and weights in channels-last memory format (often faster convolutions)")
+        parser.add_argument("--compile", action="store_true", help="compile the networks with torch.compile (slow first steps, faster afterwards)")
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")

@@ -22,6 +22,10 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--update_html_freq", type=int, default=1000, help="frequency of saving training results to html")
         parser.add_argument("--print_freq", type=int, default=100, help="frequency of showing training results on console")
         parser.add_argument("--no_html", action="store_true", help="do not save intermediate training results to [opt.checkpoints_dir]/[opt.name]/web/")
+        # further displays (not in the reference): see docs/visualization.md
+        parser.add_argument("--use_tensorboard", action="store_true", help="log losses, learning rate, images/s and image grids for TensorBoard to [opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
+        parser.add_argument("--no_progress", action="store_true", help="no progress bar (or, when stdout is not a terminal, no periodic progress lines)")
+        parser.add_argument("--progress_interval", type=float, default=60.0, help="seconds between plain progress lines when stdout is not a terminal (a CI log, nohup); 0: after every step")
         # network saving and loading parameters
         parser.add_argument("--save_latest_freq", type=int, default=5000, help="frequency of saving the latest results")
         parser.add_argument("--save_epoch_freq", type=int, default=5, help="frequency of saving checkpoints at the end of epochs")

@@ -3,4 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The HTML pages are checked in headless Chromium. Where it is missing and we may install system
+# packages (root with apt, e.g. CI), install it; otherwise those few tests are skipped with a reason.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "run_tests: installing chromium for the HTML rendering tests"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "run_tests: could not install chromium; the HTML rendering tests will be skipped"
+fi
 exec .venv/bin/python -m pytest tests -q "$@"

@@ -302,7 +302,8 @@ def iter_run(paired_root, tmp_path_factory):
 @pytest.mark.slow
 def test_save_by_iter_writes_iter_n_checkpoints_every_save_latest_freq_images(iter_run):
     names = sorted(p.name for p in (iter_run / "p").glob("iter_*.pth"))
-    assert names == ["iter_2_net_D.pth", "iter_2_net_G.pth", "iter_4_net_D.pth", "iter_4_net_G.pth"]
+    assert names == ["iter_2_net_D.pth", "iter_2_net_G.pth", "iter_2_train_state.pth",
+                     "iter_4_net_D.pth", "iter_4_net_G.pth", "iter_4_train_state.pth"]
     assert (iter_run / "p" / "latest_net_G.pth").is_file()  # the end of the last epoch still saves latest
 
 

@@ -197,7 +197,8 @@ def wrap_ddp(module: nn.Module, sync_batchnorm: bool = False) -> nn.Module:
 
 
 def unwrap(module: nn.Module) -> nn.Module:
-    """The plain module inside a DDP wrapper (the module itself if not wrapped)."""
+    """The plain module inside torch.compile and DDP wrappers (the module itself if not wrapped)."""
+    module = getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule
     return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
 
 

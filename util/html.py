@@ -1,10 +1,34 @@
-"""Static HTML pages of result images, written with dominate."""
+"""Static HTML pages of result images, written with dominate.
+
+The API is the reference implementation's (`HTML(web_dir, title, refresh)`, `add_header`,
+`add_text`, `add_images`, `save`, `get_image_dir`), so code written for it keeps working. The page
+is self-contained: images live in `web_dir/images/` and are linked by relative, URL-quoted paths, so
+the folder can be copied anywhere and opened from disk.
+"""
 from __future__ import annotations
 
 import os
+from urllib.parse import quote
 
 import dominate
-from dominate.tags import a, br, h3, img, meta, p, table, td, tr
+from dominate.util import raw
+from dominate.tags import a, div, h1, h3, img, meta, p, style, table, td, tr
+
+PAGE_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 20px; margin: 0 0 12px 0; }
+h3 { font-size: 16px; margin: 18px 0 6px 0; }
+table { border-collapse: collapse; table-layout: fixed; }
+td { border: 1px solid #bbb; padding: 4px; text-align: center; vertical-align: top; word-wrap: break-word; }
+td p { margin: 2px 0; font-size: 13px; }
+img { display: block; margin: 0 auto; background: #eee; }
+.note { color: #555; font-size: 14px; }
+"""
+
+
+def image_href(name: str) -> str:
+    """The relative URL of `images/<name>`, quoted so that spaces, '#' or '?' in file names work."""
+    return "images/" + quote(name.replace(os.sep, "/"))
 
 
 class HTML:
@@ -16,9 +40,14 @@ class HTML:
         self.img_dir = os.path.join(self.web_dir, "images")
         os.makedirs(self.img_dir, exist_ok=True)
         self.doc = dominate.document(title=title)
-        if refresh > 0:
-            with self.doc.head:
+        with self.doc.head:
+            meta(charset="utf-8")
+            meta(name="viewport", content="width=device-width, initial-scale=1")
+            if refresh > 0:
                 meta(http_equiv="refresh", content=str(refresh))
+            style(raw(PAGE_CSS))  # raw: CSS inside <style> is not HTML-unescaped by browsers
+        with self.doc:
+            h1(title)
 
     def get_image_dir(self) -> str:
         return self.img_dir
@@ -29,26 +58,33 @@ class HTML:
 
     def add_text(self, text: str) -> None:
         with self.doc:
-            p(text)
+            p(text, cls="note")
 
     def add_images(self, ims: list[str], txts: list[str], links: list[str], width: int = 400) -> None:
-        """A row of images (paths relative to the page), each captioned and linked."""
-        row_table = table(border=1, style="table-layout: fixed;")
+        """A row of images (file names inside `images/`), each captioned and linked to `links`."""
+        row_table = table()
         self.doc.add(row_table)
         with row_table:
             with tr():
                 for im, txt, link in zip(ims, txts, links):
-                    with td(style="word-wrap: break-word;", halign="center", valign="top"):
-                        with p():
-                            with a(href=os.path.join("images", link)):
-                                img(style=f"width:{width}px", src=os.path.join("images", im))
-                            br()
-                            p(txt)
+                    with td(style=f"width:{width + 8}px"):
+                        with a(href=image_href(link)):
+                            img(style=f"width:{width}px", src=image_href(im), alt=str(txt))
+                        p(str(txt))
+
+    def add_figure(self, image: str, caption: str, width: int = 720) -> None:
+        """One wide image (e.g. the loss plot), file name inside `images/`, with a caption."""
+        with self.doc:
+            with div():
+                with a(href=image_href(image)):
+                    img(style=f"max-width:{width}px; width:100%", src=image_href(image), alt=caption)
+                p(caption, cls="note")
 
     def save(self) -> str:
+        """Write `index.html` (atomically: a browser reloading it never sees half a page)."""
         path = os.path.join(self.web_dir, "index.html")
         tmp = path + ".tmp"
-        with open(tmp, "wt") as f:
+        with open(tmp, "wt", encoding="utf-8") as f:
             f.write(self.doc.render())
         os.replace(tmp, path)
         return path

@@ -1,0 +1,134 @@
+"""The fast path (--channels_last, --compile, --amp) trains the same model as the plain path.
+
+channels_last and compile must not change the arithmetic beyond rounding; bf16 changes it, so it
+is judged by the result: the held-out quality of a short training run.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import FAST_FLAGS, ROOT, demo_data
+from models import create_model, networks
+from options.train_options import TrainOptions
+from util.distributed import DistContext
+from util.errors import UserError
+from util.seeding import seed_everything
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def gradients(net: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    net.zero_grad(set_to_none=True)
+    torch.nn.functional.l1_loss(net(x), target).backward()
+    return {name: p.grad.detach().clone() for name, p in net.named_parameters()}
+
+
+@pytest.mark.parametrize("netG,norm,size", [("resnet_6blocks", "instance", 32), ("unet_128", "batch", 128)])
+def test_channels_last_generator_has_the_gradients_of_the_contiguous_one(netG, norm, size):
+    torch.manual_seed(0)
+    reference = networks.define_G(3, 3, 8, netG, norm).double()
+    fast = networks.define_G(3, 3, 8, netG, norm).double()
+    fast.load_state_dict(reference.state_dict())
+    fast.to(memory_format=torch.channels_last)
+    networks.make_instance_norm_channels_last_safe(fast)
+    x = torch.randn(2, 3, size, size, dtype=torch.float64)
+    target = torch.rand(2, 3, size, size, dtype=torch.float64) * 2 - 1
+    expected = gradients(reference, x, target)
+    # the incoming gradient is channels-last too, as in training: that is what broke instance norm
+    got = gradients(fast, x.contiguous(memory_format=torch.channels_last),
+                    target.contiguous(memory_format=torch.channels_last))
+    for name in expected:
+        assert torch.allclose(got[name], expected[name], rtol=1e-6, atol=1e-10), name
+
+
+def model(*flags: str, model_name: str = "cycle_gan"):
+    opt = TrainOptions().parse(["--dataroot", "unused", "--model", model_name, "--ngf", "8", "--ndf", "8",
+                                "--pool_size", "0", "--no_dropout", "--netG", "resnet_6blocks", *flags])
+    seed_everything(0)
+    m = create_model(opt, DistContext())
+    m.setup(opt)
+    return m
+
+
+def first_losses(m, batches: list[dict], steps: int = 3) -> list[list[float]]:
+    history = []
+    for batch in batches[:steps]:
+        m.set_input(batch)
+        m.optimize_parameters()
+        history.append(list(m.get_current_losses().values()))
+    return history
+
+
+def batches(n: int = 3, size: int = 32) -> list[dict]:
+    generator = torch.Generator().manual_seed(1)
+    return [{"A": torch.rand(1, 3, size, size, generator=generator) * 2 - 1,
+             "B": torch.rand(1, 3, size, size, generator=generator) * 2 - 1,
+             "A_paths": ["a.png"], "B_paths": ["b.png"]} for _ in range(n)]
+
+
+@pytest.mark.parametrize("model_name", ["cycle_gan", "pix2pix"])
+def test_channels_last_training_reproduces_the_first_losses(model_name):
+    data = batches()
+    plain = first_losses(model(model_name=model_name), data)
+    fast = first_losses(model("--channels_last", model_name=model_name), data)
+    for step_plain, step_fast in zip(plain, fast):
+        for a, b in zip(step_plain, step_fast):
+            assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_compiled_training_reproduces_the_first_losses():
+    # Inductor fuses and reorders float32 arithmetic: the first two steps agree to ~2e-7; from the
+    # third on, Adam turns those rounding differences in near-zero gradients into visible ones
+    # (~1e-4 for pix2pix's batch-norm D), as it would for any change of summation order.
+    data = batches()
+    plain = first_losses(model(model_name="pix2pix"), data, steps=2)
+    fast = first_losses(model("--compile", model_name="pix2pix"), data, steps=2)
+    for step_plain, step_fast in zip(plain, fast):
+        for a, b in zip(step_plain, step_fast):
+            assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+
+
+def test_fp16_on_the_cpu_is_refused_with_advice():
+    with pytest.raises(UserError, match="--amp bf16"):
+        model("--amp", "fp16")
+
+
+def test_bf16_autocast_trains_every_model():
+    for name in ("cycle_gan", "pix2pix", "template"):
+        m = model("--amp", "bf16", model_name=name)
+        losses = first_losses(m, batches(2), steps=2)
+        assert all(torch.isfinite(torch.tensor(step)).all() for step in losses)
+        # the weights stay float32: autocast only changes the arithmetic of the forward pass
+        assert all(p.dtype == torch.float32 for p in m.netG.parameters())
+
+
+@pytest.mark.slow
+def test_bf16_training_reaches_the_fp32_quality_on_the_demo(tmp_path):
+    root = demo_data.make_pix2pix_demo(tmp_path / "data", 32, 0, 64, 4, 16)
+    scores = {}
+    for amp in ("none", "bf16"):
+        shared = ["--dataroot", str(root), "--name", amp, "--checkpoints_dir", str(tmp_path), "--model", "pix2pix",
+                  "--netG", "resnet_6blocks", "--load_size", "32", "--crop_size", "32", "--ngf", "8", "--ndf", "8",
+                  "--amp", amp]
+        env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+        subprocess.run([sys.executable, str(ROOT / "train.py"), *shared, "--batch_size", "4", "--n_epochs", "3",
+                        "--n_epochs_decay", "2", "--print_freq", "1000", *FAST_FLAGS], cwd=ROOT, env=env,
+                       check=True, capture_output=True, timeout=600)
+        subprocess.run([sys.executable, str(ROOT / "test.py"), *shared, "--results_dir", str(tmp_path / "results")],
+                       cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+        scores[amp] = json.loads((tmp_path / "results" / amp / "test_latest" / "metrics.json").read_text())
+    trained, untrained_like = scores["none"]["output_L1"], scores["none"]["identity_L1"]
+    assert trained < 0.5 * untrained_like  # fp32 really learned something
+    assert scores["bf16"]["output_L1"] <= 1.10 * trained
