@@ -132,3 +132,27 @@ def test_bf16_training_reaches_the_fp32_quality_on_the_demo(tmp_path):
     trained, untrained_like = scores["none"]["output_L1"], scores["none"]["identity_L1"]
     assert trained < 0.5 * untrained_like  # fp32 really learned something
     assert scores["bf16"]["output_L1"] <= 1.10 * trained
+
+
+def test_compiled_networks_save_reference_compatible_checkpoints(tmp_path):
+    opt = TrainOptions().parse(["--dataroot", "unused", "--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "8",
+                                "--ndf", "8", "--compile", "--checkpoints_dir", str(tmp_path), "--name", "c"])
+    m = create_model(opt, DistContext())
+    m.setup(opt)
+    m.save_networks("latest")
+    saved = torch.load(tmp_path / "c" / "latest_net_G.pth", weights_only=True)
+    assert saved.keys() == networks.define_G(3, 3, 8, "resnet_6blocks", "batch", use_dropout=True).state_dict().keys()
+    assert not any("_orig_mod" in key for key in m.shared_training_state()["networks"]["G"])
+
+
+@pytest.mark.slow
+def test_fast_path_trains_under_torchrun_and_resumes_exactly(unpaired_root, tmp_path):
+    from test_resume import (assert_identical, cycle_gan, final_weights, interrupt_when_logged, run,
+                             train_command)
+    fast = ["--amp", "bf16", "--channels_last"]
+    run(train_command(cycle_gan(unpaired_root, tmp_path, "whole") + fast, nproc=2))
+    args = cycle_gan(unpaired_root, tmp_path, "cut") + fast
+    interrupt_when_logged(train_command(args, nproc=2), tmp_path / "cut" / "loss_log.txt",
+                          "(epoch: 2, iters: 2,", victim="worker")
+    run(train_command(args + ["--continue_train"], nproc=2))
+    assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
