@@ -167,3 +167,27 @@ def test_distributed_test_output_equals_single_process_output(paired_root, tmp_p
     assert page_one == page_two
     for name in names:
         assert page_two.count(f'src="images/{name}"') == 1
+
+
+def test_replicas_that_drift_apart_are_caught_at_the_next_checkpoint(tmp_path):
+    script = tmp_path / "drift.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+import torch
+from util import distributed
+ctx = distributed.init_distributed("cpu")
+net = torch.nn.Linear(3, 2)
+torch.nn.init.constant_(net.weight, 1.0)
+torch.nn.init.constant_(net.bias, 0.5)
+distributed.check_in_sync("same", net)  # identical replicas pass
+with torch.no_grad():
+    net.weight[0, 0] += 1e-3 * ctx.rank  # rank 1 drifts
+try:
+    distributed.check_in_sync("G", net)
+except RuntimeError as err:
+    print(f"rank {{ctx.rank}} caught: {{err}}")
+distributed.shutdown()
+""")
+    result = ok(torchrun(str(script)))
+    assert result.stdout.count("caught: network G has different weights on different ranks") == 2
