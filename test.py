@@ -13,8 +13,6 @@ import json
 import os
 import sys
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
 from data import create_dataset
 from models import create_model
 from models.networks import check_input_size
@@ -91,7 +89,7 @@ def summarize(per_image: list[dict[str, float]]) -> dict[str, float]:
     return {"images": len(per_image), **{k: sum(m[k] for m in per_image) / len(per_image) for k in keys}}
 
 
-@record  # under torchrun, a crash in any rank is reported once, with its traceback
+@distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
     try:

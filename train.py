@@ -14,8 +14,6 @@ import os
 import sys
 import time
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
 from data import create_dataset
 from models import create_model
 from models.networks import check_input_size
@@ -159,7 +157,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
     return 0
 
 
-@record  # under torchrun, a crash in any rank is reported once, with its traceback
+@distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
     lock = None

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record as record_errors  # noqa: F401 (re-exported)
 from torch import nn
 
 from util.errors import UserError
