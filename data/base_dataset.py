@@ -168,6 +168,7 @@ def get_transform(
 
     `params` (from `get_params`) fixes crop position and flip; with None the crop is the
     top-left corner and there is no flip (deterministic; datasets always pass params).
+    --preprocess none resizes to a multiple of 4 when training and keeps the size at test time.
     With `convert` the result is a float tensor CxHxW in [-1, 1], else a PIL image.
     """
     check_preprocess(opt)
@@ -183,7 +184,10 @@ def get_transform(
         steps.append(partial(_scale_width, target_width=opt.load_size, min_height=opt.crop_size, method=method))
     if "crop" in opt.preprocess:
         steps.append(partial(_crop, pos=params["crop_pos"], size=opt.crop_size))
-    if opt.preprocess == "none":
+    if opt.preprocess == "none" and getattr(opt, "isTrain", True):
+        # Training batches need sizes the generator takes. At test time the image keeps its size
+        # and aspect ratio: test.py pads it for the generator and crops the output back
+        # (util/tiling.py), so nothing is distorted.
         steps.append(partial(_make_multiple, base=4, method=method))
     if not opt.no_flip and params["flip"]:
         steps.append(_flip)
@@ -198,7 +202,10 @@ def domain_channels(opt: argparse.Namespace) -> tuple[int, int]:
     Datasets never swap A and B: "A" is always domain A (left half, `<phase>A` folder) and
     the model picks its input with --direction. So with BtoA domain A is the model's output
     and gets --output_nc channels, domain B its input with --input_nc channels.
+    Raises `UserError` unless both flags are 1 or 3.
     """
+    check_channels("--input_nc", opt.input_nc)
+    check_channels("--output_nc", opt.output_nc)
     if opt.direction == "BtoA":
         return opt.output_nc, opt.input_nc
     return opt.input_nc, opt.output_nc

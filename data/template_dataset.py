@@ -23,7 +23,7 @@ import argparse
 import os
 from typing import Any
 
-from data.base_dataset import (BaseDataset, check_channels, check_preprocess, domain_channels, get_params,
+from data.base_dataset import (BaseDataset, check_preprocess, domain_channels, get_params,
                                get_transform)
 from data.image_folder import load_image, make_dataset
 
@@ -44,8 +44,6 @@ class TemplateDataset(BaseDataset):
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)
         check_preprocess(opt)
-        check_channels("--input_nc", opt.input_nc)
-        check_channels("--output_nc", opt.output_nc)
         # getattr: the flag exists only when the parser was built for this dataset mode.
         self.nc_A, self.nc_B = domain_channels(opt)  # A/B are never swapped; the model uses --direction
         self.new_option = getattr(opt, "new_dataset_option", 1.0)

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from data.base_dataset import (BaseDataset, check_channels, check_preprocess, domain_channels, get_params,
+from data.base_dataset import (BaseDataset, check_preprocess, domain_channels, get_params,
                                get_transform)
 from data.image_folder import load_image, make_dataset
 
@@ -26,8 +26,6 @@ class UnalignedDataset(BaseDataset):
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)
         check_preprocess(opt)
-        check_channels("--input_nc", opt.input_nc)
-        check_channels("--output_nc", opt.output_nc)
         self.nc_A, self.nc_B = domain_channels(opt)
         self.dir_A = os.path.join(opt.dataroot, opt.phase + "A")
         self.dir_B = os.path.join(opt.dataroot, opt.phase + "B")

@@ -77,6 +77,12 @@ class BaseModel(ABC):
         """An input tensor on the model's device, in its precision and memory format."""
         return tensor.to(self.device, self.dtype, non_blocking=True).contiguous(memory_format=self.memory_format)
 
+    def paired_input(self, input: dict) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+        """(model input, model target, input paths) of a batch, following --direction."""
+        AtoB = self.opt.direction == "AtoB"
+        return (self.to_device(input["A" if AtoB else "B"]), self.to_device(input["B" if AtoB else "A"]),
+                input["A_paths" if AtoB else "B_paths"])
+
     # ------------------------------------------------------------------ mixed precision
     def autocast(self):
         """The context in which forward passes and losses run (bf16/fp16 autocast with --amp)."""

@@ -77,10 +77,7 @@ class CycleGANModel(BaseModel):
             self.fake_B_pool.load_state_dict(state["fake_B_pool"], self.device)
 
     def set_input(self, input: dict) -> None:
-        AtoB = self.opt.direction == "AtoB"
-        self.real_A = self.to_device(input["A" if AtoB else "B"])
-        self.real_B = self.to_device(input["B" if AtoB else "A"])
-        self.image_paths = input["A_paths" if AtoB else "B_paths"]
+        self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
     def forward(self) -> None:
         self.fake_B = self.netG_A(self.real_A)  # G_A(A)

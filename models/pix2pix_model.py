@@ -36,10 +36,7 @@ class Pix2PixModel(BaseModel):
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
     def set_input(self, input: dict) -> None:
-        AtoB = self.opt.direction == "AtoB"
-        self.real_A = self.to_device(input["A" if AtoB else "B"])
-        self.real_B = self.to_device(input["B" if AtoB else "A"])
-        self.image_paths = input["A_paths" if AtoB else "B_paths"]
+        self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
     def forward(self) -> None:
         self.fake_B = self.netG(self.real_A)

@@ -39,10 +39,7 @@ class TemplateModel(BaseModel):
             self.optimizers = [self.optimizer]
 
     def set_input(self, input: dict) -> None:
-        AtoB = self.opt.direction == "AtoB"
-        self.data_A = self.to_device(input["A" if AtoB else "B"])
-        self.data_B = self.to_device(input["B" if AtoB else "A"])
-        self.image_paths = input["A_paths" if AtoB else "B_paths"]
+        self.data_A, self.data_B, self.image_paths = self.paired_input(input)
 
     def forward(self) -> None:
         self.output = self.netG(self.data_A)
