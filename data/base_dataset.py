@@ -16,11 +16,10 @@ import random
 from functools import partial
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.utils.data as data
-import torchvision.transforms.functional as TF
 from PIL import Image
-from torchvision.transforms import Compose, InterpolationMode
 
 from util.errors import UserError
 
@@ -116,10 +115,23 @@ def get_params(opt: argparse.Namespace, size: tuple[int, int], rng: random.Rando
 
 
 def _pil_method(method: Any) -> Any:
-    # Accept torchvision's InterpolationMode too, since callers of the original API pass it.
-    if isinstance(method, InterpolationMode):
+    # Accept torchvision's InterpolationMode too, since callers of the original API pass it
+    # (recognised by name: importing torchvision would double every start-up time).
+    if type(method).__name__ == "InterpolationMode":
         return getattr(Image.Resampling, method.name, BICUBIC)
     return method
+
+
+class Compose:
+    """Apply `transforms` in order (the interface of torchvision's Compose)."""
+
+    def __init__(self, transforms: list[Callable[[Any], Any]]) -> None:
+        self.transforms = transforms
+
+    def __call__(self, img: Any) -> Any:
+        for transform in self.transforms:
+            img = transform(img)
+        return img
 
 
 def _to_gray(img: Image.Image) -> Image.Image:
@@ -153,8 +165,11 @@ def _flip(img: Image.Image) -> Image.Image:
 
 
 def _to_normalized_tensor(img: Image.Image) -> torch.Tensor:
-    # Maps [0, 1] to [-1, 1] per channel (mean 0.5, std 0.5), for any number of channels.
-    return TF.to_tensor(img).mul_(2.0).sub_(1.0)
+    # 8-bit values to [-1, 1] per channel (mean 0.5, std 0.5), for any number of channels.
+    array = np.asarray(img, dtype=np.uint8)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array.transpose(2, 0, 1).copy()).float().div_(127.5).sub_(1.0)
 
 
 def get_transform(
