@@ -5,7 +5,12 @@
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
 Images go to --results_dir/--name/<phase>_<epoch>/images/, the page to .../index.html, and for
-paired data the mean L1/PSNR of the outputs (and of the do-nothing baseline) to metrics.json.
+paired data (aligned, colorization) the mean L1/PSNR of the outputs (and of the do-nothing
+baseline) to metrics.json. --eval_metrics adds SSIM and FID/KID (docs/evaluation.md).
+
+With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
+size the generator takes and the output cropped back. --tile N translates large images in blended
+N x N tiles (util/tiling.py, docs/evaluation.md).
 """
 from __future__ import annotations
 
@@ -21,15 +26,28 @@ from util import distributed, html
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics import MetricAverager
 from util.seeding import seed_everything
+from util.tiling import adapt_generators, check_tiling, receptive_radius
 from util.visualizer import save_result_images
 
 
 def run_test(opt, ctx: distributed.DistContext) -> str:
     """Translate the first --num_test images; returns the path of the results page."""
     seed_everything(opt.seed if opt.seed is not None else 0)
+    check_tiling(opt.netG, opt.tile, opt.tile_overlap)
+    if opt.eval_metrics:
+        from util.metrics_report import check_distribution_inputs  # only metric runs need its imports
+
+        check_distribution_inputs(opt)  # fail before translating, not after
     dataset = create_dataset(opt, 0, ctx.rank, ctx.world_size, ctx.device.type, limit=opt.num_test)
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
+    # Any image size works once the generators pad and crop back. Other preprocess modes give the
+    # --crop_size/--load_size the user chose, which stays checked below so that a bad size is named.
+    any_size = opt.preprocess == "none" or opt.tile > 0
+    if any_size:
+        adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap)
+        if opt.tile and ctx.is_main:
+            print(tiling_note(opt))
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     if opt.load_iter > 0:
         web_dir = f"{web_dir}_iter{opt.load_iter}"
@@ -43,7 +61,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     rows = []  # (dataset index, name, files, labels, metrics) for each image this rank translated
     # Like the reference, only the first image of each batch is saved.
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
-        check_input_size(opt.netG, *data["A"].shape[-2:])
+        if not any_size:
+            check_input_size(opt.netG, *data["A"].shape[-2:])
         model.set_input(data)
         model.test()  # forward under torch.no_grad
         img_path = model.get_image_paths()
@@ -51,7 +70,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
         rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio),
-                     paired_metrics(visuals)))
+                     paired_metrics(visuals, opt.eval_metrics) if is_paired(opt) else {}))
 
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
     if not ctx.is_main:
@@ -59,25 +78,64 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
     summary = summarize([row[4] for row in all_rows if row[4]])
     if summary:
-        with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
-            json.dump(summary, f, indent=1)
         text = ", ".join(f"{k} {v:.4f}" for k, v in summary.items() if k != "images")
         print(f"metrics over {summary['images']} images (L1 in [-1, 1] units; identity = input vs target): {text}")
         webpage.add_text(f"Mean over {summary['images']} test images: {text}")
+    if opt.eval_metrics:
+        from util.metrics_report import describe_distribution, distribution_metrics  # only metric runs need them
+
+        distribution = distribution_metrics(opt, image_dir, [(row[2], row[3]) for row in all_rows], ctx.device)
+        summary.update(distribution)
+        print(describe_distribution(distribution))
+        webpage.add_text(describe_distribution(distribution))
+    if summary:
+        with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
+            json.dump(summary, f, indent=1)
     for _, name, files, labels, _ in all_rows:
         webpage.add_header(name)
         webpage.add_images(files, labels, files, width=opt.display_winsize)
     return webpage.save()
 
 
-def paired_metrics(visuals: dict) -> dict[str, float]:
-    """With a target image (paired data): scores of the output and of the do-nothing baseline."""
-    if "fake_B" not in visuals or "real_B" not in visuals:
+def tiling_note(opt) -> str:
+    """How tiled output will compare with whole-image output (docs/evaluation.md)."""
+    radius = receptive_radius(opt.netG)
+    if opt.norm in ("batch", "syncbatch") and not opt.eval:
+        return ("note: --tile with batch norm but without --eval normalises each tile with its own statistics; "
+                "add --eval for tiles that match whole-image inference.")
+    if opt.norm == "instance" or radius is None:
+        why = "each tile has its own statistics" if opt.norm == "instance" else "its bottleneck sees the whole tile"
+        return (f"note: with --norm {opt.norm} --netG {opt.netG} tiles cannot equal whole-image inference ({why}); "
+                f"overlaps are cross-faded so that no seams show.")
+    if opt.tile_overlap < 4 * radius:
+        return (f"note: --tile_overlap {opt.tile_overlap} is below 4 x the receptive radius ({radius} px) of "
+                f"--netG {opt.netG}: outputs may differ slightly from whole-image inference along the overlaps; "
+                f"--tile_overlap {4 * radius} (with --tile {max(opt.tile, -(-8 * radius // 4) * 4)} or more) makes "
+                f"them equal.")
+    return f"tiles of {opt.tile} px, overlap {opt.tile_overlap}: equal to whole-image inference up to rounding."
+
+
+# Datasets whose target image belongs to the input, so that output-vs-target scores mean something
+# (an unaligned dataset pairs each input with an unrelated B image).
+PAIRED_DATASETS = ("aligned", "colorization")
+
+
+def is_paired(opt) -> bool:
+    return opt.dataset_mode in PAIRED_DATASETS
+
+
+def paired_metrics(visuals: dict, with_ssim: bool = False) -> dict[str, float]:
+    """With a target image (paired data): scores of the output and of the do-nothing baseline
+    (the input itself, when it has the target's shape). Colorization compares the RGB images."""
+    for output, target in (("fake_B", "real_B"), ("fake_B_rgb", "real_B_rgb")):
+        if output in visuals and target in visuals:
+            break
+    else:
         return {}
-    scores = MetricAverager()
-    scores.add_pair("output", visuals["fake_B"][:1], visuals["real_B"][:1])
-    if visuals["real_A"].shape == visuals["real_B"].shape:
-        scores.add_pair("identity", visuals["real_A"][:1], visuals["real_B"][:1])
+    scores = MetricAverager(with_ssim)
+    scores.add_pair("output", visuals[output][:1], visuals[target][:1])
+    if visuals["real_A"].shape == visuals[target].shape:
+        scores.add_pair("identity", visuals["real_A"][:1], visuals[target][:1])
     scores.count = 1
     return scores.means()
 

@@ -16,7 +16,7 @@ every pixel position are kept.
   linearly to 1 across the middle half of the overlap. The blended image is the weighted sum
   divided by the sum of weights.
 
-Accuracy (see docs/evaluation.md, "Large images"): for generators whose output depends only on a
+Accuracy (see docs/evaluation.md, "Large and non-square images"): for generators whose output depends only on a
 bounded neighbourhood - batch norm in eval mode, or no norm - tiled output equals whole-image
 output up to float rounding (about 1e-5) when `overlap // 4 >= receptive_radius(netG)`; with less
 overlap the difference is what the far edge of the receptive field contributes. Instance norm
@@ -40,16 +40,27 @@ def receptive_radius(netG: str) -> int | None:
     """Pixels from an output pixel to the farthest input pixel that influences it; None for the
     U-Nets, whose bottleneck sees the whole tile (tiling them is never exact)."""
     if netG.startswith("resnet_"):
-        # 7x7 conv (3) + two stride-2 3x3 convs (1 + 2) + two 3x3 convs per block at quarter
-        # resolution (8 each) + two transposed convs (4 + 2, rounded up) + the last 7x7 conv (3).
+        # Each residual block's two 3x3 convs at quarter resolution reach 8 pixels further; the
+        # convs around them add 12. Measured with a gradient probe (tests/test_tiling.py).
         n_blocks = int(netG.split("_")[1].replace("blocks", ""))
-        return 3 + 1 + 2 + 8 * n_blocks + 4 + 2 + 3
+        return 12 + 8 * n_blocks
     return None
 
 
-def split_padding(size: int, multiple: int) -> tuple[int, int]:
-    """(before, after) padding that brings `size` up to the next multiple of `multiple`."""
-    total = (-size) % multiple
+def size_rule(netG: str) -> tuple[int, int]:
+    """(multiple, minimum): sizes `netG` takes are multiples of `multiple`, at least `minimum`
+    (see networks.check_input_size: resnets need 8 px, U-Nets one multiple)."""
+    from models.networks import size_multiple
+
+    multiple = size_multiple(netG)
+    return multiple, (8 if netG.startswith("resnet") else multiple)
+
+
+def split_padding(size: int, multiple: int, minimum: int = 0) -> tuple[int, int]:
+    """(before, after) padding that brings `size` up to the next multiple of `multiple` that is
+    at least `minimum`, split evenly (the extra pixel after)."""
+    target = max(-(-size // multiple) * multiple, -(-minimum // multiple) * multiple)
+    total = target - size
     return total // 2, total - total // 2
 
 
@@ -126,17 +137,24 @@ class SizeAdapter(nn.Module):
     """Wraps a generator so that it takes images of any size and returns the same size (see the
     module docstring); `tile` > 0 translates in blended tiles of that size."""
 
-    def __init__(self, net: nn.Module, multiple: int, tile: int = 0, overlap: int = 0):
+    def __init__(self, net: nn.Module, multiple: int, tile: int = 0, overlap: int = 0, minimum: int = 0):
         super().__init__()
         self.net = net
         self.multiple = multiple
+        self.minimum = minimum
         self.tile = tile
         self.overlap = overlap
 
+    @classmethod
+    def for_generator(cls, net: nn.Module, netG: str, tile: int = 0, overlap: int = 0) -> "SizeAdapter":
+        """The adapter with the size rule of generator architecture `netG` (e.g. resnet_9blocks)."""
+        multiple, minimum = size_rule(netG)
+        return cls(net, multiple, tile, overlap, minimum)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         height, width = x.shape[-2:]
-        top, bottom = split_padding(height, self.multiple)
-        left, right = split_padding(width, self.multiple)
+        top, bottom = split_padding(height, self.multiple, self.minimum)
+        left, right = split_padding(width, self.multiple, self.minimum)
         padded = reflect_pad(x, top, bottom, left, right)
         ph, pw = padded.shape[-2:]
         if self.tile and (ph > self.tile or pw > self.tile):
@@ -148,15 +166,13 @@ class SizeAdapter(nn.Module):
 
 def check_tiling(netG: str, tile: int, overlap: int) -> None:
     """Raise a UserError unless --tile/--tile_overlap suit generator `netG`."""
-    from models.networks import size_multiple
-
-    multiple = size_multiple(netG)
+    multiple, minimum = size_rule(netG)
     if tile < 0 or overlap < 0:
         raise UserError(f"--tile {tile} and --tile_overlap {overlap} must not be negative; use --tile 0 to "
                         f"translate whole images.")
     if tile == 0:
         return
-    minimum = max(multiple, 16 if netG.startswith("resnet") else multiple)
+    minimum = max(minimum, 16)
     if tile % multiple or tile < minimum:
         raise UserError(
             f"--tile {tile} does not suit --netG {netG}: tiles must be multiples of {multiple} pixels and at "
@@ -167,7 +183,7 @@ def check_tiling(netG: str, tile: int, overlap: int) -> None:
             f"they advance. Use --tile_overlap {tile // 8} (or a bigger --tile).")
 
 
-def adapt_generators(model, multiple: int, tile: int = 0, overlap: int = 0) -> list[str]:
+def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0) -> list[str]:
     """Wrap each generator of `model` (attributes named net<G...>) in a SizeAdapter, after its
     weights are loaded; returns the wrapped attribute names. Models call `self.netG...(x)` in
     `forward`, so they need no change; a generator held under two names is wrapped once."""
@@ -176,7 +192,38 @@ def adapt_generators(model, multiple: int, tile: int = 0, overlap: int = 0) -> l
     for name, value in list(vars(model).items()):
         if name.startswith("netG") and isinstance(value, nn.Module) and not isinstance(value, SizeAdapter):
             if id(value) not in wrapped:
-                wrapped[id(value)] = SizeAdapter(value, multiple, tile, overlap)
+                wrapped[id(value)] = SizeAdapter.for_generator(value, netG, tile, overlap)
             setattr(model, name, wrapped[id(value)])
             names.append(name)
     return names
+
+
+class PadToMultiple(nn.Module):
+    """The padding part of SizeAdapter in a form TorchScript and torch.export can trace with
+    symbolic height and width (one reflection step, no loop): pads to the next multiple of
+    `multiple` split evenly, runs `net`, crops back. Reflection needs the padding to be smaller
+    than the image, so inputs must be at least `multiple // 2 + 1` pixels (U-Net 256: 129) and,
+    for resnets, 8 (`export_min_size`)."""
+
+    def __init__(self, net: nn.Module, multiple: int):
+        super().__init__()
+        self.net = net
+        self.multiple = multiple
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        height = x.shape[2]
+        width = x.shape[3]
+        pad_h = (self.multiple - height % self.multiple) % self.multiple
+        pad_w = (self.multiple - width % self.multiple) % self.multiple
+        top = pad_h // 2
+        left = pad_w // 2
+        y = self.net(F.pad(x, [left, pad_w - left, top, pad_h - top], mode="reflect"))
+        return y[:, :, top:top + height, left:left + width]
+
+
+def export_min_size(netG: str) -> int:
+    """Smallest height/width a PadToMultiple-wrapped `netG` accepts."""
+    multiple, minimum = size_rule(netG)
+    # Resnets: padding to a multiple of 4 leaves anything below 8 too small. U-Nets: any size pads
+    # up to at least one multiple; reflection limits the padding to less than the image.
+    return minimum if minimum > multiple else multiple // 2 + 1

@@ -1,0 +1,191 @@
+"""Export a trained generator to TorchScript and ONNX, then check both against PyTorch.
+
+    # from a checkpoints folder, with the flags you give test.py
+    python scripts/export.py --name facades_pix2pix --model pix2pix --direction BtoA
+    python scripts/export.py --name horse2zebra --model cycle_gan --which_net G_B
+    # from one weights file (e.g. a downloaded pretrained model)
+    python scripts/export.py --weights checkpoints/horse2zebra_pretrained/latest_net_G.pth \
+        --netG resnet_9blocks --norm instance --no_dropout
+
+Writes <export_dir>/<epoch>_net_<net>.pt (TorchScript) and .onnx (default export_dir:
+checkpoints/<name>/export). Both take NxCxHxW float images in [-1, 1] of any height and width
+(at least `export_min_size`: 8 for resnets, 129 for unet_256) and return the same size: the
+exported module pads by reflection to the generator's size multiple and crops back, as test.py
+does with --preprocess none. The network is in eval mode (batch norm running statistics, no
+dropout), i.e. what `test.py --eval` computes.
+
+Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
+the PyTorch module; the largest absolute difference is printed, and the exit status is 1 if it exceeds --tolerance.
+ONNX goes through torch.onnx.export(dynamo=True) (needs the onnx and onnxscript packages, no
+network); the ONNX check needs onnxruntime, and is skipped with a note when it is not installed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from models import create_model, networks  # noqa: E402
+from models.base_model import _drop_old_instance_norm_stats  # noqa: E402
+from options.test_options import TestOptions  # noqa: E402
+from util.checkpoint import load_state_dict_file  # noqa: E402
+from util.distributed import DistContext  # noqa: E402
+from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.tiling import PadToMultiple, export_min_size  # noqa: E402
+
+FORMATS = ("torchscript", "onnx")
+
+
+class ExportOptions(TestOptions):
+    """test.py's flags (so the same command line picks the same checkpoint) plus export flags;
+    --dataroot is not needed."""
+
+    def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser = super().initialize(parser)
+        for action in parser._actions:  # argparse has no public way to relax a required flag
+            if action.dest == "dataroot":
+                action.required = False
+                action.default = ""
+        parser.add_argument("--weights", type=str, default="", help="a generator state_dict .pth to export instead of the checkpoints folder's")
+        parser.add_argument("--which_net", type=str, default="", help="network of the model to export: G (pix2pix, colorization, test), G_A or G_B (cycle_gan; default G_A)")
+        parser.add_argument("--export_dir", type=str, default="", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
+        parser.add_argument("--formats", type=str, default="torchscript,onnx", help="comma-separated: torchscript, onnx")
+        parser.add_argument("--check_sizes", type=str, default="", help="HxW sizes to compare on, comma-separated (default: two sizes that suit --netG)")
+        parser.add_argument("--tolerance", type=float, default=1e-4, help="largest absolute difference from PyTorch that passes the check")
+        parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: torch's)")
+        return parser
+
+
+def load_generator(opt) -> tuple[torch.nn.Module, str]:
+    """The generator to export (CPU, float32, eval mode) and its file stem."""
+    if opt.weights:
+        net = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
+                                opt.init_type, opt.init_gain)
+        state = load_state_dict_file(opt.weights, "cpu")
+        _drop_old_instance_norm_stats(state, net)
+        try:
+            net.load_state_dict(state)
+        except RuntimeError as err:
+            first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+            raise UserError(f"{opt.weights} does not fit --netG {opt.netG} --norm {opt.norm} --ngf {opt.ngf} "
+                            f"--input_nc {opt.input_nc} --output_nc {opt.output_nc}"
+                            f"{' --no_dropout' if opt.no_dropout else ''}; pass the flags it was trained with. "
+                            f"PyTorch says: {first}") from None
+        return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
+    model = create_model(opt, DistContext())
+    model.setup(opt)
+    default = {"cycle_gan": "G_A", "test": "G" + getattr(opt, "model_suffix", "")}.get(opt.model, "G")
+    which = opt.which_net or default
+    if which not in model.model_names:
+        raise UserError(f"--which_net {which} is not a generator of --model {opt.model}; choose one of "
+                        f"{', '.join(n for n in model.model_names if n.startswith('G'))}.")
+    suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
+    return getattr(model, "net" + which).float().eval(), f"{suffix}_net_{which}"
+
+
+def check_sizes(opt) -> list[tuple[int, int]]:
+    if opt.check_sizes:
+        try:
+            return [tuple(int(v) for v in size.lower().split("x")) for size in opt.check_sizes.split(",")]
+        except ValueError:
+            raise UserError(f"--check_sizes {opt.check_sizes} is not a list of HxW sizes; use e.g. 256x256,200x312.") from None
+    multiple = networks.size_multiple(opt.netG)
+    if multiple >= 128:  # U-Nets: one exact multiple, one size that needs padding
+        return [(multiple, multiple), (multiple + multiple // 2 + 3, multiple * 2)]
+    return [(256, 256), (190, 318)]
+
+
+def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptModule:
+    with warnings.catch_warnings():  # torch.jit is deprecated upstream; the file format still loads everywhere
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.script(module)
+        scripted.save(path)
+        return torch.jit.load(path)
+
+
+def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int, opset: int | None) -> None:
+    try:
+        import onnxscript  # noqa: F401  (torch's dynamo exporter needs it)
+    except ImportError:
+        raise UserError("ONNX export needs the onnx and onnxscript packages: pip install onnx onnxscript "
+                        "(or drop onnx from --formats).") from None
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    height = torch.export.Dim("height", min=min_size, max=16384)
+    width = torch.export.Dim("width", min=min_size, max=16384)
+    # Batch 2 and unequal sides in the example: torch.export would fix a dimension of size 1, or
+    # tie two equal ones together.
+    example = torch.rand(2, channels, max(min_size, 64), max(min_size, 64) + 8) * 2 - 1
+    kwargs = {"opset_version": opset} if opset else {}
+    torch.onnx.export(module, (example,), path, dynamo=True, input_names=["input"], output_names=["output"],
+                      dynamic_shapes={"x": {0: batch, 2: height, 3: width}}, verbose=False, **kwargs)
+
+
+def run_onnx(path: str):
+    """A callable running the ONNX file with onnxruntime, or None if it is not installed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return lambda x: torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    opt = ExportOptions().parse(argv)
+    try:
+        formats = [f.strip() for f in opt.formats.split(",") if f.strip()]
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown or not formats:
+            raise UserError(f"--formats {opt.formats}: choose among {', '.join(FORMATS)}.")
+        sizes = check_sizes(opt)
+        min_size = export_min_size(opt.netG)
+        if any(min(size) < min_size for size in sizes):
+            raise UserError(f"--check_sizes {opt.check_sizes}: --netG {opt.netG} exports take at least {min_size}x{min_size}.")
+        net, stem = load_generator(opt)
+        module = PadToMultiple(net, networks.size_multiple(opt.netG)).eval()
+        out_dir = opt.export_dir or (os.path.dirname(os.path.abspath(opt.weights)) if opt.weights
+                                     else os.path.join(opt.checkpoints_dir, opt.name, "export"))
+        os.makedirs(out_dir, exist_ok=True)
+        # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
+        in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+        runners = {}
+        if "torchscript" in formats:
+            path = os.path.join(out_dir, stem + ".pt")
+            runners["torchscript"] = (path, export_torchscript(module, path))
+        if "onnx" in formats:
+            path = os.path.join(out_dir, stem + ".onnx")
+            export_onnx(module, path, in_channels, min_size, opt.opset)
+            runners["onnx"] = (path, run_onnx(path))
+    except UserError as err:
+        print(describe(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    worst = 0.0
+    generator = torch.Generator().manual_seed(0)
+    for name, (path, run) in runners.items():
+        print(f"{name}: {path}")
+        if run is None:
+            print(f"  not checked: onnxruntime is not installed (pip install onnxruntime)")
+            continue
+        for i, (h, w) in enumerate(sizes):
+            x = torch.rand(1 + i % 2, in_channels, h, w, generator=generator) * 2 - 1  # batch 1, then 2
+            # Without TorchScript's profiling passes, which cost seconds on the first calls and
+            # would only speed up later ones.
+            with torch.no_grad(), torch.jit.optimized_execution(False):
+                expected = module(x)
+                got = run(x)
+            diff = (got - expected).abs().max().item() if got.shape == expected.shape else float("inf")
+            worst = max(worst, diff)
+            print(f"  {h}x{w}: output {tuple(got.shape)}, max abs difference from PyTorch {diff:.3e}")
+    ok = worst <= opt.tolerance
+    print(f"check {'passed' if ok else 'FAILED'}: largest difference {worst:.3e} (tolerance {opt.tolerance:g})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

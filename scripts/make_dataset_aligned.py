@@ -1,0 +1,125 @@
+"""Turn a paired dataset in the CycleGAN layout into the aligned layout pix2pix trains on.
+
+    python scripts/make_dataset_aligned.py --dataset-path datasets/mydata
+
+As the reference's datasets/make_dataset_aligned.py: for every split with both <split>A/ and
+<split>B/ folders (train, val, test, ...), each A image and its B partner are written side by side
+to <split>/ in the same dataset folder, A on the left. The result is read by
+`--dataset_mode aligned` (the pix2pix default).
+
+Partners are found by file name (a.png in trainA with a.png or a.jpg in trainB); files without a
+partner or pairs of different sizes stop the script with exit status 2, naming them. The reference
+paired the sorted lists by position instead; `--pair_by order` does that (the counts must agree).
+Output images keep A's file name and format.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from data.image_folder import is_image_file  # noqa: E402
+from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+
+SHOWN = 5
+
+
+def get_file_paths(folder: str) -> list[str]:
+    """Image files directly in `folder`, sorted by name."""
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if is_image_file(n))
+
+
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def pair_files(a_paths: list[str], b_paths: list[str], by: str = "name") -> list[tuple[str, str]]:
+    """(A, B) pairs; UserError naming the files without a partner (by name) or the counts (by order)."""
+    if by == "order":
+        if len(a_paths) != len(b_paths):
+            raise UserError(f"--pair_by order needs as many A as B images, but {os.path.dirname(a_paths[0]) if a_paths else 'A'} "
+                            f"has {len(a_paths)} and {os.path.dirname(b_paths[0]) if b_paths else 'B'} has {len(b_paths)}.")
+        return list(zip(a_paths, b_paths))
+    b_by_stem = {_stem(p): p for p in b_paths}
+    pairs, unmatched = [], []
+    for a in a_paths:
+        b = b_by_stem.pop(_stem(a), None)
+        if b is None:
+            unmatched.append(a)
+        else:
+            pairs.append((a, b))
+    unmatched += sorted(b_by_stem.values())
+    if unmatched:
+        more = f" and {len(unmatched) - SHOWN} more" if len(unmatched) > SHOWN else ""
+        raise UserError(f"{len(unmatched)} image(s) have no partner with the same name (ignoring the extension) in "
+                        f"the other folder: {', '.join(unmatched[:SHOWN])}{more}. Rename or remove them, or pass "
+                        f"--pair_by order to pair the sorted lists by position as the reference did.")
+    return pairs
+
+
+def check_sizes(pairs: list[tuple[str, str]]) -> None:
+    """UserError naming the pairs whose images differ in size (or cannot be read), from headers."""
+    problems = []
+    for a, b in pairs:
+        try:
+            with Image.open(a) as img_a, Image.open(b) as img_b:
+                if img_a.size != img_b.size:
+                    problems.append(f"{a} ({img_a.size[0]}x{img_a.size[1]}) vs {b} ({img_b.size[0]}x{img_b.size[1]})")
+        except (OSError, ValueError) as err:
+            raise UserError(f"cannot read the pair {a} / {b} ({err}); replace or remove the file.") from None
+    if problems:
+        raise UserError(f"{len(problems)} pair(s) differ in size: {', '.join(problems[:SHOWN])}. A and B of a pair "
+                        f"must have the same width and height.")
+
+
+def align_images(pairs: list[tuple[str, str]], target_path: str) -> int:
+    """Write each (A, B) side by side into `target_path` (call `check_sizes` first)."""
+    os.makedirs(target_path, exist_ok=True)
+    for a, b in pairs:
+        with Image.open(a) as img_a, Image.open(b) as img_b:
+            img_a, img_b = img_a.convert("RGB"), img_b.convert("RGB")
+            aligned = Image.new("RGB", (img_a.width * 2, img_a.height))
+            aligned.paste(img_a, (0, 0))
+            aligned.paste(img_b, (img_a.width, 0))
+        out = os.path.join(target_path, os.path.basename(a))
+        aligned.save(out, quality=95) if out.lower().endswith((".jpg", ".jpeg")) else aligned.save(out)
+    return len(pairs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset-path", "--dataset_path", dest="dataset_path", required=True,
+                        help="folder with <split>A and <split>B subfolders (trainA, trainB, testA, testB, ...)")
+    parser.add_argument("--pair_by", choices=["name", "order"], default="name",
+                        help="name: partners share a file name; order: the sorted lists are paired by position")
+    args = parser.parse_args(argv)
+    try:
+        root = args.dataset_path
+        if not os.path.isdir(root):
+            raise UserError(f"--dataset-path {root} is not a folder.")
+        splits = sorted(d[:-1] for d in os.listdir(root) if d.endswith("A") and os.path.isdir(os.path.join(root, d)))
+        if not splits:
+            raise UserError(f"--dataset-path {root} has no <split>A folders (e.g. trainA and trainB, testA and testB).")
+        jobs = []
+        for split in splits:
+            b_dir = os.path.join(root, split + "B")
+            if not os.path.isdir(b_dir):
+                raise UserError(f"{os.path.join(root, split + 'A')} has no partner folder {b_dir}.")
+            pairs = pair_files(get_file_paths(os.path.join(root, split + "A")), get_file_paths(b_dir), args.pair_by)
+            check_sizes(pairs)
+            jobs.append((split, pairs))
+        for split, pairs in jobs:  # every split is paired before anything is written
+            count = align_images(pairs, os.path.join(root, split))
+            print(f"{split}: {count} aligned images in {os.path.join(root, split)}")
+    except UserError as err:
+        print(describe(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""scripts/export.py: TorchScript and ONNX exports of resnet and U-Net generators that take any
+height and width and match PyTorch to 1e-4 (float32) at two sizes, checked by the script and
+again here, independently; export from a checkpoints folder; clear errors for wrong flags."""
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import run_script
+from models import networks
+from util.tiling import SizeAdapter
+
+TOL = 1e-4
+# (netG, norm, sizes HxW): one size the generator takes as is, one that needs padding.
+CASES = [("resnet_6blocks", "instance", [(64, 96), (75, 50)]),
+         ("unet_256", "batch", [(256, 256), (300, 200)])]
+
+
+def make_generator(netG: str, norm: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = networks.define_G(3, 3, 8, netG, norm, use_dropout=False, init_type="normal", init_gain=0.3)
+    if norm == "batch":  # running statistics as after training, so eval mode matters
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+    return net.eval()
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """Run scripts/export.py --weights for each case (two at a time); returns {netG: (dir, result)}."""
+    root = tmp_path_factory.mktemp("export")
+
+    for netG, norm, _ in CASES:  # before the threads: they would share torch's global RNG
+        (root / netG).mkdir()
+        torch.save(make_generator(netG, norm).state_dict(), root / netG / "latest_net_G.pth")
+
+    def export(case):
+        netG, norm, sizes = case
+        folder = root / netG
+        result = run_script("scripts/export.py", "--weights", str(folder / "latest_net_G.pth"), "--netG", netG,
+                            "--norm", norm, "--ngf", "8", "--no_dropout", "--export_dir", str(folder / "out"),
+                            "--check_sizes", ",".join(f"{h}x{w}" for h, w in sizes))
+        return netG, (folder / "out", result)
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(export, CASES))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("netG", [case[0] for case in CASES])
+def test_export_script_checks_both_formats_at_two_sizes_and_passes(exports, netG):
+    _, result = exports[netG]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    diffs = [float(d) for d in re.findall(r"max abs difference from PyTorch ([0-9.e+-]+)", result.stdout)]
+    assert len(diffs) == 4 and max(diffs) <= TOL, result.stdout  # 2 formats x 2 sizes
+    assert "check passed" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+@pytest.mark.parametrize("netG, norm, sizes", CASES)
+def test_exported_files_match_pytorch_at_two_sizes(exports, netG, norm, sizes):
+    folder, result = exports[netG]
+    assert result.returncode == 0, result.stderr[-3000:]
+    net = networks.define_G(3, 3, 8, netG, norm)
+    net.load_state_dict(torch.load(folder.parent / "latest_net_G.pth", weights_only=True))
+    reference = SizeAdapter.for_generator(net, netG).eval()
+    scripted = torch.jit.load(str(folder / "latest_net_G.pt"))
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is optional; the ONNX comparison needs it")
+    session = ort.InferenceSession(str(folder / "latest_net_G.onnx"), providers=["CPUExecutionProvider"])
+    for h, w in sizes:
+        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w)) * 2 - 1
+        with torch.no_grad(), torch.jit.optimized_execution(False):  # skip seconds of profiling passes
+            expected = reference(x)
+            from_script = scripted(x)
+        from_onnx = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        assert expected.shape == from_script.shape == from_onnx.shape == (1, 3, h, w)
+        assert expected.std() > 0.01  # a real signal
+        assert (from_script - expected).abs().max().item() <= TOL
+        assert (from_onnx - expected).abs().max().item() <= TOL
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path):
+    run_dir = tmp_path / "ckpt" / "c"
+    run_dir.mkdir(parents=True)
+    torch.manual_seed(0)
+    for name, (cin, cout) in {"G_A": (1, 3), "G_B": (3, 1)}.items():
+        net = networks.define_G(cin, cout, 8, "resnet_6blocks", "instance", init_gain=0.3)
+        torch.save(net.state_dict(), run_dir / f"latest_net_{name}.pth")
+    result = run_script("scripts/export.py", "--name", "c", "--model", "cycle_gan", "--checkpoints_dir",
+                        str(tmp_path / "ckpt"), "--input_nc", "1", "--output_nc", "3", "--netG", "resnet_6blocks",
+                        "--ngf", "8", "--which_net", "G_B", "--formats", "torchscript", "--device", "cpu")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scripted = torch.jit.load(str(run_dir / "export" / "latest_net_G_B.pt"))
+    with torch.no_grad(), torch.jit.optimized_execution(False):
+        assert scripted(torch.zeros(1, 3, 40, 44)).shape == (1, 1, 40, 44)
+
+
+def test_export_with_flags_that_do_not_fit_the_weights_names_file_and_flags(tmp_path):
+    torch.save(make_generator("resnet_6blocks", "instance").state_dict(), tmp_path / "g.pth")
+    result = run_script("scripts/export.py", "--weights", str(tmp_path / "g.pth"), "--netG", "resnet_9blocks",
+                        "--ngf", "8", "--norm", "instance", "--formats", "torchscript")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert str(tmp_path / "g.pth") in result.stderr and "--netG resnet_9blocks" in result.stderr

@@ -1,0 +1,219 @@
+"""Images of any size at test time (util/tiling.py): padding to the generator's multiple and back,
+tiled translation that equals whole-image translation for batch-norm (eval) and no-norm resnets,
+no visible seams for instance norm, and test.py's --preprocess none / --tile on real files."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from conftest import ROOT, run_script
+from models import networks
+from util.errors import UserError
+from util.tiling import (SizeAdapter, check_tiling, edge_ramp, receptive_radius, reflect_pad, size_rule,
+                         split_padding, tile_starts)
+
+# The tolerance docs/evaluation.md states for tiles vs. whole image (float32 rounding).
+EXACT_TOL = 1e-5
+
+
+def smooth_image(height: int = 768, width: int = 1024) -> torch.Tensor:
+    """A 1x3xHxW image in [-1, 1] with large-scale structure, so that tiles differ in content."""
+    yy, xx = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+    return torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx),
+                        torch.tanh(8 * (xx - 0.2)) * 0.6 + 0.2 * torch.sin(9 * yy)])[None]
+
+
+def small_resnet(norm: str, n_blocks: int = 1, ngf: int = 4, seed: int = 1) -> torch.nn.Module:
+    """A resnet generator whose output varies: kaiming init keeps the signal's scale through the
+    layers (the default normal(0, 0.02) init gives a nearly constant image)."""
+    torch.manual_seed(seed)
+    net = networks.ResnetGenerator(3, 3, ngf, networks.get_norm_layer(norm), n_blocks=n_blocks)
+    networks.init_weights(net, "kaiming")
+    if norm == "batch":  # running statistics that are not the identity, as after training
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+def resnet_radius(n_blocks: int) -> int:
+    return 12 + 8 * n_blocks  # receptive_radius's formula, for block counts without a --netG name
+
+
+# ---------------------------------------------------------------------------- building blocks
+@pytest.mark.parametrize("size, multiple, minimum, expected", [
+    (37, 4, 8, (1, 2)), (40, 4, 8, (0, 0)), (5, 4, 8, (1, 2)), (100, 256, 256, (78, 78)), (257, 256, 256, (127, 128))])
+def test_split_padding_reaches_the_next_allowed_size_split_evenly(size, multiple, minimum, expected):
+    assert split_padding(size, multiple, minimum) == expected
+
+
+def test_reflect_pad_handles_padding_larger_than_the_image_and_keeps_it_centred():
+    x = torch.arange(5.0).view(1, 1, 1, 5).expand(1, 1, 3, 5).contiguous()
+    padded = reflect_pad(x, 100, 100, 120, 131)
+    assert padded.shape[-2:] == (203, 256)
+    assert torch.equal(padded[..., 100:103, 120:125], x)
+    assert torch.equal(padded[0, 0, 100, 119:126], torch.tensor([1.0, 0, 1, 2, 3, 4, 3]))  # mirrored, not repeated
+
+
+@pytest.mark.parametrize("length, tile, overlap", [(1024, 512, 64), (768, 512, 64), (2000, 512, 128), (516, 512, 64)])
+def test_tiles_cover_the_image_on_the_4_pixel_grid_with_at_least_the_overlap(length, tile, overlap):
+    starts = tile_starts(length, tile, overlap)
+    assert starts[0] == 0 and starts[-1] + tile == length
+    assert all(s % 4 == 0 for s in starts)
+    assert all(b - a <= tile - overlap for a, b in zip(starts, starts[1:]))
+
+
+def test_edge_ramps_of_neighbours_add_up_to_one_across_the_overlap():
+    overlap = 64
+    left = edge_ramp(512, overlap, False, True)[-overlap:]
+    right = edge_ramp(512, overlap, True, False)[:overlap]
+    assert torch.allclose(left + right, torch.ones(overlap))
+    assert left[-overlap // 4:].eq(0).all() and right[:overlap // 4].eq(0).all()  # outer quarter unused
+
+
+def test_receptive_radius_matches_a_gradient_probe():
+    netG = "resnet_6blocks"
+    net = networks.define_G(3, 3, 2, netG, "none", init_type="normal", init_gain=1.0).double()
+    x = torch.randn(1, 3, 192, 192, dtype=torch.float64, requires_grad=True)
+    y = net.model[:-1](x)  # before tanh, which saturates
+    reach = 0
+    for phase in range(4):  # output positions at every offset of the 4-pixel grid
+        c = 96 + phase
+        (grad,) = torch.autograd.grad(y[0, 0, c, c], x, retain_graph=True)
+        rows = grad[0].abs().sum(0).sum(1).nonzero().flatten()
+        reach = max(reach, (rows - c).abs().max().item())
+    assert reach == receptive_radius(netG)
+
+
+# ---------------------------------------------------------------------------- any size
+@pytest.mark.parametrize("netG, size", [("resnet_6blocks", (37, 53)), ("resnet_6blocks", (5, 7)),
+                                        ("unet_128", (100, 211))])
+def test_size_adapter_returns_the_input_size_and_equals_the_padded_translation(netG, size):
+    net = networks.define_G(3, 3, 4, netG, "batch", init_gain=0.5).eval()
+    x = torch.rand(1, 3, *size) * 2 - 1
+    adapter = SizeAdapter.for_generator(net, netG)
+    with torch.no_grad():
+        y = adapter(x)
+        multiple, minimum = size_rule(netG)
+        (top, bottom), (left, right) = split_padding(size[0], multiple, minimum), split_padding(size[1], multiple, minimum)
+        expected = net(reflect_pad(x, top, bottom, left, right))[..., top:top + size[0], left:left + size[1]]
+    assert y.shape == x.shape
+    assert torch.equal(y, expected)
+
+
+# ---------------------------------------------------------------------------- tiles vs whole image
+@pytest.mark.parametrize("norm", ["none", "batch"])
+def test_tiled_1024x768_equals_whole_image_when_a_quarter_overlap_covers_the_receptive_field(norm):
+    net = small_resnet(norm, n_blocks=1)
+    overlap = 4 * resnet_radius(1)
+    image = smooth_image()
+    with torch.no_grad():
+        whole = net(image)
+        tiled = SizeAdapter(net, 4, tile=512, overlap=overlap)(image)
+    assert whole.std() > 0.1  # a real signal, not a constant
+    assert (tiled - whole).abs().max().item() <= EXACT_TOL
+
+
+def border_jumps(image: torch.Tensor, starts: list[int], tile: int) -> tuple[float, float]:
+    """Largest jump between neighbouring 8x8-averaged columns inside the tiles' overlaps, and
+    elsewhere. Averaging removes the random network's pixel-scale texture; a seam is a step in the
+    averaged image that the content around it does not have."""
+    pooled = F.avg_pool2d(image, 8)
+    jumps = pooled.diff(dim=3).abs().amax(dim=(0, 1, 2))
+    in_overlap = torch.zeros_like(jumps, dtype=torch.bool)
+    for previous, start in zip(starts, starts[1:]):
+        in_overlap[start // 8 - 1:(previous + tile) // 8] = True
+    return jumps[in_overlap].max().item(), jumps[~in_overlap].max().item()
+
+
+def test_instance_norm_tiles_show_no_seam_where_hard_tiles_do():
+    net = small_resnet("instance", n_blocks=1, seed=1)
+    networks.init_weights(net, "normal", 0.02)
+    image = smooth_image()
+    with torch.no_grad():
+        blended = SizeAdapter(net, 4, tile=512, overlap=64)(image)
+        hard = SizeAdapter(net, 4, tile=512, overlap=0)(image)
+    seam, elsewhere = border_jumps(blended, tile_starts(1024, 512, 64), 512)
+    assert seam <= elsewhere, (seam, elsewhere)  # the overlaps are as smooth as the rest
+    hard_seam, hard_elsewhere = border_jumps(hard, tile_starts(1024, 512, 0), 512)
+    assert hard_seam > 1.2 * hard_elsewhere, (hard_seam, hard_elsewhere)  # the measure does see seams
+
+
+def test_check_tiling_refuses_sizes_the_generator_cannot_take():
+    check_tiling("resnet_9blocks", 512, 64)
+    check_tiling("unet_256", 512, 64)
+    for netG, tile, overlap, flag in [("resnet_9blocks", 510, 64, "--tile 510"), ("unet_256", 384, 64, "--tile 384"),
+                                      ("resnet_9blocks", 512, 300, "--tile_overlap 300"), ("resnet_6blocks", -1, 0, "--tile -1")]:
+        with pytest.raises(UserError, match=flag):
+            check_tiling(netG, tile, overlap)
+
+
+# ---------------------------------------------------------------------------- test.py
+@pytest.fixture(scope="module")
+def resnet_checkpoint(tmp_path_factory):
+    """checkpoints/<name>/latest_net_G.pth of a resnet_6blocks generator (ngf 8, batch norm)."""
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    (ckpt / "r").mkdir()
+    torch.manual_seed(0)
+    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", init_type="xavier", init_gain=1.0)
+    torch.save(net.state_dict(), ckpt / "r" / "latest_net_G.pth")
+    return ckpt
+
+
+def run_test_py(images, ckpt, results, *extra):
+    return run_script("test.py", "--dataroot", str(images), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
+                      "--norm", "batch", "--ngf", "8", "--no_dropout", "--num_threads", "0", "--eval",
+                      "--checkpoints_dir", str(ckpt), "--results_dir", str(results), *extra)
+
+
+def png_size(path) -> tuple[int, int]:
+    with Image.open(path) as img:
+        return img.size
+
+
+@pytest.mark.slow
+def test_test_py_keeps_image_sizes_with_preprocess_none_and_tiles_large_images(resnet_checkpoint, tmp_path):
+    images = tmp_path / "in"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    sizes = {"wide": (53, 37), "tall": (30, 50), "big": (230, 150)}  # (width, height)
+    for name in ("wide", "tall"):
+        w, h = sizes[name]
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(images / f"{name}.png")
+    picture = ((smooth_image(150, 230)[0].permute(1, 2, 0).numpy() + 1) * 127.5).round().astype(np.uint8)
+    Image.fromarray(picture).save(images / "big.png")
+    result = run_test_py(images, resnet_checkpoint, tmp_path / "out", "--preprocess", "none", "--tile", "64",
+                         "--tile_overlap", "32")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "out" / "r" / "test_latest" / "images"
+    for name, size in sizes.items():  # nothing resized: the outputs have the inputs' sizes
+        assert png_size(out / f"{name}_fake.png") == size
+        assert png_size(out / f"{name}_real.png") == size
+    # The big image went through 64-pixel tiles; the whole-image translation differs only a little
+    # (overlap 32 is far below 4 x the receptive radius 60, so tiles are close, not exact).
+    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch")
+    net.load_state_dict(torch.load(resnet_checkpoint / "r" / "latest_net_G.pth", weights_only=True))
+    with torch.no_grad():
+        x = torch.from_numpy(picture).permute(2, 0, 1)[None].float() / 127.5 - 1
+        whole = SizeAdapter.for_generator(net.eval(), "resnet_6blocks")(x)[0].permute(1, 2, 0).numpy()
+    tiled = np.asarray(Image.open(out / "big_fake.png"), dtype=float) / 127.5 - 1
+    assert np.abs(tiled - whole).mean() < 0.05
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_test_py_refuses_a_tile_size_the_generator_cannot_take(resnet_checkpoint, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("test_py_script", ROOT / "test.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
+    status = script.main(["--dataroot", str(tmp_path), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
+                          "--checkpoints_dir", str(resnet_checkpoint), "--results_dir", str(tmp_path / "out"),
+                          "--device", "cpu", "--tile", "50"])
+    assert status == 2
+    assert "--tile 50" in capsys.readouterr().err
