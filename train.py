@@ -16,7 +16,7 @@ import time
 
 from data import create_dataset
 from models import create_model
-from models.networks import check_input_size
+from models.networks import check_discriminator_input_size, check_input_size
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
@@ -78,12 +78,13 @@ def train(opt, ctx: distributed.DistContext) -> int:
     resume = find_resume_point(opt, ctx)
     seed = resume["seed"] if resume else distributed.shared_seed(opt.seed)
     seed_everything(seed)  # the same initial weights on every rank
-    if ctx.is_main:
+    dataset = create_dataset(opt, seed, ctx.rank, ctx.world_size, ctx.device.type)  # a sampler per rank
+    first = dataset.first_sample()["A"]
+    check_input_size(opt.netG, first.shape[-2], first.shape[-1])
+    check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
+    if ctx.is_main:  # only once the input is known to be good: a refused run overwrites nothing
         print(format_options(opt))
         save_options(opt)
-    dataset = create_dataset(opt, seed, ctx.rank, ctx.world_size, ctx.device.type)  # a sampler per rank
-    first = dataset.dataset[0]["A"]
-    check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
     model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping

@@ -88,6 +88,11 @@ class DatasetLoader:
             drop_last=False,
         )
 
+    def first_sample(self) -> dict[str, Any]:
+        """The first sample as training would load it (so --skip_bad_images applies)."""
+        served = self.dataloader.dataset
+        return served[(0, 0)] if isinstance(served, EpochIndexedDataset) else served[0]
+
     def load_data(self) -> DatasetLoader:
         """Return self (kept for scripts written against the original API)."""
         return self

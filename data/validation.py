@@ -60,7 +60,8 @@ def check_dataset_root(opt: argparse.Namespace) -> None:
 
     aligned/colorization/template: `dataroot/phase`; unaligned: `dataroot/phaseA` and
     `dataroot/phaseB`; single: images anywhere under `dataroot`. Unknown modes are skipped
-    (custom datasets check their own files).
+    (custom datasets check their own files). Then checks the header of every image the run will
+    read (`check_image_files`).
     """
     root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
     if not root or not os.path.isdir(root):

@@ -198,6 +198,18 @@ def compile_network(net: nn.Module, name: str) -> nn.Module:
     return torch.compile(net)
 
 
+def check_discriminator_input_size(netD: str, n_layers_D: int, height: int, width: int) -> None:
+    """Raise a UserError when the PatchGAN `netD` would shrink the image to nothing."""
+    if netD == "pixel":
+        return
+    n_layers = 3 if netD == "basic" else n_layers_D
+    smallest = 3 * 2 ** n_layers  # after the stride-2 layers: 3 pixels, for two more 4x4 convs
+    if min(height, width) < smallest:
+        raise UserError(f"--netD {netD} with {n_layers} downsampling layers needs images of at least {smallest}x{smallest} "
+                        f"pixels but got {height}x{width}; use a larger --crop_size, fewer --n_layers_D with "
+                        f"--netD n_layers, or --netD pixel.")
+
+
 ##############################################################################
 # Losses
 ##############################################################################

@@ -135,7 +135,7 @@ def run_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
             *FAST_FLAGS, *SMALL, *extra]
 
 
-def testpy_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
+def eval_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
     return ["--dataroot", str(data or work / "data"), "--name", NAME, "--checkpoints_dir", str(work / "ck"),
             "--results_dir", str(work / "results"), *PIX, "--ngf", "8", "--num_threads", "0",
             "--load_size", "32", "--crop_size", "32", *extra]
@@ -188,11 +188,6 @@ def b_unreadable_header(work):
     Image.fromarray(_pixels(0)).save(png)
     bad = with_bad_file(work, png.read_bytes()[:40], index=1)  # signature and part of the IHDR chunk
     return Setup(run_args(work, *PIX), stderr_has=(bad, "cannot read image"))
-
-
-def b_zero_byte_beyond_max_dataset_size(work):
-    bad = with_bad_file(work, b"", index=2)  # third in sorted order; --max_dataset_size 2 never reads it
-    return Setup(run_args(work, *PIX, "--max_dataset_size", "2"), stderr_lacks=(bad,))
 
 
 def b_zero_byte_skipped(work):
@@ -292,7 +287,7 @@ def b_checkpoint_not_weights(work):
     ckpt = work / "ck" / NAME / "latest_net_G.pth"
     ckpt.parent.mkdir(parents=True)
     torch.save({"epoch": 3, "lr": 0.0002, "note": "a training log, not network weights"}, ckpt)
-    return Setup(testpy_args(work), stderr_has=(ckpt, "network weights"))
+    return Setup(eval_args(work), stderr_has=(ckpt, "network weights"))
 
 
 def b_checkpoint_of_other_netG(work):
@@ -301,7 +296,7 @@ def b_checkpoint_of_other_netG(work):
     first = run_script("train.py", *run_args(work, *PIX))  # a real run writes weights + architecture.json
     assert first.returncode == 0, first.stderr[-3000:]
     ckpt = work / "ck" / NAME / "latest_net_G.pth"
-    return Setup(testpy_args(work, "--netG", "resnet_9blocks"),
+    return Setup(eval_args(work, "--netG", "resnet_9blocks"),
                  stderr_has=(ckpt, "--netG resnet_6blocks", "--netG resnet_9blocks"))
 
 
@@ -353,8 +348,6 @@ CASES = [
     Case("text file named png is refused naming the file and showing its text", b_text_named_png, 2),
     Case("git-lfs pointer named png is refused suggesting git lfs pull", b_git_lfs_pointer, 2),
     Case("png cut off inside its header is refused naming the file", b_unreadable_header, 2),
-    Case("zero-byte file beyond --max_dataset_size is never read and training proceeds",
-         b_zero_byte_beyond_max_dataset_size, 0, heavy=True),
     Case("zero-byte file with --skip_bad_images proceeds with a warning naming it", b_zero_byte_skipped, 0, heavy=True),
     # damage behind an intact header: found during training
     Case("truncated jpeg found during training is refused naming it", b_truncated_jpeg, 2, heavy=True),
