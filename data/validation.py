@@ -142,8 +142,15 @@ def _size_requirement(netG: str) -> tuple[int, int] | None:
     return (8 if netG.startswith("resnet") else multiple), multiple
 
 
+def _test_time_any_size(opt: argparse.Namespace) -> bool:
+    """At test time --preprocess none and --tile take images of any size (see util/tiling.py)."""
+    return not getattr(opt, "isTrain", True) and (opt.preprocess == "none" or getattr(opt, "tile", 0) > 0)
+
+
 def _final_size(opt: argparse.Namespace, w: int, h: int) -> tuple[int, int]:
     """(width, height) an image of w x h has after the resize/crop steps of `get_transform`."""
+    if not getattr(opt, "isTrain", True) and opt.preprocess == "none":
+        return w, h  # kept as it is at test time
     w, h = _resized_size(opt, w, h)
     c = opt.crop_size
     if "crop" in opt.preprocess and (w > c or h > c):
@@ -225,6 +232,8 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
     """
     groups = _files_read(opt)
     requirement = _size_requirement(opt.netG) if hasattr(opt, "netG") else None
+    if _test_time_any_size(opt):
+        requirement = None  # test.py pads each image for the generator and crops the output back
     skip = bool(getattr(opt, "skip_bad_images", False))
     total = sum(len(paths) for paths in groups)
     deadline = time.monotonic() + budget_s
