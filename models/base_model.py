@@ -83,6 +83,13 @@ class BaseModel(ABC):
         return (self.to_device(input["A" if AtoB else "B"]), self.to_device(input["B" if AtoB else "A"]),
                 input["A_paths" if AtoB else "B_paths"])
 
+    def make_adam(self, parameters) -> torch.optim.Adam:
+        """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)). --fused_adam picks
+        PyTorch's fused kernel: several times faster on large networks (a pix2pix generator's
+        update: 166 -> 34 ms on 2 CPU cores), but it rounds differently (~1e-8), so it is opt-in."""
+        return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
+                                fused=True if self.opt.fused_adam else None)
+
     # ------------------------------------------------------------------ mixed precision
     def autocast(self):
         """The context in which forward passes and losses run (bf16/fp16 autocast with --amp)."""

@@ -60,10 +60,8 @@ class CycleGANModel(BaseModel):
             self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
             self.criterionCycle = torch.nn.L1Loss()
             self.criterionIdt = torch.nn.L1Loss()
-            self.optimizer_G = torch.optim.Adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()),
-                                                lr=opt.lr, betas=(opt.beta1, 0.999))
-            self.optimizer_D = torch.optim.Adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()),
-                                                lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizer_G = self.make_adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()))
+            self.optimizer_D = self.make_adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()))
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
     def rank_training_state(self) -> dict:

@@ -31,8 +31,8 @@ class Pix2PixModel(BaseModel):
                                           opt.norm, opt.init_type, opt.init_gain).to(self.device)
             self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
             self.criterionL1 = torch.nn.L1Loss()
-            self.optimizer_G = torch.optim.Adam(self.netG.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
-            self.optimizer_D = torch.optim.Adam(self.netD.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizer_G = self.make_adam(self.netG.parameters())
+            self.optimizer_D = self.make_adam(self.netD.parameters())
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
     def set_input(self, input: dict) -> None:

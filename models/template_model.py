@@ -35,7 +35,7 @@ class TemplateModel(BaseModel):
                                       not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
         if self.isTrain:
             self.criterionLoss = torch.nn.L1Loss()
-            self.optimizer = torch.optim.Adam(self.netG.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
+            self.optimizer = self.make_adam(self.netG.parameters())
             self.optimizers = [self.optimizer]
 
     def set_input(self, input: dict) -> None:

@@ -38,6 +38,7 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--n_epochs_decay", type=int, default=100, help="number of epochs to linearly decay learning rate to zero")
         parser.add_argument("--beta1", type=float, default=0.5, help="momentum term of adam")
         parser.add_argument("--lr", type=float, default=0.0002, help="initial learning rate for adam")
+        parser.add_argument("--fused_adam", action="store_true", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
         parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper.")
         parser.add_argument("--pool_size", type=int, default=50, help="the size of image buffer that stores previously generated images")
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, help="learning rate policy. [linear | step | plateau | cosine]")
