@@ -187,6 +187,22 @@ def make_instance_norm_channels_last_safe(net: nn.Module) -> None:
             module.__class__ = ChannelsLastSafeInstanceNorm2d
 
 
+class SlicedReflectionPad2d(nn.ReflectionPad2d):
+    """ReflectionPad2d built from slices, flips and a concatenation, for compiled networks.
+
+    With --compile and bf16 autocast on the CPU (torch 2.14), inductor assumes that the
+    reflection_pad2d_backward kernel returns a contiguous gradient; it returns a channels-last one
+    there, inductor reads it with the wrong strides, and the weights before every pad get NaN
+    gradients from the first step. Built from views, the pad's backward is plain slicing and
+    addition that inductor generates itself. Same output and gradient as ReflectionPad2d.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        left, right, top, bottom = self.padding
+        x = torch.cat([x[..., 1:left + 1].flip(-1), x, x[..., x.shape[-1] - right - 1:-1].flip(-1)], dim=-1)
+        return torch.cat([x[..., 1:top + 1, :].flip(-2), x, x[..., x.shape[-2] - bottom - 1:-1, :].flip(-2)], dim=-2)
+
+
 def compile_network(net: nn.Module, name: str) -> nn.Module:
     """torch.compile(net), or `net` itself with a message if this machine cannot compile."""
     import shutil
@@ -195,6 +211,9 @@ def compile_network(net: nn.Module, name: str) -> nn.Module:
         print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
               f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
         return net
+    for module in net.modules():
+        if type(module) is nn.ReflectionPad2d:
+            module.__class__ = SlicedReflectionPad2d
     return torch.compile(net)
 
 

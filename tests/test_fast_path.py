@@ -1,7 +1,7 @@
-"""The fast path (--channels_last, --compile, --amp) trains the same model as the plain path.
+"""The fast path (--channels_last, --compile, --fused_adam, --amp) trains the same model as the plain path.
 
-channels_last and compile must not change the arithmetic beyond rounding; bf16 changes it, so it
-is judged by the result: the held-out quality of a short training run.
+channels_last, compile and the fused Adam must not change the arithmetic beyond rounding; bf16
+changes it, so it is judged by the result: the held-out quality of a short training run.
 """
 from __future__ import annotations
 
@@ -87,6 +87,42 @@ def test_channels_last_training_reproduces_the_first_losses(model_name):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
 
 
+def test_fused_adam_training_reproduces_the_first_losses():
+    for model_name in ("cycle_gan", "pix2pix"):
+        data = batches()
+        plain = first_losses(model(model_name=model_name), data)
+        fast = first_losses(model("--fused_adam", model_name=model_name), data)
+        for step_plain, step_fast in zip(plain, fast):
+            for a, b in zip(step_plain, step_fast):
+                assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("padding,size", [(1, (8, 9)), (3, (7, 7)), ((1, 2, 0, 3), (5, 6))])
+def test_the_compile_friendly_reflection_pad_equals_reflection_pad(padding, size):
+    x = torch.randn(2, 3, *size, dtype=torch.float64, requires_grad=True)
+    expected = torch.nn.ReflectionPad2d(padding)(x)
+    got = networks.SlicedReflectionPad2d(padding)(x)
+    assert torch.equal(got, expected)
+    upstream = torch.randn_like(expected)
+    (expected_grad,) = torch.autograd.grad(expected, x, upstream)
+    (got_grad,) = torch.autograd.grad(got, x, upstream)
+    assert torch.allclose(got_grad, expected_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_compiled_bf16_training_follows_eager_bf16():
+    # torch 2.14 inductor misreads reflection_pad2d_backward's channels-last result under bf16
+    # autocast on the CPU; unless the pads are rewritten, every weight before a pad gets NaN
+    # gradients in the first step.
+    data = batches(2)
+    eager = first_losses(model("--amp", "bf16"), data, steps=2)
+    compiled = first_losses(model("--amp", "bf16", "--compile"), data, steps=2)
+    for step_eager, step_compiled in zip(eager, compiled):
+        assert all(torch.isfinite(torch.tensor(step_compiled)))
+        for a, b in zip(step_eager, step_compiled):
+            assert b == pytest.approx(a, rel=0.03, abs=1e-3)  # bf16 rounds differently when fused
+
+
 @pytest.mark.slow
 def test_compiled_training_reproduces_the_first_losses():
     # Inductor fuses and reorders float32 arithmetic: the first two steps agree to ~2e-7; from the
@@ -150,7 +186,7 @@ def test_compiled_networks_save_reference_compatible_checkpoints(tmp_path):
 def test_fast_path_trains_under_torchrun_and_resumes_exactly(unpaired_root, tmp_path):
     from test_resume import (assert_identical, cycle_gan, final_weights, interrupt_when_logged, run,
                              train_command)
-    fast = ["--amp", "bf16", "--channels_last"]
+    fast = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
     run(train_command(cycle_gan(unpaired_root, tmp_path, "whole") + fast, nproc=2))
     args = cycle_gan(unpaired_root, tmp_path, "cut") + fast
     interrupt_when_logged(train_command(args, nproc=2), tmp_path / "cut" / "loss_log.txt",

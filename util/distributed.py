@@ -153,6 +153,11 @@ def check_in_sync(name: str, module: nn.Module) -> None:
         fingerprint = torch.stack([flat.sum(), flat.abs().sum(), (flat * torch.arange(
             flat.numel(), dtype=torch.float64, device=flat.device).remainder(7)).sum()])
     fingerprints = torch.stack(gather_objects(fingerprint.cpu()))
+    diverged = [rank for rank, row in enumerate(fingerprints) if not torch.isfinite(row).all()]
+    if diverged:
+        raise RuntimeError(f"network {name} has NaN or infinite weights on rank(s) {diverged}: training diverged "
+                           f"(see the losses in the log). Try a lower --lr, or leave out --amp/--compile to find "
+                           f"the setting that causes it.")
     if not torch.allclose(fingerprints, fingerprints[0].expand_as(fingerprints), rtol=1e-9, atol=1e-9):
         raise RuntimeError(f"network {name} has different weights on different ranks "
                            f"(fingerprints {fingerprints.tolist()}); the processes are not training one model")
