@@ -1,6 +1,6 @@
 """Benchmark training speed: CycleGAN and pix2pix, plain fp32 against the fast settings.
 
-    python scripts/benchmark.py --out bench_out            # the full run (about an hour on 2 CPU cores)
+    python scripts/benchmark.py --out bench_out            # the full run (about 1.5 h on 2 CPU cores)
     python scripts/benchmark.py --quick --out bench_out    # smaller sizes, fewer configs and steps (minutes)
     python scripts/benchmark.py --dataroot ./datasets/horse2zebra --out bench_out   # your own data
 
@@ -787,7 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch = out / "scratch"
     scratch.mkdir(exist_ok=True)
     command = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"mode": plan.name, "command": command.strip(),
+    partial = bool(args.configs or args.sections) or set(args.models) != set(MODELS)
+    meta = {"mode": f"{plan.name} plan, partial" if partial else plan.name, "command": command.strip(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine_info(device), "load_avg_start": load_average(), "plan": _plan_json(plan),
             "threads": args.threads or "default"}

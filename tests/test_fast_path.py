@@ -78,23 +78,14 @@ def batches(n: int = 3, size: int = 32) -> list[dict]:
 
 
 @pytest.mark.parametrize("model_name", ["cycle_gan", "pix2pix"])
-def test_channels_last_training_reproduces_the_first_losses(model_name):
+@pytest.mark.parametrize("setting", ["--channels_last", "--fused_adam"])
+def test_channels_last_and_fused_adam_reproduce_the_first_losses(setting, model_name):
     data = batches()
     plain = first_losses(model(model_name=model_name), data)
-    fast = first_losses(model("--channels_last", model_name=model_name), data)
+    fast = first_losses(model(setting, model_name=model_name), data)
     for step_plain, step_fast in zip(plain, fast):
         for a, b in zip(step_plain, step_fast):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
-
-
-def test_fused_adam_training_reproduces_the_first_losses():
-    for model_name in ("cycle_gan", "pix2pix"):
-        data = batches()
-        plain = first_losses(model(model_name=model_name), data)
-        fast = first_losses(model("--fused_adam", model_name=model_name), data)
-        for step_plain, step_fast in zip(plain, fast):
-            for a, b in zip(step_plain, step_fast):
-                assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
 
 
 @pytest.mark.parametrize("padding,size", [(1, (8, 9)), (3, (7, 7)), ((1, 2, 0, 3), (5, 6))])
