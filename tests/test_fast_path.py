@@ -184,3 +184,14 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(unpaired_root, tmp_
                           "(epoch: 2, iters: 2,", victim="worker")
     run(train_command(args + ["--continue_train"], nproc=2))
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
+@pytest.mark.slow
+def test_fast_path_trains_in_one_process_and_resumes_exactly(paired_root, tmp_path):
+    from test_resume import assert_identical, final_weights, interrupt_when_logged, pix2pix, run, train_command
+    fast = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
+    run(train_command(pix2pix(paired_root, tmp_path, "whole") + fast))
+    args = pix2pix(paired_root, tmp_path, "cut") + fast
+    interrupt_when_logged(train_command(args), tmp_path / "cut" / "loss_log.txt", "(epoch: 1, iters: 5,")
+    run(train_command(args + ["--continue_train"]))
+    assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
