@@ -205,7 +205,13 @@ def job_step(spec: dict) -> dict:
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec)
     rss_before = current_rss_mb()
-    model = build_model(opt, ctx)
+    if spec.get("straightforward"):
+        from straightforward_step import build_straightforward
+        from util.seeding import seed_everything
+        seed_everything(0)
+        model = build_straightforward(opt, device)
+    else:
+        model = build_model(opt, ctx)
     batch = synthetic_batch(opt, opt.batch_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
