@@ -146,10 +146,14 @@ def build_options(spec: dict, dataroot: str | None = None):
     return TrainOptions().parse(argv)
 
 
-def build_model(opt, ctx):
+def build_model(opt, ctx, straightforward: bool = False):
+    """The model as train.py builds it, or (`straightforward`) the step written plainly."""
     from models import create_model
     from util.seeding import seed_everything
     seed_everything(0)
+    if straightforward:
+        from straightforward_step import build_straightforward
+        return build_straightforward(opt, ctx.device)
     model = create_model(opt, ctx, 0)
     model.setup(opt)
     return model
@@ -192,7 +196,7 @@ def _context(device: str, threads: int | None = None):
     return DistContext(device=pick_device(device))
 
 
-def _common(spec: dict, device: torch.device) -> dict:
+def _common(device: torch.device) -> dict:
     return {"device": str(device), "threads": torch.get_num_threads(),
             "load_avg_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
@@ -205,13 +209,7 @@ def job_step(spec: dict) -> dict:
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec)
     rss_before = current_rss_mb()
-    if spec.get("straightforward"):
-        from straightforward_step import build_straightforward
-        from util.seeding import seed_everything
-        seed_everything(0)
-        model = build_straightforward(opt, device)
-    else:
-        model = build_model(opt, ctx)
+    model = build_model(opt, ctx, straightforward=bool(spec.get("straightforward")))
     batch = synthetic_batch(opt, opt.batch_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -230,7 +228,7 @@ def job_step(spec: dict) -> dict:
     check_losses_finite(model)
     result = {"warmup_s": warm, "times_s": times, "cpu_s": cpu, **summarize(times),
               "graphs_compiled": dynamo_graph_count(), "graphs_compiled_while_timed": dynamo_graph_count() - graphs_before,
-              "peak_mem_mb": peak_memory_mb(device), "rss_before_model_mb": rss_before, **_common(spec, device)}
+              "peak_mem_mb": peak_memory_mb(device), "rss_before_model_mb": rss_before, **_common(device)}
     if spec.get("count_flops"):
         # After timing, so the counting step's memory cannot inflate the peak.
         result["flops_batch1"] = count_step_flops(model, opt)
@@ -291,7 +289,7 @@ def job_loop(spec: dict) -> dict:
             "median_wait_s": statistics.median(timed_waits),
             "loader_workers": dataset.dataloader.num_workers, "num_threads": opt.num_threads,
             "dataset_images": len(dataset), "epochs_touched": state["epoch"],
-            "peak_mem_mb": peak_memory_mb(device), **_common(spec, device)}
+            "peak_mem_mb": peak_memory_mb(device), **_common(device)}
 
 
 def job_ddp(spec: dict) -> dict:
@@ -319,7 +317,7 @@ def job_ddp(spec: dict) -> dict:
         slowest = [max(column) for column in zip(*per_rank)]
         result = {"world_size": ctx.world_size, "backend": ctx.backend, "warmup_s": warm, "times_s": slowest,
                   "per_rank_times_s": per_rank, "cpu_s": cpu, **summarize(slowest),
-                  "peak_mem_mb": peak_memory_mb(ctx.device), **_common(spec, ctx.device)}
+                  "peak_mem_mb": peak_memory_mb(ctx.device), **_common(ctx.device)}
         distributed.barrier()
         check_losses_finite(model)  # after the last collective: no rank is left waiting
         return result if ctx.is_main else {}
@@ -377,7 +375,7 @@ def job_peaks(spec: dict) -> dict:
             a, b = a32.to(dtype), b32.to(dtype)
             seconds = _time_op(lambda: torch.mm(a, b), sync, reps)
             result[f"matmul_{name}_flops_per_s"] = 2 * m ** 3 / seconds
-    result.update(_common(spec, device))
+    result.update(_common(device))
     return result
 
 

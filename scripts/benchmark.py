@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -48,6 +49,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "scripts" / "bench_worker.py"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 MODELS = ("cycle_gan", "pix2pix")
 # A configuration is "fp32" (plain eager float32) or settings joined by "+".
@@ -160,6 +163,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
@@ -187,7 +194,7 @@ def machine_info(device: str) -> dict[str, Any]:
             pass
     info = {
         "cpu_model": cpu_model,
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores_usable": usable_cores(),
         "cpu_bf16_instructions": {name: name in flags.split() for name in ("avx512_bf16", "amx_bf16")},
         "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
         "compiler": gcc_version, "device": device,
@@ -199,12 +206,13 @@ def machine_info(device: str) -> dict[str, Any]:
 
 
 def pick_device(requested: str) -> str:
-    import torch
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        sys.exit("benchmark: --device cuda but PyTorch sees no CUDA GPU")
-    return requested
+    """"cpu" or "cuda", chosen as train.py chooses (util.distributed.pick_device)."""
+    from util.distributed import pick_device as pick_training_device
+    from util.errors import UserError
+    try:
+        return pick_training_device(requested).type
+    except UserError as err:
+        sys.exit(f"benchmark: {err}")
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -385,8 +393,7 @@ def measure(args: argparse.Namespace, plan: Plan, runner: Runner, scratch: Path)
                 seen.add((size, batch))
                 if size % SIZE_MULTIPLE[DEFAULT_NETG[model]]:
                     continue
-                reused = next((r for r in results["step"] if r["model"] == model and r["config"] == BASELINE
-                               and r["size"] == size and r["batch"] == batch and "error" not in r), None)
+                reused = find_row(results["step"], model=model, config=BASELINE, size=size, batch=batch)
                 if reused is not None:
                     results["scaling"].append({**reused, "reused_from": "step"})
                     print(f"  {model} {size}x{size} batch {batch}: from the step measurement")
@@ -418,6 +425,11 @@ def measure(args: argparse.Namespace, plan: Plan, runner: Runner, scratch: Path)
     return results
 
 
+def compile_seconds(run: dict) -> float:
+    """Warm-up time beyond what the same number of steady steps take: the compilation."""
+    return max(0.0, sum(run["warmup_s"]) - len(run["warmup_s"]) * run["median_s"])
+
+
 def merge_passes(runs: list[dict]) -> dict:
     """One result from the passes of a configuration: all timed steps pooled (median and quartiles
     over them), the highest peak memory, the first (cold-cache) pass's compile time; each pass's
@@ -427,7 +439,7 @@ def merge_passes(runs: list[dict]) -> dict:
         return failed
     for run in runs:
         if run.get("warmup_s") and run.get("graphs_compiled"):
-            run["compile_s"] = max(0.0, sum(run["warmup_s"]) - len(run["warmup_s"]) * run["median_s"])
+            run["compile_s"] = compile_seconds(run)
     if len(runs) == 1:
         return runs[0]
     times = [t for run in runs for t in run["times_s"]]
@@ -446,12 +458,22 @@ def merge_passes(runs: list[dict]) -> dict:
     return merged
 
 
-def _worker_summarize(times: list[float]) -> dict:
+@functools.lru_cache(maxsize=None)
+def _worker_module():
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_worker_stats", WORKER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.summarize(times)
+    return module
+
+
+def _worker_summarize(times: list[float]) -> dict:
+    return _worker_module().summarize(times)
+
+
+def find_row(rows: list[dict], **match: Any) -> dict | None:
+    """The first successful measurement in `rows` whose fields equal `match`."""
+    return next((r for r in rows if "error" not in r and all(r.get(k) == v for k, v in match.items())), None)
 
 
 def best_config(step_results: list[dict], model: str) -> str | None:
@@ -478,24 +500,21 @@ def derive(results: dict, flops: dict[tuple[str, int], int]) -> None:
             row["peak_dtype"] = dtype
             row["utilisation_of_conv_peak"] = row["achieved_flops_per_s"] / peak if peak else None
         if config_spec(row["config"])["compile"] and "compile_s" not in row and row.get("warmup_s"):
-            row["compile_s"] = max(0.0, sum(row["warmup_s"]) - len(row["warmup_s"]) * row["median_s"])
+            row["compile_s"] = compile_seconds(row)
 
     for section in ("step", "loop", "scaling"):
         for row in results[section]:
             enrich(row)
     for section in ("step", "loop"):
         for row in results[section]:
-            base = next((r for r in results[section] if r["model"] == row["model"] and r["config"] == BASELINE
-                         and r["size"] == row["size"] and r["batch"] == row["batch"] and "error" not in r), None)
+            base = find_row(results[section], model=row["model"], config=BASELINE, size=row["size"], batch=row["batch"])
             if base is not None and "error" not in row:
                 row["speedup_vs_fp32"] = base["median_s"] / row["median_s"]
     for row in results["step"]:
-        loop = next((r for r in results["loop"] if r["model"] == row["model"] and r["config"] == row["config"]
-                     and r["size"] == row["size"] and "error" not in r), None)
+        loop = find_row(results["loop"], model=row["model"], config=row["config"], size=row["size"])
         row["data_wait_fraction"] = loop["data_wait_fraction"] if loop else None
     for row in results["loop"]:
-        step = next((r for r in results["step"] if r["model"] == row["model"] and r["config"] == row["config"]
-                     and r["size"] == row["size"] and "error" not in r), None)
+        step = find_row(results["step"], model=row["model"], config=row["config"], size=row["size"])
         if step is not None and "error" not in row:
             row["loop_over_step"] = row["median_s"] / step["median_s"]
     for row in results["scaling"]:
@@ -535,30 +554,30 @@ def noise_caveat(rows: list[dict], cores: int) -> str:
 
 
 def evaluate_targets(results: dict, cores: int = 0) -> list[dict]:
-    if not cores:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = cores or usable_cores()
     targets = []
     for model, goal in TARGETS["speedup"].items():
         best = best_config(results["step"], model)
-        row = next((r for r in results["step"] if r["model"] == model and r["config"] == best), None)
+        row = find_row(results["step"], model=model, config=best)
         if row is None or "speedup_vs_fp32" not in row:
             continue
-        base = next(r for r in results["step"] if r["model"] == model and r["config"] == BASELINE)
+        base = find_row(results["step"], model=model, config=BASELINE)
         targets.append({"target": f"{model}: best fast configuration >= {goal:.1f}x plain fp32 eager",
                         "measured": f"{row['speedup_vs_fp32']:.2f}x ({best}, {row['size']}px)",
                         "value": row["speedup_vs_fp32"], "goal": goal, "met": row["speedup_vs_fp32"] >= goal,
                         "caveat": noise_caveat([row, base], cores)})
     for model in TARGETS["speedup"]:
-        rows = {r["config"]: r for r in results["step"] if r["model"] == model and "error" not in r}
-        if BASELINE in rows and STRAIGHTFORWARD in rows:
-            ratio = rows[BASELINE]["median_s"] / rows[STRAIGHTFORWARD]["median_s"]
+        base = find_row(results["step"], model=model, config=BASELINE)
+        plain = find_row(results["step"], model=model, config=STRAIGHTFORWARD)
+        if base is not None and plain is not None:
+            ratio = base["median_s"] / plain["median_s"]
             goal = TARGETS["not_slower_than_straightforward"]
             targets.append({"target": f"{model}: plain fp32 eager not slower than the straightforward step "
                                       f"(time ratio <= {goal})",
-                            "measured": f"{ratio:.3f} ({rows[BASELINE]['median_s']:.3f} s vs "
-                                        f"{rows[STRAIGHTFORWARD]['median_s']:.3f} s, {rows[BASELINE]['size']}px)",
+                            "measured": f"{ratio:.3f} ({base['median_s']:.3f} s vs {plain['median_s']:.3f} s, "
+                                        f"{base['size']}px)",
                             "value": ratio, "goal": goal, "met": ratio <= goal,
-                            "caveat": noise_caveat([rows[BASELINE], rows[STRAIGHTFORWARD]], cores)})
+                            "caveat": noise_caveat([base, plain], cores)})
     for row in results["loop"]:
         if "error" in row:
             continue

@@ -2,9 +2,10 @@
 than a straightforward implementation of the same networks".
 
 The same networks (models.networks) and losses, torch.optim.Adam, the reference implementation's
-order of forward passes, losses and updates, and nothing else: no model class, no autocast or
-gradient-scaler calls, no image pool (the benchmark's steps are fewer than the pool's 50 images,
-during which the reference's pool returns the images it is given), no loss bookkeeping.
+order of forward passes, losses and updates, and nothing else: no model class (only its static
+set_requires_grad), no autocast or gradient-scaler calls, no image pool (the benchmark's steps are
+fewer than the pool's 50 images, during which the reference's pool returns the images it is
+given), no loss bookkeeping.
 scripts/bench_worker.py times it beside the project's `model.optimize_parameters()`.
 """
 from __future__ import annotations
@@ -15,12 +16,7 @@ import torch
 from torch import nn
 
 from models import networks
-
-
-def _frozen(nets: list[nn.Module], frozen: bool) -> None:
-    for net in nets:
-        for p in net.parameters():
-            p.requires_grad_(not frozen)
+from models.base_model import BaseModel
 
 
 def _adam(params, opt) -> torch.optim.Adam:
@@ -56,7 +52,7 @@ class StraightforwardCycleGAN:
         fake_A = self.G_B(real_B)
         rec_B = self.G_A(fake_A)
 
-        _frozen([self.D_A, self.D_B], True)
+        BaseModel.set_requires_grad([self.D_A, self.D_B], False)
         self.optimizer_G.zero_grad()
         identity = opt.lambda_identity
         loss_idt_A = self.l1(self.G_A(real_B), real_B) * opt.lambda_B * identity
@@ -69,7 +65,7 @@ class StraightforwardCycleGAN:
         loss_G.backward()
         self.optimizer_G.step()
 
-        _frozen([self.D_A, self.D_B], False)
+        BaseModel.set_requires_grad([self.D_A, self.D_B], True)
         self.optimizer_D.zero_grad()
         loss_D_A = (self.gan_loss(self.D_A(real_B), True) + self.gan_loss(self.D_A(fake_B.detach()), False)) * 0.5
         loss_D_A.backward()
@@ -104,7 +100,7 @@ class StraightforwardPix2Pix:
         real_A, real_B = self.real_A, self.real_B
         fake_B = self.G(real_A)
 
-        _frozen([self.D], False)
+        BaseModel.set_requires_grad(self.D, True)
         self.optimizer_D.zero_grad()
         fake_AB = torch.cat((real_A, fake_B), 1)
         loss_D_fake = self.gan_loss(self.D(fake_AB.detach()), False)
@@ -113,7 +109,7 @@ class StraightforwardPix2Pix:
         loss_D.backward()
         self.optimizer_D.step()
 
-        _frozen([self.D], True)
+        BaseModel.set_requires_grad(self.D, False)
         self.optimizer_G.zero_grad()
         loss_G = self.gan_loss(self.D(fake_AB), True) + self.l1(fake_B, real_B) * self.opt.lambda_L1
         loss_G.backward()

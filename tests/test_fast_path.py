@@ -20,6 +20,9 @@ from util.errors import UserError
 from util.seeding import seed_everything
 
 
+EVERY_SPEED_FLAG = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
@@ -177,9 +180,8 @@ def test_compiled_networks_save_reference_compatible_checkpoints(tmp_path):
 def test_fast_path_trains_under_torchrun_and_resumes_exactly(unpaired_root, tmp_path):
     from test_resume import (assert_identical, cycle_gan, final_weights, interrupt_when_logged, run,
                              train_command)
-    fast = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
-    run(train_command(cycle_gan(unpaired_root, tmp_path, "whole") + fast, nproc=2))
-    args = cycle_gan(unpaired_root, tmp_path, "cut") + fast
+    run(train_command(cycle_gan(unpaired_root, tmp_path, "whole") + EVERY_SPEED_FLAG, nproc=2))
+    args = cycle_gan(unpaired_root, tmp_path, "cut") + EVERY_SPEED_FLAG
     interrupt_when_logged(train_command(args, nproc=2), tmp_path / "cut" / "loss_log.txt",
                           "(epoch: 2, iters: 2,", victim="worker")
     run(train_command(args + ["--continue_train"], nproc=2))
@@ -189,9 +191,8 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(unpaired_root, tmp_
 @pytest.mark.slow
 def test_fast_path_trains_in_one_process_and_resumes_exactly(paired_root, tmp_path):
     from test_resume import assert_identical, final_weights, interrupt_when_logged, pix2pix, run, train_command
-    fast = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
-    run(train_command(pix2pix(paired_root, tmp_path, "whole") + fast))
-    args = pix2pix(paired_root, tmp_path, "cut") + fast
+    run(train_command(pix2pix(paired_root, tmp_path, "whole") + EVERY_SPEED_FLAG))
+    args = pix2pix(paired_root, tmp_path, "cut") + EVERY_SPEED_FLAG
     interrupt_when_logged(train_command(args), tmp_path / "cut" / "loss_log.txt", "(epoch: 1, iters: 5,")
     run(train_command(args + ["--continue_train"]))
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
