@@ -23,6 +23,7 @@ from models import create_model
 from models.networks import check_input_size
 from options.test_options import TestOptions
 from util import distributed, html
+from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics import MetricAverager
 from util.seeding import seed_everything
@@ -46,15 +47,14 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     any_size = opt.preprocess == "none" or opt.tile > 0
     if any_size:
         adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap)
-        if opt.tile and ctx.is_main:
-            print(tiling_note(opt))
+        if opt.tile:
+            print0(tiling_note(opt))
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     if opt.load_iter > 0:
         web_dir = f"{web_dir}_iter{opt.load_iter}"
     image_dir = os.path.join(web_dir, "images")
     os.makedirs(image_dir, exist_ok=True)
-    if ctx.is_main:
-        print(f"creating web directory {web_dir}")
+    print0(f"creating web directory {web_dir}")
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
 
@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
         page = run_test(opt, ctx)
-        if ctx.is_main:
-            print(f"results page: {os.path.abspath(page)}")
+        print0(f"results page: {os.path.abspath(page)}")
     except UserError as err:
         distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR

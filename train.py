@@ -20,6 +20,7 @@ from models.networks import check_discriminator_input_size, check_input_size
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
+from util.console import print0, warn0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.run_control import RunLock, StopRequest
 from util.seeding import seed_everything
@@ -56,19 +57,20 @@ def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
     found = find_resume_state(run_dir) if ctx.is_main else None  # rank 0 picks; every rank loads it
     path = distributed.broadcast_object(found[0] if found else None)
     if path is None:
-        if opt.continue_train and ctx.is_main:
-            print(f"warning: no training state (*_train_state.pth) in {run_dir}: loading the weights of "
-                  f"--epoch {opt.epoch} only; optimizers and the learning-rate schedule start afresh.", file=sys.stderr)
+        if opt.continue_train:
+            warn0(f"no training state (*_train_state.pth) in {run_dir}: loading the weights of --epoch "
+                  f"{opt.epoch} only; optimizers and the learning-rate schedule start afresh.")
         return None
     state = found[1] if ctx.is_main else load_training_state(path)
-    if ctx.is_main:
-        p = progress_of(state)
-        print(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
+    p = progress_of(state)
+    print0(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
     return state
 
 
-def save_checkpoint(model, label: str, progress: Progress, seed: int) -> None:
-    """Reference-compatible weights (`<label>_net_<name>.pth`) plus the full training state."""
+def save_checkpoint(model, label: str, progress: Progress, seed: int, images_per_step: int) -> None:
+    """Reference-compatible weights (`<label>_net_<name>.pth`) plus the full training state;
+    refused (TrainingDiverged) if a loss went non-finite since the last check."""
+    model.check_finite(progress.epoch, progress.total_iters, images_per_step, weights=True)
     model.save_networks(label)
     save_training_state(model, label, progress, seed)
 
@@ -82,8 +84,8 @@ def train(opt, ctx: distributed.DistContext) -> int:
     first = dataset.first_sample()["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
+    print0(format_options(opt))
     if ctx.is_main:  # only once the input is known to be good: a refused run overwrites nothing
-        print(format_options(opt))
         save_options(opt)
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
@@ -123,6 +125,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
                 visualizer.display_current_results(model.get_current_visuals(), epoch,
                                                    crossed(total_iters, global_batch, opt.update_html_freq))
             if crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
+                model.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
                 losses = model.get_current_losses()
                 t_comp = (time.time() - iter_start_time) / global_batch
                 visualizer.print_current_losses(epoch, progress.images_done, losses, t_comp, t_data)
@@ -132,24 +135,26 @@ def train(opt, ctx: distributed.DistContext) -> int:
             # under DDP it is asked every 10 steps.
             if (not ctx.is_distributed or total_iters // global_batch % 10 == 0) and \
                     distributed.any_rank(stop.requested):
-                save_checkpoint(model, "latest", progress, seed)
+                save_checkpoint(model, "latest", progress, seed, global_batch)
                 visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                          f"it; saved. Continue with --continue_train.")
                 visualizer.close()
                 return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
-                save_checkpoint(model, f"iter_{total_iters}" if opt.save_by_iter else "latest", progress, seed)
+                save_checkpoint(model, f"iter_{total_iters}" if opt.save_by_iter else "latest", progress, seed,
+                                global_batch)
             visualizer.end_iteration(progress.images_done, total_iters)
             iter_data_time = time.time()
 
+        model.check_finite(epoch, progress.total_iters, global_batch)
         old_lr, new_lr = model.update_learning_rate()  # the schedule counts whole epochs
         progress = Progress(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
         if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
             visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
-            save_checkpoint(model, "latest", progress, seed)
+            save_checkpoint(model, "latest", progress, seed, global_batch)
             if epoch % opt.save_epoch_freq == 0:
-                save_checkpoint(model, str(epoch), progress, seed)
+                save_checkpoint(model, str(epoch), progress, seed, global_batch)
         visualizer.print_message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
                                  f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     visualizer.close()

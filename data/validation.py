@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import dataclass
 from itertools import islice
 
 from data.base_dataset import _resized_size
 from data.image_folder import IMG_EXTENSIONS, iter_image_files, make_dataset, read_image_header
+from util.console import print0, warn0
 from util.errors import UserError
 
 # Wall-clock budget for reading image headers. 10k local files take about one second; the
@@ -215,10 +215,6 @@ def _mixed_size_problem(opt: argparse.Namespace, sizes: dict[tuple[int, int], st
         f"to give every image the same size."), skippable=False)
 
 
-def _is_main_process() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SECONDS) -> None:
     """Check the header of every image file the dataset will read; raise `UserError` for the first
     bad one (mentioning how many more there are).
@@ -244,9 +240,8 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
         readable = 0
         for path in paths:
             if time.monotonic() > deadline:
-                if _is_main_process():
-                    print(f"note: checked the headers of {checked} of {total} images in {budget_s:.0f} s and "
-                          f"stopped there; the others are checked as they are loaded.", flush=True)
+                print0(f"note: checked the headers of {checked} of {total} images in {budget_s:.0f} s and "
+                       f"stopped there; the others are checked as they are loaded.")
                 return _raise_or_warn(problems, checked, skip)
             checked += 1
             problem, size = _check_file(opt, path, requirement)
@@ -270,12 +265,11 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
 def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:
     if skip:
         refused = [p for p in problems if not p.skippable]
-        if _is_main_process():
-            skipped = [p for p in problems if p.skippable]
-            for p in skipped[:10]:
-                print(f"warning: --skip_bad_images will skip this file: {p.message}", file=sys.stderr, flush=True)
-            if len(skipped) > 10:
-                print(f"warning: and {len(skipped) - 10} more bad images will be skipped.", file=sys.stderr, flush=True)
+        skipped = [p for p in problems if p.skippable]
+        for p in skipped[:10]:
+            warn0(f"--skip_bad_images will skip this file: {p.message}")
+        if len(skipped) > 10:
+            warn0(f"and {len(skipped) - 10} more bad images will be skipped.")
         problems = refused
     if not problems:
         return

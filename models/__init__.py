@@ -11,6 +11,7 @@ from models.cycle_gan_model import CycleGANModel
 from models.pix2pix_model import Pix2PixModel
 from models.template_model import TemplateModel
 from models.test_model import TestModel
+from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
 
@@ -36,6 +37,5 @@ def get_option_setter(model_name: str):
 def create_model(opt, ctx: DistContext, seed: int = 0) -> BaseModel:
     """Build the model for `opt.model` on `ctx.device`; call `model.setup(opt)` next."""
     model = find_model_using_name(opt.model)(opt, ctx, seed)
-    if ctx.is_main:
-        print(f"model [{type(model).__name__}] was created")
+    print0(f"model [{type(model).__name__}] was created")
     return model

@@ -3,7 +3,10 @@
 A model subclass
   - names its networks in `model_names` (attribute `net<name>`), its losses in `loss_names`
     (attribute `loss_<name>`) and its images in `visual_names`;
-  - implements `set_input(batch)`, `forward()` and, when training, `optimize_parameters()`;
+  - implements `set_input(batch)`, `forward()` and, when training, `optimize_parameters()`,
+    which computes each loss under `self.autocast()` and applies it with
+    `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
+    fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
   - may add flags in `modify_commandline_options(parser, is_train)`.
 `setup()` loads weights, then wraps every trainable network in DistributedDataParallel when the
 run is distributed. Checkpoints are written from the unwrapped module, one plain state_dict per
@@ -15,13 +18,18 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 from torch import nn
 
 from models import networks
+from models.loss_watch import LossWatch
+from models.sync_batchnorm import convert_sync_batchnorm
 from util import distributed
 from util.checkpoint import atomic_torch_save, load_state_dict_file
+from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
 
@@ -45,8 +53,6 @@ class BaseModel(ABC):
         if opt.amp == "fp16" and self.device.type != "cuda":
             raise UserError("--amp fp16 needs a CUDA GPU (on the CPU, float16 arithmetic is slow and "
                             "unsupported by many kernels); use --amp bf16 on the CPU.")
-        # Scales fp16 losses so that small gradients do not underflow; a no-op otherwise.
-        self.grad_scaler = torch.amp.GradScaler(self.device.type, enabled=opt.amp == "fp16")
         self.save_dir = os.path.join(opt.checkpoints_dir, opt.name)
         self.loss_names: list[str] = []
         self.model_names: list[str] = []
@@ -54,7 +60,12 @@ class BaseModel(ABC):
         self.optimizers: list[torch.optim.Optimizer] = []
         self.schedulers: list = []
         self.image_paths: list[str] = []
-        self.metric = 0.0  # used by the plateau learning-rate policy
+        # One gradient scaler per optimizer (fp16 only; disabled scalers do nothing), made with the
+        # optimizers' states in `setup`, and the on-device record of the losses each one stepped on.
+        self.grad_scalers: list[torch.amp.GradScaler] = []
+        self.loss_watch = LossWatch(self.device)
+        # Networks as the generator step calls them through `frozen` (compiled, never DDP-wrapped).
+        self._unsynced: dict[str, nn.Module] = {}
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool):
@@ -90,22 +101,76 @@ class BaseModel(ABC):
         return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
                                 fused=True if self.opt.fused_adam else None)
 
-    # ------------------------------------------------------------------ mixed precision
+    # ------------------------------------------------------------------ one training step
     def autocast(self):
         """The context in which forward passes and losses run (bf16/fp16 autocast with --amp)."""
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
                               enabled=self.amp_dtype is not None)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self.grad_scaler.scale(loss).backward()
+    def update_weights(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        """Apply `loss` to the parameters of `optimizer`: clear their gradients, back-propagate,
+        step, once per optimizer and iteration.
 
-    def step(self, *optimizers: torch.optim.Optimizer) -> None:
-        """Apply the gradients; call once per optimizer and iteration, then `end_iteration()`."""
-        for optimizer in optimizers:
-            self.grad_scaler.step(optimizer)
+        Under --amp fp16 the loss is scaled by this optimizer's own GradScaler, which unscales the
+        gradients, skips the step if they overflowed and adjusts its scale - all here, so no model
+        can forget part of it. The loss is also noted on the device (no host sync) so that a
+        diverging run is caught when losses are next read (`check_finite`).
+        """
+        index = next(i for i, known in enumerate(self.optimizers) if known is optimizer)
+        if not self.grad_scalers:
+            self._make_grad_scalers()
+        scaler = self.grad_scalers[index]
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        self.loss_watch.note(index, loss)
 
-    def end_iteration(self) -> None:
-        self.grad_scaler.update()
+    def _make_grad_scalers(self) -> None:
+        # Scales fp16 losses so that small gradients do not underflow; a no-op otherwise.
+        self.grad_scalers = [torch.amp.GradScaler(self.device.type, enabled=self.opt.amp == "fp16")
+                             for _ in self.optimizers]
+
+    @contextmanager
+    def frozen(self, *nets: nn.Module) -> Iterator:
+        """Discriminators for judging generator outputs: within the block their weights get no
+        gradient (gradients still flow through them to the generator), and the networks yielded
+        are not DDP-wrapped (a DDP replica would wait for weight gradients that never come) but
+        stay compiled under --compile. Yields one network, or a tuple for several.
+
+            with self.frozen(self.netD) as netD:
+                loss_G = self.criterionGAN(netD(fake), True) + ...
+                self.update_weights(self.optimizer_G, loss_G)
+        """
+        names = {id(net): name for name, net in self.named_networks().items()}
+        unsynced = tuple(self._unsynced.get(names.get(id(net)), distributed.unwrap(net)) for net in nets)
+        self.set_requires_grad(list(nets), False)
+        try:
+            yield unsynced[0] if len(unsynced) == 1 else unsynced
+        finally:
+            self.set_requires_grad(list(nets), True)
+
+    def check_finite(self, epoch: int, total_iters: int, images_per_step: int, weights: bool = False) -> None:
+        """Raise `TrainingDiverged` on every rank if any rank stepped on a non-finite loss since
+        the last check (or, with `weights`, holds non-finite weights). One host sync; call it where
+        losses are read, and with `weights` before every save, so that no checkpoint is written
+        from a diverged model."""
+        def nonfinite_losses() -> list[str]:
+            return [name for name in self.loss_names
+                    if not torch.isfinite(torch.as_tensor(getattr(self, "loss_" + name, 0.0))).all()]
+
+        nonfinite_networks = [name for name, net in self.named_networks().items()
+                              if weights and not _all_finite(net)]
+        self.loss_watch.check(len(self.optimizers), epoch, total_iters, images_per_step, nonfinite_losses,
+                              nonfinite_networks, self._divergence_advice())
+
+    def _divergence_advice(self) -> str:
+        advice = [f"Start again with a lower --lr (it was {self.opt.lr:g})"]
+        if self.opt.amp != "none":
+            advice.append(f"without --amp {self.opt.amp} (half precision overflows more easily)")
+        if getattr(self.opt, "gan_mode", "lsgan") != "lsgan":
+            advice.append("with --gan_mode lsgan, which is steadier")
+        return ", or ".join(advice) + "."
 
     # ------------------------------------------------------------------ setup
     def named_networks(self) -> dict[str, nn.Module]:
@@ -122,6 +187,7 @@ class BaseModel(ABC):
                 networks.make_instance_norm_channels_last_safe(net)
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
+        self._make_grad_scalers()
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
             if rank_state is not None:
@@ -130,12 +196,22 @@ class BaseModel(ABC):
             load_suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
             self.load_networks(load_suffix)
         self.print_networks(opt.verbose)
-        if self.isTrain:
-            for name, net in self.named_networks().items():
-                setattr(self, "net" + name, distributed.wrap_ddp(net, sync_batchnorm=opt.norm == "syncbatch"))
-        if opt.compile:
-            for name, net in self.named_networks().items():
-                setattr(self, "net" + name, networks.compile_network(net, name))
+        for name, net in self.named_networks().items():
+            setattr(self, "net" + name, self._prepare_for_run(name, net))
+
+    def _prepare_for_run(self, name: str, net: nn.Module) -> nn.Module:
+        """`net` as training or testing calls it: batch norm synchronised and the network
+        DDP-wrapped when training under torchrun, compiled with --compile. The compiled network
+        without DDP is kept for `frozen`."""
+        training_together = self.isTrain and distributed.is_distributed()
+        if training_together and self.opt.norm == "syncbatch":
+            net = convert_sync_batchnorm(net, self.device)  # keeps the same Parameter objects
+        compiled = networks.compile_network(net, name) if self.opt.compile else net
+        self._unsynced[name] = compiled
+        synced = distributed.wrap_ddp(net, self.device) if training_together else net
+        if synced is net:
+            return compiled
+        return networks.compile_network(synced, name) if self.opt.compile else synced
 
     def eval(self) -> None:
         for net in self.named_networks().values():
@@ -154,12 +230,18 @@ class BaseModel(ABC):
         return self.image_paths
 
     # ------------------------------------------------------------------ schedules and reporting
-    def update_learning_rate(self) -> tuple[float, float]:
-        """Step every scheduler once (at the end of an epoch); returns (old lr, new lr)."""
+    def update_learning_rate(self, plateau_metric: float | None = None) -> tuple[float, float]:
+        """Step every scheduler once (at the end of an epoch, on every rank); returns (old lr, new lr).
+
+        The plateau policy lowers the rate when its metric stops falling: `plateau_metric` (the
+        validation metric, lower is better) when given, else the epoch's mean generator loss (the
+        loss of the first optimizer, averaged over the epoch's steps and all ranks).
+        """
         old_lr = self.optimizers[0].param_groups[0]["lr"]
+        epoch_loss = self.loss_watch.end_epoch()  # every rank, every epoch: it is a collective
         for scheduler in self.schedulers:
             if self.opt.lr_policy == "plateau":
-                scheduler.step(self.metric)
+                scheduler.step(plateau_metric if plateau_metric is not None else epoch_loss)
             else:
                 scheduler.step()
         return old_lr, self.optimizers[0].param_groups[0]["lr"]
@@ -186,7 +268,7 @@ class BaseModel(ABC):
                          for name, net in self.named_networks().items()},
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
-            "grad_scaler": self.grad_scaler.state_dict(),
+            "grad_scalers": [scaler.state_dict() for scaler in self.grad_scalers],
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -196,22 +278,26 @@ class BaseModel(ABC):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
-        if state.get("grad_scaler"):
-            self.grad_scaler.load_state_dict(state["grad_scaler"])
+        for scaler, saved in zip(self.grad_scalers, state.get("grad_scalers", [])):
+            if saved:  # a disabled scaler saves an empty state
+                scaler.load_state_dict(saved)
 
     def rank_training_state(self) -> dict:
-        """State that differs between ranks (e.g. image pools); none by default."""
-        return {}
+        """State that differs between ranks: this rank's share of the epoch's losses; subclasses
+        add theirs (e.g. image pools) to `super().rank_training_state()`."""
+        return {"loss_watch": self.loss_watch.state_dict()}
 
     def load_rank_training_state(self, state: dict) -> None:
         """Restore what `rank_training_state` returned."""
+        if "loss_watch" in state:
+            self.loss_watch.load_state_dict(state["loss_watch"])
 
     # ------------------------------------------------------------------ checkpoints
     def save_networks(self, epoch) -> None:
         """Write `<epoch>_net_<name>.pth` for every network (main process; all ranks must call)."""
         for name, net in self.named_networks().items():
             distributed.check_in_sync(name, net)
-        if not distributed.is_main_process():
+        if not self.ctx.is_main:
             return
         os.makedirs(self.save_dir, exist_ok=True)
         for name, net in self.named_networks().items():
@@ -232,8 +318,7 @@ class BaseModel(ABC):
                 net.load_state_dict(state)
             except RuntimeError as err:
                 raise UserError(self._mismatch_message(path, err)) from None
-            if distributed.is_main_process():
-                print(f"loaded the model from {path}")
+            print0(f"loaded the model from {path}")
 
     def _mismatch_message(self, path: str, err: RuntimeError) -> str:
         flags = ""
@@ -256,15 +341,13 @@ class BaseModel(ABC):
                 f"PyTorch says: {first}")
 
     def print_networks(self, verbose: bool) -> None:
-        if not distributed.is_main_process():
-            return
-        print("---------- Networks initialized -------------")
+        print0("---------- Networks initialized -------------")
         for name, net in self.named_networks().items():
             if verbose:
-                print(net)
+                print0(net)
             count = sum(p.numel() for p in net.parameters())
-            print(f"[Network {name}] Total number of parameters : {count / 1e6:.3f} M")
-        print("-----------------------------------------------")
+            print0(f"[Network {name}] Total number of parameters : {count / 1e6:.3f} M")
+        print0("-----------------------------------------------")
 
     @staticmethod
     def set_requires_grad(nets, requires_grad: bool = False) -> None:
@@ -275,6 +358,12 @@ class BaseModel(ABC):
             if net is not None:
                 for param in net.parameters():
                     param.requires_grad = requires_grad
+
+
+def _all_finite(net: nn.Module) -> bool:
+    """No NaN or infinity in the network's floating-point weights (one host sync)."""
+    checks = [torch.isfinite(p.detach()).all() for p in net.parameters() if p.is_floating_point()]
+    return bool(torch.stack(checks).all()) if checks else True
 
 
 def _drop_old_instance_norm_stats(state: dict, net: nn.Module) -> None:

@@ -65,12 +65,14 @@ class CycleGANModel(BaseModel):
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
     def rank_training_state(self) -> dict:
-        if not self.isTrain:
-            return {}
-        return {"fake_A_pool": self.fake_A_pool.state_dict(), "fake_B_pool": self.fake_B_pool.state_dict()}
+        state = super().rank_training_state()
+        if self.isTrain:
+            state.update(fake_A_pool=self.fake_A_pool.state_dict(), fake_B_pool=self.fake_B_pool.state_dict())
+        return state
 
     def load_rank_training_state(self, state: dict) -> None:
-        if self.isTrain and state:
+        super().load_rank_training_state(state)
+        if self.isTrain and "fake_A_pool" in state:
             self.fake_A_pool.load_state_dict(state["fake_A_pool"], self.device)
             self.fake_B_pool.load_state_dict(state["fake_B_pool"], self.device)
 
@@ -83,27 +85,21 @@ class CycleGANModel(BaseModel):
         self.fake_A = self.netG_B(self.real_B)  # G_B(B)
         self.rec_B = self.netG_A(self.fake_A)   # G_A(G_B(B))
 
-    def backward_D_basic(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
-        """Real-vs-fake loss of one discriminator, back-propagated; returns the loss."""
+    def discriminator_loss(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        """Real-vs-fake loss of one discriminator (fake detached: D's step does not train G)."""
         with self.autocast():
             loss_D_real = self.criterionGAN(netD(real), True)
             loss_D_fake = self.criterionGAN(netD(fake.detach()), False)
             loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
+            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
             penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(netD), real, fake.detach())
             loss_D = loss_D + penalty
-        self.backward(loss_D)
         return loss_D
 
-    def backward_D_A(self) -> None:
-        fake_B = self.fake_B_pool.query(self.fake_B)
-        self.loss_D_A = self.backward_D_basic(self.netD_A, self.real_B, fake_B)
-
-    def backward_D_B(self) -> None:
-        fake_A = self.fake_A_pool.query(self.fake_A)
-        self.loss_D_B = self.backward_D_basic(self.netD_B, self.real_A, fake_A)
-
-    def backward_G(self) -> None:
+    def generator_loss(self, netD_A, netD_B) -> torch.Tensor:
+        """The generators' loss: fool both discriminators, reconstruct, and (optionally) keep
+        images of the target domain unchanged."""
         lambda_idt = self.opt.lambda_identity
         lambda_A = self.opt.lambda_A
         lambda_B = self.opt.lambda_B
@@ -116,26 +112,19 @@ class CycleGANModel(BaseModel):
             else:
                 self.loss_idt_A = 0
                 self.loss_idt_B = 0
-            # The discriminators judge G's outputs through their unwrapped modules: their weights get
-            # no gradient in this step, and DDP-wrapped ones would wait for gradients that never come.
-            self.loss_G_A = self.criterionGAN(distributed.unwrap(self.netD_A)(self.fake_B), True)
-            self.loss_G_B = self.criterionGAN(distributed.unwrap(self.netD_B)(self.fake_A), True)
+            self.loss_G_A = self.criterionGAN(netD_A(self.fake_B), True)
+            self.loss_G_B = self.criterionGAN(netD_B(self.fake_A), True)
             self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
             self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
-            self.loss_G = (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
-                           + self.loss_idt_A + self.loss_idt_B)
-        self.backward(self.loss_G)
+            return (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
+                    + self.loss_idt_A + self.loss_idt_B)
 
     def optimize_parameters(self) -> None:
         with self.autocast():
             self.forward()
-        self.set_requires_grad([self.netD_A, self.netD_B], False)
-        self.optimizer_G.zero_grad(set_to_none=True)
-        self.backward_G()
-        self.step(self.optimizer_G)
-        self.set_requires_grad([self.netD_A, self.netD_B], True)
-        self.optimizer_D.zero_grad(set_to_none=True)
-        self.backward_D_A()
-        self.backward_D_B()
-        self.step(self.optimizer_D)
-        self.end_iteration()
+        with self.frozen(self.netD_A, self.netD_B) as (netD_A, netD_B):  # G's step: D judges only
+            self.loss_G = self.generator_loss(netD_A, netD_B)
+            self.update_weights(self.optimizer_G, self.loss_G)
+        self.loss_D_A = self.discriminator_loss(self.netD_A, self.real_B, self.fake_B_pool.query(self.fake_B))
+        self.loss_D_B = self.discriminator_loss(self.netD_B, self.real_A, self.fake_A_pool.query(self.fake_A))
+        self.update_weights(self.optimizer_D, self.loss_D_A + self.loss_D_B)

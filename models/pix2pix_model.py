@@ -41,7 +41,8 @@ class Pix2PixModel(BaseModel):
     def forward(self) -> None:
         self.fake_B = self.netG(self.real_A)
 
-    def backward_D(self) -> None:
+    def discriminator_loss(self) -> torch.Tensor:
+        """D's loss: (A, real B) pairs are real, (A, G(A)) pairs fake (detached: D's step does not train G)."""
         with self.autocast():
             fake_AB = torch.cat((self.real_A, self.fake_B), 1)
             pred_fake = self.netD(fake_AB.detach())
@@ -49,32 +50,26 @@ class Pix2PixModel(BaseModel):
             real_AB = torch.cat((self.real_A, self.real_B), 1)
             pred_real = self.netD(real_AB)
             self.loss_D_real = self.criterionGAN(pred_real, True)
-            self.loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
+            loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
+            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
             penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real_AB, fake_AB.detach())
-            self.loss_D = self.loss_D + penalty
-        self.backward(self.loss_D)
+            loss_D = loss_D + penalty
+        return loss_D
 
-    def backward_G(self) -> None:
+    def generator_loss(self, netD) -> torch.Tensor:
+        """G's loss: D should take (A, G(A)) for real, and G(A) should be close to B (L1)."""
         with self.autocast():
             fake_AB = torch.cat((self.real_A, self.fake_B), 1)
-            # D judges G's output through the unwrapped module: D's weights get no gradient in this
-            # step, and a DDP-wrapped D would wait forever for gradients that never come.
-            pred_fake = distributed.unwrap(self.netD)(fake_AB)
-            self.loss_G_GAN = self.criterionGAN(pred_fake, True)
+            self.loss_G_GAN = self.criterionGAN(netD(fake_AB), True)
             self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
-            self.loss_G = self.loss_G_GAN + self.loss_G_L1
-        self.backward(self.loss_G)
+            return self.loss_G_GAN + self.loss_G_L1
 
     def optimize_parameters(self) -> None:
         with self.autocast():
             self.forward()
-        self.set_requires_grad(self.netD, True)
-        self.optimizer_D.zero_grad(set_to_none=True)
-        self.backward_D()
-        self.step(self.optimizer_D)
-        self.set_requires_grad(self.netD, False)
-        self.optimizer_G.zero_grad(set_to_none=True)
-        self.backward_G()
-        self.step(self.optimizer_G)
-        self.end_iteration()
+        self.loss_D = self.discriminator_loss()
+        self.update_weights(self.optimizer_D, self.loss_D)
+        with self.frozen(self.netD) as netD:  # G's step: D judges only
+            self.loss_G = self.generator_loss(netD)
+            self.update_weights(self.optimizer_G, self.loss_G)

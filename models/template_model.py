@@ -48,7 +48,4 @@ class TemplateModel(BaseModel):
         with self.autocast():  # mixed precision with --amp
             self.forward()
             self.loss_G = self.criterionLoss(self.output, self.data_B) * self.opt.lambda_regression
-        self.optimizer.zero_grad(set_to_none=True)
-        self.backward(self.loss_G)  # BaseModel.backward scales the loss for fp16
-        self.step(self.optimizer)
-        self.end_iteration()
+        self.update_weights(self.optimizer, self.loss_G)  # gradients, fp16 scaling, the step

@@ -164,44 +164,45 @@ def same_grads(a: list, b: list) -> bool:
                                     for x, y in zip(a, b))
 
 
-def guard(model, method: str, untouched: list, touched: list, calls: list) -> None:
-    """Wrap model.<method> so that it checks which networks' gradients it changed."""
-    original = getattr(model, method)
+def guard_updates(model, trains: dict, calls: list) -> None:
+    """Wrap model.update_weights so that each update checks that it changed the gradients of the
+    networks its optimizer trains (`trains`: optimizer name -> networks) and of no other."""
+    original = model.update_weights
+    optimizers = {id(getattr(model, name)): name for name in trains}
+    every_net = [net for nets in trains.values() for net in nets]
 
-    def checked():
-        before_untouched, before_touched = grads(*untouched), grads(*touched)
-        original()
-        assert same_grads(grads(*untouched), before_untouched), f"{method} changed gradients it must not touch"
-        after = grads(*touched)
-        assert all(g is not None for g in after), f"{method} left a network without gradients"
-        assert not same_grads(after, before_touched)
-        calls.append(method)
+    def checked(optimizer, loss):
+        name = optimizers[id(optimizer)]
+        others = [net for net in every_net if not any(net is mine for mine in trains[name])]
+        before_others, before_mine = grads(*others), grads(*trains[name])
+        original(optimizer, loss)
+        assert same_grads(grads(*others), before_others), f"the {name} update changed gradients it must not touch"
+        after = grads(*trains[name])
+        assert all(g is not None for g in after), f"the {name} update left a network without gradients"
+        assert not same_grads(after, before_mine)
+        calls.append(name)
 
-    setattr(model, method, checked)
+    model.update_weights = checked
 
 
 def test_pix2pix_steps_give_gradients_only_to_the_network_they_train():
     m = build("pix2pix", "--netG", "resnet_6blocks")
     calls: list = []
-    guard(m, "backward_D", untouched=[m.netG], touched=[m.netD], calls=calls)
-    guard(m, "backward_G", untouched=[m.netD], touched=[m.netG], calls=calls)
+    guard_updates(m, {"optimizer_D": [m.netD], "optimizer_G": [m.netG]}, calls)
     for _ in range(2):
         m.set_input(pair(S))
         m.optimize_parameters()
-    assert calls == ["backward_D", "backward_G"] * 2
+    assert calls == ["optimizer_D", "optimizer_G"] * 2
 
 
 def test_cycle_gan_steps_give_gradients_only_to_the_networks_they_train():
     m = build("cycle_gan", "--netG", "resnet_6blocks")
     calls: list = []
-    gens, discs = [m.netG_A, m.netG_B], [m.netD_A, m.netD_B]
-    guard(m, "backward_G", untouched=discs, touched=gens, calls=calls)
-    guard(m, "backward_D_A", untouched=gens + [m.netD_B], touched=[m.netD_A], calls=calls)
-    guard(m, "backward_D_B", untouched=gens + [m.netD_A], touched=[m.netD_B], calls=calls)
+    guard_updates(m, {"optimizer_G": [m.netG_A, m.netG_B], "optimizer_D": [m.netD_A, m.netD_B]}, calls)
     for _ in range(2):
         m.set_input(pair(S))
         m.optimize_parameters()
-    assert calls == ["backward_G", "backward_D_A", "backward_D_B"] * 2
+    assert calls == ["optimizer_G", "optimizer_D"] * 2
 
 
 def test_cycle_gan_training_step_leaves_discriminators_trainable():

@@ -531,8 +531,10 @@ class TwoOptimizerModel(BaseModel):
         pass
 
 
-def lrs_per_epoch(*flags: str, metric=None) -> tuple[list[float], TwoOptimizerModel]:
-    """The learning rate each epoch trains at, with the scheduler stepped at the end of each epoch."""
+def lrs_per_epoch(*flags: str, validation=None, generator_loss=None) -> tuple[list[float], TwoOptimizerModel]:
+    """The learning rate each epoch trains at, with the scheduler stepped at the end of each epoch
+    as train.py does: `validation(epoch_index)` is the validation metric handed to it (if given);
+    the epoch's two steps update both optimizers with losses `generator_loss(epoch_index, step)` and 1."""
     opt = TrainOptions().parse(["--dataroot", "unused", "--model", "template", "--lr", "0.1", *flags])
     model = TwoOptimizerModel(opt)
     model.setup(opt)
@@ -541,11 +543,11 @@ def lrs_per_epoch(*flags: str, metric=None) -> tuple[list[float], TwoOptimizerMo
         lr_g, lr_d = (o.param_groups[0]["lr"] for o in model.optimizers)
         assert lr_g == lr_d  # both optimizers follow the schedule
         lrs.append(lr_g / 0.1)
-        for optimizer in model.optimizers:  # the epoch's training steps
-            optimizer.step()
-        if metric is not None:
-            model.metric = metric(i)
-        old, new = model.update_learning_rate()
+        for step in range(2):  # the epoch's training steps
+            g_value = generator_loss(i, step) if generator_loss else 1.0
+            model.update_weights(model.optimizers[0], model.w_g.sum() * 0 + g_value)
+            model.update_weights(model.optimizers[1], model.w_d.sum() * 0 + 1.0)
+        old, new = model.update_learning_rate(validation(i) if validation else None)
         assert old == pytest.approx(lr_g)
         assert new == pytest.approx(model.optimizers[0].param_groups[0]["lr"])
     return lrs, model
@@ -574,14 +576,26 @@ def test_cosine_policy_anneals_to_zero_over_n_epochs():
     assert model.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_plateau_policy_keeps_lr_while_metric_improves():
+def test_plateau_policy_keeps_lr_while_validation_metric_improves():
     lrs, _ = lrs_per_epoch("--lr_policy", "plateau", "--n_epochs", "10", "--n_epochs_decay", "0",
-                           metric=lambda i: 0.9 ** i)
+                           validation=lambda i: 0.9 ** i)
     assert lrs == pytest.approx([1.0] * 10)
 
 
 def test_plateau_policy_divides_lr_by_five_after_patience_epochs_without_improvement():
     lrs, model = lrs_per_epoch("--lr_policy", "plateau", "--n_epochs", "7", "--n_epochs_decay", "0",
-                               metric=lambda i: 1.0)
+                               validation=lambda i: 1.0)
     assert lrs == pytest.approx([1.0] * 7)  # the first 6 stalled epochs are within patience 5
     assert model.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.2)
+
+
+def test_plateau_policy_without_validation_follows_the_epochs_mean_generator_loss():
+    # The generator's loss falls from epoch to epoch (within an epoch it goes up and down, so only
+    # its epoch mean falls): the rate is kept. A flat generator loss lowers it after the patience.
+    falling = lambda i, step: (10.0 - i) + (1.0 if step == 0 else -1.0)  # noqa: E731
+    lrs, _ = lrs_per_epoch("--lr_policy", "plateau", "--n_epochs", "8", "--n_epochs_decay", "0",
+                           generator_loss=falling)
+    assert lrs == pytest.approx([1.0] * 8)
+    lrs, model = lrs_per_epoch("--lr_policy", "plateau", "--n_epochs", "8", "--n_epochs_decay", "0",
+                               generator_loss=lambda i, step: 3.0)
+    assert lrs == pytest.approx([1.0] * 7 + [0.2])

@@ -1,9 +1,9 @@
-"""Everything that touches `torch.distributed` lives here.
+"""Everything that touches `torch.distributed` lives here: start-up and collectives.
 
 `init_distributed` reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE), picks the
 device and backend (NCCL + cuda:LOCAL_RANK when CUDA is used, gloo + CPU otherwise) and returns
-a `DistContext`. The rest of the code asks small questions (`is_main_process()`, `world_size()`)
-or calls the collectives below, which are no-ops in a single process, so the training loop has
+a `DistContext` that the caller passes on. The collectives below ask torch.distributed itself
+whether a process group exists, so they are no-ops in a single process and the training loop has
 no rank branches beyond "only the main process writes".
 """
 from __future__ import annotations
@@ -43,9 +43,6 @@ class DistContext:
         return self.rank == 0
 
 
-_context = DistContext()
-
-
 def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -68,12 +65,11 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistCon
     The device is set before the process group is created, and given to it, so that NCCL
     barriers know their device instead of guessing.
     """
-    global _context
     if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
-        _context = DistContext(device=pick_device(device))
-        if _context.device.type == "cuda":
-            torch.cuda.set_device(_context.device)
-        return _context
+        alone = DistContext(device=pick_device(device))
+        if alone.device.type == "cuda":
+            torch.cuda.set_device(alone.device)
+        return alone
 
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -92,60 +88,63 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistCon
                                 device_id=chosen)
     else:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-    _context = DistContext(rank=rank, local_rank=local_rank, world_size=world,
-                           device=chosen, backend=backend)
-    return _context
+    return DistContext(rank=rank, local_rank=local_rank, world_size=world, device=chosen, backend=backend)
 
 
-def context() -> DistContext:
-    return _context
+def is_distributed() -> bool:
+    """True inside a process group of two or more processes."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def is_main_process() -> bool:
-    return _context.is_main
+    """True in a single process and on rank 0 (also in DataLoader workers forked from them)."""
+    return not is_distributed() or dist.get_rank() == 0
 
 
 def world_size() -> int:
-    return _context.world_size
+    return dist.get_world_size() if is_distributed() else 1
 
 
-def rank() -> int:
-    return _context.rank
+def _collective_device() -> torch.device:
+    # NCCL reduces CUDA tensors only; gloo takes CPU tensors.
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def barrier() -> None:
-    if _context.is_distributed:
+    if is_distributed():
         dist.barrier()
 
 
 def reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     """The mean of `tensor` over all ranks (the tensor itself in a single process)."""
-    if not _context.is_distributed:
+    if not is_distributed():
         return tensor
     reduced = tensor.detach().clone()
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-    return reduced / _context.world_size
+    return reduced / dist.get_world_size()
 
 
 def any_rank(flag: bool) -> bool:
     """True on every rank if `flag` is true on any rank (so that all ranks take the same branch)."""
-    if not _context.is_distributed:
+    if not is_distributed():
         return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=_context.device)
+    value = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item() > 0)
 
 
 def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
     """Sum `tensor` over all ranks in place (autograd-free); identity in a single process."""
-    if _context.is_distributed:
+    if is_distributed():
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
 
 
 def check_in_sync(name: str, module: nn.Module) -> None:
     """Raise if `module`'s weights differ between ranks (DDP must keep replicas identical)."""
-    if not _context.is_distributed:
+    if not is_distributed():
         return
     with torch.no_grad():
         params = [p.detach().double().flatten() for p in unwrap(module).parameters()]
@@ -165,7 +164,7 @@ def check_in_sync(name: str, module: nn.Module) -> None:
 
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's `obj` on every rank."""
-    if not _context.is_distributed:
+    if not is_distributed():
         return obj
     holder = [obj]
     dist.broadcast_object_list(holder, src=0)
@@ -174,9 +173,9 @@ def broadcast_object(obj: Any) -> Any:
 
 def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order, on every rank."""
-    if not _context.is_distributed:
+    if not is_distributed():
         return [obj]
-    gathered: list[Any] = [None] * _context.world_size
+    gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj)
     return gathered
 
@@ -187,31 +186,28 @@ def shared_seed(requested: int | None) -> int:
     return int(broadcast_object(seed))
 
 
-def wrap_ddp(module: nn.Module, sync_batchnorm: bool = False) -> nn.Module:
-    """Wrap `module` in DistributedDataParallel when running distributed; otherwise return it.
-
-    With `sync_batchnorm`, batch-norm layers first become synchronised ones (PyTorch's on CUDA,
-    ours on CPU, where PyTorch's refuses to run); their parameters stay the same objects, so
-    optimizers built before wrapping remain valid.
-    """
-    if not _context.is_distributed or not any(p.requires_grad for p in module.parameters()):
+def wrap_ddp(module: nn.Module, device: torch.device) -> nn.Module:
+    """Wrap `module` (on `device`) in DistributedDataParallel when running distributed and it has
+    trainable parameters; otherwise return it unchanged."""
+    if not is_distributed() or not any(p.requires_grad for p in module.parameters()):
         return module
-    if sync_batchnorm:
-        module = convert_sync_batchnorm(module)
-    device_ids = [_context.device.index] if _context.device.type == "cuda" else None
+    device_ids = [device.index] if device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
 
 
 def unwrap(module: nn.Module) -> nn.Module:
-    """The plain module inside torch.compile and DDP wrappers (the module itself if not wrapped)."""
+    """The plain module inside torch.compile and DDP wrappers, in either order (the module itself
+    if not wrapped): what checkpoints are written from."""
     module = getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule
-    return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+    if isinstance(module, nn.parallel.DistributedDataParallel):
+        module = module.module
+    return getattr(module, "_orig_mod", module)
 
 
 def report_user_error(message: str) -> None:
     """Print a user error once: every rank hits most of them alike, so only rank 0 speaks,
     except when this rank alone failed (e.g. an unreadable image only it loaded)."""
-    env_rank = int(os.environ.get("RANK", _context.rank))
+    env_rank = dist.get_rank() if is_distributed() else int(os.environ.get("RANK", "0"))
     if env_rank == 0:
         print(message, file=sys.stderr, flush=True)
     else:
@@ -225,82 +221,3 @@ def report_user_error(message: str) -> None:
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-class _SyncBatchNormFunction(torch.autograd.Function):
-    """Batch norm over the batch of all ranks, with the gradient of the global statistics.
-
-    Forward all-reduces per-channel sum, sum of squares and count; backward all-reduces the
-    per-channel sums of dy and dy*x_hat, which carry the cross-rank terms of d(loss)/dx.
-    Parameter gradients stay local: DDP averages them like any other gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps: float):
-        channels = x.shape[1]
-        reduce_dims = [0] + list(range(2, x.dim()))
-        count = torch.tensor([x.numel() / channels], dtype=x.dtype, device=x.device)
-        stats = torch.cat([x.sum(reduce_dims), (x * x).sum(reduce_dims), count])
-        all_reduce_sum_(stats)
-        total = stats[-1]
-        mean = stats[:channels] / total
-        var = (stats[channels:2 * channels] / total - mean * mean).clamp_min(0)
-        invstd = torch.rsqrt(var + eps)
-        shape = [1, channels] + [1] * (x.dim() - 2)
-        x_hat = (x - mean.view(shape)) * invstd.view(shape)
-        ctx.save_for_backward(x_hat, weight, invstd, total)
-        ctx.reduce_dims = reduce_dims
-        ctx.shape = shape
-        return x_hat * weight.view(shape) + bias.view(shape), mean, var * total / (total - 1).clamp_min(1)
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_mean, _grad_var):
-        x_hat, weight, invstd, total = ctx.saved_tensors
-        shape, dims = ctx.shape, ctx.reduce_dims
-        sum_dy = grad_out.sum(dims)
-        sum_dy_xhat = (grad_out * x_hat).sum(dims)
-        grad_weight, grad_bias = sum_dy_xhat.clone(), sum_dy.clone()
-        global_sums = all_reduce_sum_(torch.cat([sum_dy, sum_dy_xhat]))
-        channels = sum_dy.numel()
-        mean_dy = (global_sums[:channels] / total).view(shape)
-        mean_dy_xhat = (global_sums[channels:] / total).view(shape)
-        grad_x = (weight * invstd).view(shape) * (grad_out - mean_dy - x_hat * mean_dy_xhat)
-        return grad_x, grad_weight, grad_bias, None
-
-
-class CPUSyncBatchNorm(nn.BatchNorm2d):
-    """BatchNorm2d whose training statistics cover the batches of all ranks (gloo, CPU).
-
-    PyTorch's nn.SyncBatchNorm refuses to run on CPU; this one has the same parameters and
-    buffers (so checkpoints are plain BatchNorm2d ones) and behaves as BatchNorm2d in eval mode
-    or in a single process.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.training and _context.is_distributed):
-            return super().forward(x)
-        y, mean, unbiased_var = _SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
-        if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked += 1
-                momentum = (1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum)
-                self.running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
-                self.running_var.mul_(1 - momentum).add_(unbiased_var.detach() * momentum)
-        return y
-
-
-def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
-    """Batch-norm layers of `module` synchronised across ranks: PyTorch's on CUDA, ours on CPU."""
-    if _context.device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(module)
-    if isinstance(module, nn.BatchNorm2d) and not isinstance(module, CPUSyncBatchNorm) and module.affine:
-        synced = CPUSyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                                  module.track_running_stats)
-        synced.weight, synced.bias = module.weight, module.bias  # the same Parameter objects
-        synced.running_mean, synced.running_var = module.running_mean, module.running_var
-        synced.num_batches_tracked = module.num_batches_tracked
-        synced.train(module.training)
-        return synced
-    for name, child in module.named_children():
-        module.add_module(name, convert_sync_batchnorm(child))
-    return module
