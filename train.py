@@ -118,6 +118,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
 
             model.set_input(data)          # unpack the batch onto the device
             model.optimize_parameters()    # losses, gradients, weight updates
+            model.update_ema()             # --ema_decay: the generators' moving averages
 
             total_iters = progress.total_iters
             if crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from models import networks
+from models.ema import GeneratorEMA
 from models.loss_watch import LossWatch
 from models.sync_batchnorm import convert_sync_batchnorm
 from util import distributed
@@ -66,6 +67,7 @@ class BaseModel(ABC):
         self.loss_watch = LossWatch(self.device)
         # Networks as the generator step calls them through `frozen` (compiled, never DDP-wrapped).
         self._unsynced: dict[str, nn.Module] = {}
+        self.ema: GeneratorEMA | None = None  # --ema_decay: moving averages of the generators
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool):
@@ -176,6 +178,29 @@ class BaseModel(ABC):
     def named_networks(self) -> dict[str, nn.Module]:
         return {name: getattr(self, "net" + name) for name in self.model_names}
 
+    def generators(self) -> dict[str, nn.Module]:
+        """The networks that translate images (named G...), as opposed to the discriminators."""
+        return {name: net for name, net in self.named_networks().items() if name.startswith("G")}
+
+    def update_ema(self) -> None:
+        """After a training step: move the generators' moving averages (nothing without --ema_decay)."""
+        if self.ema is not None:
+            self.ema.update(self.generators())
+
+    @contextmanager
+    def ema_generators(self) -> Iterator[None]:
+        """Within the block the model translates with the averaged generators (for validation)."""
+        if self.ema is None:
+            raise RuntimeError("ema_generators() needs --ema_decay > 0")
+        trained = self.generators()
+        for name, average in self.ema.networks().items():
+            setattr(self, "net" + name, average)
+        try:
+            yield
+        finally:
+            for name, net in trained.items():
+                setattr(self, "net" + name, net)
+
     def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None) -> None:
         """Create schedulers; load weights (testing, --continue_train) or a whole training state
         (exact resume: `resume_state` from util.training_state, `rank_state` this rank's part);
@@ -188,6 +213,12 @@ class BaseModel(ABC):
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         self._make_grad_scalers()
+        if self.isTrain and getattr(opt, "ema_decay", 0.0) != 0:
+            if not 0 < opt.ema_decay < 1:
+                raise UserError(f"--ema_decay {opt.ema_decay} is not a decay: use a number between 0 and 1 "
+                                f"(e.g. 0.999: the average moves 0.1% of the way to the weights each step), "
+                                f"or 0 for no moving average.")
+            self.ema = GeneratorEMA(self.generators(), opt.ema_decay)
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
             if rank_state is not None:
@@ -269,6 +300,7 @@ class BaseModel(ABC):
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
             "grad_scalers": [scaler.state_dict() for scaler in self.grad_scalers],
+            "ema": self.ema.state_dict() if self.ema is not None else None,
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -281,6 +313,11 @@ class BaseModel(ABC):
         for scaler, saved in zip(self.grad_scalers, state.get("grad_scalers", [])):
             if saved:  # a disabled scaler saves an empty state
                 scaler.load_state_dict(saved)
+        if self.ema is not None and state.get("ema"):
+            self.ema.load_state_dict(state["ema"])
+        elif self.ema is not None:
+            print0("note: the run being continued kept no moving averages; --ema_decay starts them from "
+                   "the current weights.")
 
     def rank_training_state(self) -> dict:
         """State that differs between ranks: this rank's share of the epoch's losses; subclasses
@@ -293,16 +330,27 @@ class BaseModel(ABC):
             self.loss_watch.load_state_dict(state["loss_watch"])
 
     # ------------------------------------------------------------------ checkpoints
-    def save_networks(self, epoch) -> None:
-        """Write `<epoch>_net_<name>.pth` for every network (main process; all ranks must call)."""
-        for name, net in self.named_networks().items():
+    def save_networks(self, epoch, include_ema: bool = True) -> None:
+        """Write `<epoch>_net_<name>.pth` for every network and, with --ema_decay (unless
+        `include_ema` is false), `<epoch>_ema_net_<name>.pth` for every averaged generator
+        (main process writes; all ranks must call)."""
+        self._save(epoch, self.named_networks())
+        if include_ema and self.ema is not None:
+            self.save_ema_networks(epoch)
+
+    def save_ema_networks(self, epoch) -> None:
+        """Write `<epoch>_ema_net_<name>.pth` for every averaged generator (all ranks must call)."""
+        self._save(f"{epoch}_ema", self.ema.networks())
+
+    def _save(self, label: str, nets: dict[str, nn.Module]) -> None:
+        for name, net in nets.items():
             distributed.check_in_sync(name, net)
         if not self.ctx.is_main:
             return
         os.makedirs(self.save_dir, exist_ok=True)
-        for name, net in self.named_networks().items():
+        for name, net in nets.items():
             state = {k: v.detach().cpu() for k, v in distributed.unwrap(net).state_dict().items()}
-            atomic_torch_save(state, os.path.join(self.save_dir, f"{epoch}_net_{name}.pth"))
+            atomic_torch_save(state, os.path.join(self.save_dir, f"{label}_net_{name}.pth"))
         architecture = {key: getattr(self.opt, key) for key in ARCHITECTURE_OPTIONS if hasattr(self.opt, key)}
         with open(os.path.join(self.save_dir, "architecture.json"), "wt") as f:
             json.dump(architecture, f, indent=1)

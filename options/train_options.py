@@ -42,5 +42,6 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper.")
         parser.add_argument("--pool_size", type=int, default=50, help="the size of image buffer that stores previously generated images")
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, help="learning rate policy. [linear | step | plateau | cosine]")
+        parser.add_argument("--ema_decay", type=float, default=0.0, help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
         parser.add_argument("--lr_decay_iters", type=int, default=50, help="multiply by a gamma every lr_decay_iters iterations")
         return parser

@@ -381,3 +381,42 @@ def test_print_networks_reports_reference_parameter_counts(capsys):
     assert "[Network G_B] Total number of parameters : 11.378 M" in out
     assert "[Network D_A] Total number of parameters : 2.765 M" in out
     assert "[Network D_B] Total number of parameters : 2.765 M" in out
+
+
+# ---------------------------------------------------------------- moving averages (--ema_decay)
+def test_ema_generators_follow_the_moving_average_formula_and_discriminators_have_none(tmp_path):
+    m = build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "0.75", tmp=tmp_path)
+    assert list(m.ema.networks()) == ["G"]  # D is not averaged
+    expected = None
+    for _ in range(3):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+        m.update_ema()
+        weights = {k: v.clone() for k, v in m.netG.named_parameters()}
+        # The first step copies the weights; later ones move 25% of the way towards them.
+        expected = weights if expected is None else {k: 0.75 * expected[k] + 0.25 * w for k, w in weights.items()}
+    averaged = dict(m.ema.networks()["G"].named_parameters())
+    assert all(torch.allclose(averaged[k], expected[k], rtol=1e-5, atol=1e-7) for k in expected)
+    assert not all(torch.equal(averaged[k], w) for k, w in m.netG.named_parameters())
+    m.save_networks("latest")
+    saved = torch.load(tmp_path / "exp" / "latest_ema_net_G.pth", weights_only=True)
+    assert saved.keys() == m.netG.state_dict().keys()  # the reference's format, loadable by test.py
+    assert torch.equal(saved["model.1.weight"], averaged["model.1.weight"])
+    assert not (tmp_path / "exp" / "latest_ema_net_D.pth").exists()
+
+
+def test_test_model_applies_the_moving_average_as_epoch_latest_ema(tmp_path):
+    m = build("cycle_gan", "--netG", "resnet_6blocks", "--ema_decay", "0.5", tmp=tmp_path)
+    for _ in range(2):
+        m.set_input(pair(S))
+        m.optimize_parameters()
+        m.update_ema()
+    m.save_networks("latest")
+    loaded = load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks",
+                             "--epoch", "latest_ema")
+    assert same_state(state(loaded.netG), state(m.ema.networks()["G_A"]))
+
+
+def test_ema_decay_outside_zero_to_one_is_a_user_error():
+    with pytest.raises(UserError, match="--ema_decay"):
+        build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "1.5")
