@@ -275,7 +275,9 @@ def test_http_example_of_the_docs_serves_translations_on_127_0_0_1(work, tmp_pat
     server = subprocess.Popen([sys.executable, str(tmp_path / "serve.py"), str(work / "ckpt" / "c"), "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
-        url = re.search(r"http://127\.0\.0\.1:\d+", server.stdout.readline()).group(0)
+        started = re.search(r"http://127\.0\.0\.1:\d+", server.stdout.readline())
+        assert started, f"the server did not start: {server.stderr.read() if server.poll() is not None else ''}"
+        url = started.group(0)
         picture = (work / "unpaired" / "testA" / "wide.png").read_bytes()
         with urllib.request.urlopen(urllib.request.Request(url, data=picture), timeout=60) as response:
             assert response.headers["Content-Type"] == "image/png"
