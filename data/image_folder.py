@@ -180,3 +180,17 @@ def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
             return _convert(img, mode)
     except _UNREADABLE as e:
         raise _unreadable(path, e) from e
+
+
+def convert_image(img: Image.Image, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
+    """An image already opened (e.g. from bytes received over a network) converted as `load_image`
+    converts files: alpha composited on white, 16-bit grayscale scaled to 8 bits. Raises
+    `UserError` if its pixels cannot be decoded (a truncated or damaged image)."""
+    if mode not in ("RGB", "L"):
+        raise ValueError(f"convert_image mode must be 'RGB' or 'L', got {mode!r}")
+    try:
+        img.load()
+        return _convert(img, mode)
+    except _UNREADABLE as e:
+        reason = " ".join((str(e) or type(e).__name__).split())
+        raise UserError(f"cannot decode the {img.format or 'given'} image: it is damaged or truncated ({reason}).") from e

@@ -31,9 +31,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from models import create_model, networks  # noqa: E402
-from models.base_model import _drop_old_instance_norm_stats  # noqa: E402
+from models import saved_generator  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
-from util.checkpoint import load_state_dict_file  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.tiling import PadToMultiple, export_min_size  # noqa: E402
@@ -64,18 +63,8 @@ class ExportOptions(TestOptions):
 def load_generator(opt) -> tuple[torch.nn.Module, str]:
     """The generator to export (CPU, float32, eval mode) and its file stem."""
     if opt.weights:
-        net = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
-                                opt.init_type, opt.init_gain)
-        state = load_state_dict_file(opt.weights, "cpu")
-        _drop_old_instance_norm_stats(state, net)
-        try:
-            net.load_state_dict(state)
-        except RuntimeError as err:
-            first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
-            raise UserError(f"{opt.weights} does not fit --netG {opt.netG} --norm {opt.norm} --ngf {opt.ngf} "
-                            f"--input_nc {opt.input_nc} --output_nc {opt.output_nc}"
-                            f"{' --no_dropout' if opt.no_dropout else ''}; pass the flags it was trained with. "
-                            f"PyTorch says: {first}") from None
+        architecture = {key: getattr(opt, key) for key in saved_generator.ARCHITECTURE_KEYS}
+        net = saved_generator.load_generator(opt.weights, architecture)
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
     model.setup(opt)

@@ -11,21 +11,22 @@ import os
 import pickle
 import tempfile
 import warnings
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import torch
 
 from util.errors import UserError
 
 
-def atomic_torch_save(obj: Any, path: str) -> None:
-    """`torch.save(obj, path)` that never leaves a truncated `path` behind."""
+def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`: a crash at
+    any instant leaves the old `path` or the new one, never a truncated one."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
@@ -33,6 +34,11 @@ def atomic_torch_save(obj: Any, path: str) -> None:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
         raise
+
+
+def atomic_torch_save(obj: Any, path: str) -> None:
+    """`torch.save(obj, path)` that never leaves a truncated `path` behind."""
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def load_checkpoint_file(path: str, map_location: torch.device | str = "cpu") -> Any:

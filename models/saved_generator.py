@@ -1,0 +1,173 @@
+"""Finding a trained generator's weights and building the network they belong to, without flags.
+
+A run folder written by train.py holds `<epoch>_net_<name>.pth` files and `architecture.json`
+(models/base_model.py); a reference checkpoint has only the .pth files. `find_generator` picks the
+file of the generator that translates in the requested direction and the architecture to build
+it with, taken in this order: explicit keyword arguments, architecture.json, and what the weights
+themselves show (`infer_architecture`: generator type, ngf, channels, norm, and dropout for
+resnets). `load_generator` builds it with `networks.define_G`, as train.py and test.py do, and
+loads the weights with a message that names the file and the architecture when they do not fit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from models import networks
+from models.base_model import _drop_old_instance_norm_stats
+from util.checkpoint import load_state_dict_file
+from util.errors import UserError
+
+# define_G's arguments, under the names of the flags (and of Translator.load's keywords).
+ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")
+# The reference's test.py defaults, for what neither the weights nor a keyword says (U-Net dropout).
+REFERENCE_DEFAULTS = {"netG": "resnet_9blocks", "norm": "instance", "ngf": 64, "input_nc": 3, "output_nc": 3,
+                      "no_dropout": False}
+DIRECTIONS = ("AtoB", "BtoA")
+_UNET_BY_DEPTH = {7: "unet_128", 8: "unet_256"}
+_SINGLE_GENERATOR_MODELS = ("pix2pix", "template", "test")
+
+
+@dataclass(frozen=True)
+class GeneratorCheckpoint:
+    """One generator's weights file and the architecture (ARCHITECTURE_KEYS) to build it with."""
+
+    path: str
+    architecture: dict
+
+
+def describe_architecture(arch: dict) -> str:
+    """The architecture as the flags that build it, e.g. `--netG unet_256 --norm batch --ngf 64 ...`."""
+    text = " ".join(f"--{key} {arch[key]}" for key in ARCHITECTURE_KEYS[:-1] if key in arch)
+    return text + (" --no_dropout" if arch.get("no_dropout") else "")
+
+
+def infer_architecture(state: dict) -> dict:
+    """What a generator state_dict shows of its architecture: netG, ngf, input_nc, output_nc, norm,
+    and for resnets no_dropout (a U-Net's dropout has no weights, so it cannot be seen).
+    Returns {} for weights that are no generator of networks.GENERATORS."""
+    if "model.1.weight" in state:  # resnet: pad, 7x7 conv, norm, relu, 2 downsamplings, blocks, ...
+        first, prefix = state["model.1.weight"], "model.1"
+        blocks = {key.split(".")[1] for key in state if ".conv_block." in key}
+        netG = f"resnet_{len(blocks)}blocks"
+        last = max((int(key.split(".")[1]) for key in state if re.fullmatch(r"model\.\d+\.weight", key)))
+        output_nc = state[f"model.{last}.weight"].shape[0]
+        # Dropout shifts a block's second conv from index 5 to 6 (index 6 is a norm without it).
+        dropout = {"no_dropout": not any(key.endswith(".conv_block.6.weight") and state[key].ndim == 4
+                                         for key in state)}
+    elif "model.model.0.weight" in state:  # U-Net: nested blocks, one "model" per level of depth
+        first, prefix = state["model.model.0.weight"], "model.model.0"
+        depth = max(key.split(".").count("model") for key in state) - 1
+        netG = _UNET_BY_DEPTH.get(depth, f"unet with {depth} levels")
+        output_nc = state["model.model.3.weight"].shape[1]  # ConvTranspose2d: (in, out, kh, kw)
+        dropout = {}
+    else:
+        return {}
+    if netG not in networks.GENERATORS or first.ndim != 4:
+        return {}
+    # Convs before instance norm have a bias; before batch norm they do not (see networks._uses_bias).
+    if f"{prefix}.bias" in state:
+        norm = "instance"
+    elif any(key.endswith(".running_mean") for key in state):
+        norm = "batch"
+    else:
+        norm = "none"
+    return {"netG": netG, "norm": norm, "ngf": first.shape[0], "input_nc": first.shape[1],
+            "output_nc": output_nc, **dropout}
+
+
+def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") -> nn.Module:
+    """`networks.define_G` with architecture `arch` (ARCHITECTURE_KEYS), loaded with the weights in
+    `path`; raises a UserError naming the file, the architecture tried and the one the weights show."""
+    state = load_state_dict_file(path, device)
+    net = networks.define_G(arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"], arch["norm"],
+                            not arch["no_dropout"])
+    _drop_old_instance_norm_stats(state, net)
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as err:
+        lines = str(err).splitlines()
+        seen = infer_architecture(state)
+        hint = (f" The weights look like {describe_architecture(seen)}; pass those." if seen
+                else " They do not look like a generator of this project or the reference.")
+        raise UserError(f"{path} does not fit {describe_architecture(arch)}.{hint} "
+                        f"PyTorch says: {(lines[1] if len(lines) > 1 else lines[0]).strip()}") from None
+    return net.to(device)
+
+
+def find_generator(source: str, direction: str | None = None, epoch: str = "latest",
+                   overrides: dict | None = None) -> GeneratorCheckpoint:
+    """The weights file and architecture of the generator in `source` (a run folder or a .pth file)
+    that translates in `direction` (see docs/inference.md); `overrides` are explicit
+    ARCHITECTURE_KEYS values, which win over everything else."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = sorted(set(overrides) - set(ARCHITECTURE_KEYS))
+    if unknown:
+        raise UserError(f"unknown architecture keyword(s) {', '.join(unknown)}; the generator is described "
+                        f"by {', '.join(ARCHITECTURE_KEYS)}.")
+    if direction not in (None, *DIRECTIONS):
+        raise UserError(f"direction {direction!r} is neither AtoB nor BtoA (nor None: the trained direction).")
+    source = os.fspath(source)
+    folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
+    if not os.path.exists(source):
+        raise UserError(f"checkpoint {source} does not exist; pass a run folder (e.g. checkpoints/<name>) or a "
+                        f"<epoch>_net_<name>.pth file.")
+    saved = _read_architecture_json(folder)
+    if os.path.isdir(source):
+        name, swap = _generator_for_direction(folder, saved, direction, epoch)
+        path = os.path.join(folder, f"{epoch}_net_{name}.pth")
+    else:
+        if direction is not None:
+            raise UserError(f"{source} is one generator's weights file, which translates one way only; pass its "
+                            f"run folder to choose a direction, or leave the direction out.")
+        path, swap = source, re.search(r"_net_G_B\.pth$", source) is not None and bool(saved)
+    arch = dict(REFERENCE_DEFAULTS)
+    if saved:
+        arch.update({k: saved[k] for k in ARCHITECTURE_KEYS if k in saved})
+        if swap:  # G_B maps domain B (output_nc channels) back to A (input_nc)
+            arch["input_nc"], arch["output_nc"] = arch["output_nc"], arch["input_nc"]
+    else:
+        arch.update(infer_architecture(load_state_dict_file(path)))
+    arch.update(overrides)
+    return GeneratorCheckpoint(path, arch)
+
+
+def _read_architecture_json(folder: str) -> dict:
+    path = os.path.join(folder, "architecture.json")
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path} is not readable JSON ({err}); restore it or delete it (the architecture is "
+                        f"then read from the weights).") from None
+    if saved.get("model") == "colorization":
+        raise UserError(f"{folder} holds a colorization model, whose generator maps L to ab channels of the "
+                        f"Lab colour space; translate with test.py --model colorization instead.")
+    return saved
+
+
+def _generator_for_direction(folder: str, saved: dict, direction: str | None, epoch: str) -> tuple[str, bool]:
+    """(network name, whether it is CycleGAN's backward generator G_B) for `direction` in terms of
+    the dataset's domains: `trainA -> trainB` is AtoB whichever --direction the run trained with."""
+    trained = saved.get("direction", "AtoB")  # the reference's default, for folders without the file
+    wanted = direction or trained
+    model = saved.get("model")
+    if model is None:  # a reference checkpoint: its files say whether it is a CycleGAN
+        model = "cycle_gan" if os.path.exists(os.path.join(folder, f"{epoch}_net_G_A.pth")) else "test"
+    if model == "cycle_gan":
+        backward = wanted != trained
+        return ("G_B" if backward else "G_A"), backward
+    if model not in _SINGLE_GENERATOR_MODELS:
+        raise UserError(f"{folder} holds a --model {model} run, which has no generator to translate with.")
+    if saved and wanted != trained:
+        raise UserError(f"{folder} holds a {model} model trained --direction {trained}: its one generator "
+                        f"translates {trained} only (a CycleGAN has one per direction); ask for {trained} or "
+                        f"leave the direction out.")
+    return "G", False

@@ -1,0 +1,148 @@
+"""Translate image files with a trained model, keeping their names and formats.
+
+    python scripts/translate.py photos/ --checkpoint checkpoints/horse2zebra --output zebras/
+    python scripts/translate.py "scans/*.jpg" one.png --checkpoint checkpoints/facades/latest_net_G.pth \
+        --output out/ --tile 512
+
+INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns.
+Each image is written to --output under its own name and extension (a .jpg gives a .jpg, at quality
+95). Files that are not images, cannot be decoded or cannot be written are skipped; the summary lists
+them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
+when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
+docs/inference.md explains --direction, --no_eval and the architecture flags.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
+from models import networks  # noqa: E402
+from models.translator import PRECISIONS, Translator  # noqa: E402
+from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
+    parser.add_argument("--checkpoint", required=True, help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
+    parser.add_argument("--output", required=True, help="folder for the translated images")
+    parser.add_argument("--direction", choices=["AtoB", "BtoA"], default=None, help="trainA -> trainB (AtoB) or back; default: the direction the model was trained in")
+    parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
+    parser.add_argument("--tile", type=int, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
+    parser.add_argument("--tile_overlap", type=int, default=64, help="pixels by which neighbouring tiles overlap")
+    parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval")
+    arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
+    arch.add_argument("--netG", choices=networks.GENERATORS, default=None)
+    arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
+    arch.add_argument("--ngf", type=int, default=None)
+    arch.add_argument("--input_nc", type=int, default=None)
+    arch.add_argument("--output_nc", type=int, default=None)
+    arch.add_argument("--no_dropout", action="store_true", default=None)
+    return parser.parse_args(argv)
+
+
+def list_jobs(inputs: list[str], output_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(source, destination) pairs to translate, and (path, reason) pairs skipped before translating.
+    Hidden files and folders (".name") and anything inside `output_dir` are left out silently."""
+    jobs: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    output_real = os.path.realpath(output_dir)
+    destinations: dict[str, str] = {}
+
+    def add(path: str, relative: str) -> None:
+        if not is_image_file(path):
+            extension = os.path.splitext(path)[1] or "no extension"
+            skipped.append((path, f"not an image file ({extension})"))
+            return
+        destination = os.path.join(output_dir, relative)
+        key = os.path.realpath(destination)
+        if key == os.path.realpath(path):
+            skipped.append((path, "its output would overwrite it; choose another --output"))
+        elif key in destinations:
+            skipped.append((path, f"its output {destination} is already the output of {destinations[key]}"))
+        else:
+            destinations[key] = path
+            jobs.append((path, destination))
+
+    def add_folder(folder: str) -> None:
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                             and os.path.realpath(os.path.join(root, d)) != output_real)
+            for name in sorted(files):
+                if not name.startswith("."):
+                    path = os.path.join(root, name)
+                    add(path, os.path.relpath(path, folder))
+
+    for item in inputs:
+        matches = sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]
+        if not matches:
+            skipped.append((item, "matches no file"))
+        for path in matches:
+            if os.path.isdir(path):
+                add_folder(path)
+            elif os.path.isfile(path):
+                add(path, os.path.basename(path))
+            else:
+                skipped.append((path, "no such file or folder"))
+    return jobs, skipped
+
+
+def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int, tile_overlap: int,
+                  skipped: list[tuple[str, str]]) -> int:
+    """Translate each job with a progress bar (on a terminal); appends failures to `skipped`."""
+    from tqdm import tqdm
+
+    done = 0
+    for source, destination in tqdm(jobs, desc="translating", unit="image", file=sys.stderr, disable=None):
+        try:
+            translator.translate_file(source, destination, tile=tile, tile_overlap=tile_overlap)
+            done += 1
+        except UserError as err:
+            skipped.append((source, describe(err).removeprefix("error: ")))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    architecture = {key: getattr(args, key) for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")}
+    try:
+        jobs, skipped = list_jobs(args.inputs, args.output)
+        if not jobs:
+            raise UserError(nothing_to_translate(args.inputs, skipped))
+        translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
+                                     eval_mode=not args.no_eval, seed=args.seed, **architecture)
+        total, start = len(jobs) + len(skipped), time.perf_counter()
+        done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped)
+        print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "
+              f"({translator})")
+        if skipped:
+            print(f"skipped {len(skipped)}:")
+            for path, reason in skipped:
+                print(f"  {path}: {reason}")
+        if not done:
+            raise UserError(nothing_to_translate(args.inputs, skipped))
+    except UserError as err:
+        print(describe(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
+def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]]) -> str:
+    reasons = "; ".join(f"{path}: {reason}" for path, reason in skipped[:5]) or "no files in them"
+    more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return (f"nothing could be translated from {', '.join(inputs)} ({reasons}{more}). Pass image files "
+            f"({', '.join(IMG_EXTENSIONS)}), folders holding them or glob patterns that match them.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

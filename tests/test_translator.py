@@ -1,0 +1,292 @@
+"""Translator (models/translator.py), scripts/translate.py and the HTTP example of docs/inference.md."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import ROOT, run_script
+from models import create_model, networks
+from models.saved_generator import infer_architecture
+from models.translator import Translator
+from options.train_options import TrainOptions
+from util.distributed import DistContext
+from util.errors import UserError
+
+# Weights far from the reference's N(0, 0.02) start, so that outputs vary across the whole range
+# and a wrong network, direction or mode shows in every pixel.
+INIT = ["--init_type", "xavier", "--init_gain", "1.0"]
+CYCLE = ["--model", "cycle_gan", "--ngf", "8"]
+PIX = ["--model", "pix2pix", "--ngf", "8", "--netG", "resnet_6blocks", "--direction", "BtoA"]
+REFERENCE = ["--netG", "resnet_9blocks", "--ngf", "8", "--norm", "batch", "--no_dropout"]
+SIZES = {"sq": (32, 32), "wide": (44, 28), "big": (72, 60)}  # (width, height); big is tiled below
+TILE = {"tile": 48, "tile_overlap": 16}
+
+
+def load_script(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+test_py = load_script(ROOT / "test.py", "test_py_for_translator")
+translate_py = load_script(ROOT / "scripts" / "translate.py", "translate_py")
+
+
+def save_run(checkpoints: Path, name: str, flags: list[str]) -> Path:
+    """A run folder as train.py writes it (weights + architecture.json), from the model's own code."""
+    opt = TrainOptions().parse(["--dataroot", "unused", "--name", name, "--checkpoints_dir", str(checkpoints),
+                                "--ndf", "8", "--display_id", "0", *INIT, *flags])
+    torch.manual_seed(0)
+    model = create_model(opt, DistContext())
+    for name, net in model.named_networks().items():
+        if name.startswith("G"):
+            give_batch_norm_running_statistics(net)
+    model.save_networks("latest")
+    return checkpoints / name
+
+
+def give_batch_norm_running_statistics(net: torch.nn.Module) -> None:
+    """Running statistics unlike the per-image ones, so that eval and training mode differ."""
+    with torch.no_grad():
+        net.train()
+        for _ in range(3):
+            net(torch.rand(2, 3, 32, 32) * 1.6 - 0.4)
+
+
+def random_png(path: Path, size: tuple[int, int], rng: np.random.Generator) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+
+
+def png(path: Path) -> np.ndarray:
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB")).astype(int)
+
+
+def run_test_py(*args: str) -> None:
+    assert test_py.main([*args, "--preprocess", "none", "--device", "cpu", "--num_threads", "0"]) == 0
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """Images of square and non-square sizes, and three checkpoints: a cycle_gan run `c`, a pix2pix
+    run `p` (BtoA, batch norm, dropout) and `ref`, a reference-format folder holding only
+    latest_net_G.pth (resnet_9blocks, batch norm, no dropout, no architecture.json)."""
+    root = tmp_path_factory.mktemp("translator")
+    rng = np.random.default_rng(0)
+    for name, (w, h) in SIZES.items():
+        random_png(root / "unpaired" / "testA" / f"{name}.png", (w, h), rng)
+        random_png(root / "unpaired" / "testB" / f"{name}.png", (h, w), rng)
+        random_png(root / "paired" / "test" / f"{name}.png", (2 * w, h), rng)  # A|B side by side
+    save_run(root / "ckpt", "c", CYCLE)
+    save_run(root / "ckpt", "p", PIX)
+    (root / "ckpt" / "ref").mkdir()
+    torch.manual_seed(1)
+    net = networks.define_G(3, 3, 8, "resnet_9blocks", "batch", init_type="xavier", init_gain=1.0)
+    give_batch_norm_running_statistics(net)
+    torch.save(net.state_dict(), root / "ckpt" / "ref" / "latest_net_G.pth")
+    return root
+
+
+def results(work: Path, name: str) -> Path:
+    return work / "results" / name / "test_latest" / "images"
+
+
+# ---------------------------------------------------------------------------------- equals test.py
+def test_cycle_gan_translator_equals_test_py_in_both_directions_at_any_size_and_tiled(work):
+    run_test_py("--dataroot", str(work / "unpaired"), "--name", "c", *CYCLE, "--checkpoints_dir",
+                str(work / "ckpt"), "--results_dir", str(work / "results"), "--tile", "48", "--tile_overlap", "16")
+    forward = Translator.load(work / "ckpt" / "c", device="cpu")  # no architecture flags
+    backward = Translator.load(work / "ckpt" / "c", direction="BtoA", device="cpu")
+    for name in SIZES:
+        tile = TILE if name == "big" else {}
+        fake_B = forward.translate(work / "unpaired" / "testA" / f"{name}.png", **tile)
+        fake_A = backward.translate(str(work / "unpaired" / "testB" / f"{name}.png"), **tile)
+        assert np.abs(fake_B - png(results(work, "c") / f"{name}_fake_B.png")).max() <= 1, name
+        assert np.abs(fake_A - png(results(work, "c") / f"{name}_fake_A.png")).max() <= 1, name
+        assert fake_B.std() > 20 and fake_A.std() > 20  # outputs vary, so equality means something
+
+
+def test_pix2pix_translator_equals_test_py_eval_in_its_trained_direction(work):
+    run_test_py("--dataroot", str(work / "paired"), "--name", "p", *PIX, "--eval", "--checkpoints_dir",
+                str(work / "ckpt"), "--results_dir", str(work / "results"))
+    translator = Translator.load(work / "ckpt" / "p", device="cpu")  # BtoA, from architecture.json
+    training_mode = Translator.load(work / "ckpt" / "p", device="cpu", eval_mode=False)
+    for name, (w, h) in SIZES.items():
+        b_half = Image.open(work / "paired" / "test" / f"{name}.png").crop((w, 0, 2 * w, h))
+        fake = np.asarray(translator.translate(b_half)).astype(int)
+        assert np.abs(fake - png(results(work, "p") / f"{name}_fake_B.png")).max() <= 1, name
+        # Batch statistics and dropout (the reference's test.py without --eval) give other images,
+        # each image its own whatever else is in its batch (test.py translates one at a time).
+        alone = training_mode.translate(np.asarray(b_half))
+        assert np.abs(alone.astype(int) - fake).mean() > 5
+        assert np.array_equal(training_mode.translate(np.stack([np.asarray(b_half)[::-1], b_half]))[1], alone)
+    with pytest.raises(UserError, match="trained --direction BtoA"):
+        Translator.load(work / "ckpt" / "p", direction="AtoB")
+
+
+def test_reference_checkpoint_without_architecture_json_equals_test_py_without_eval(work):
+    run_test_py("--dataroot", str(work / "unpaired" / "testA"), "--name", "ref", "--model", "test", *REFERENCE,
+                "--checkpoints_dir", str(work / "ckpt"), "--results_dir", str(work / "results"))
+    inferred = Translator.load(work / "ckpt" / "ref", device="cpu", eval_mode=False)
+    explicit = Translator.load(work / "ckpt" / "ref" / "latest_net_G.pth", device="cpu", eval_mode=False,
+                               netG="resnet_9blocks", ngf=8, norm="batch", no_dropout=True)
+    for name in ("sq", "wide"):
+        expected = png(results(work, "ref") / f"{name}_fake.png")
+        for translator in (inferred, explicit):
+            assert np.abs(translator.translate(work / "unpaired" / "testA" / f"{name}.png") - expected).max() <= 1
+    with pytest.raises(UserError, match=r"latest_net_G\.pth does not fit --netG resnet_6blocks.*look like "
+                                        r"--netG resnet_9blocks --norm batch --ngf 8"):
+        Translator.load(work / "ckpt" / "ref", netG="resnet_6blocks")
+
+
+def test_architecture_is_read_from_generator_weights_of_every_kind():
+    for netG in networks.GENERATORS:
+        for norm in ("batch", "instance", "none"):
+            for dropout in (False, True):
+                state = networks.define_G(1, 3, 8, netG, norm, dropout).state_dict()
+                expected = {"netG": netG, "norm": norm, "ngf": 8, "input_nc": 1, "output_nc": 3}
+                if netG.startswith("resnet"):  # a U-Net's dropout leaves no trace in its weights
+                    expected["no_dropout"] = not dropout
+                assert infer_architecture(state) == expected
+    assert infer_architecture(networks.define_D(3, 8, "basic").state_dict()) == {}
+
+
+# ---------------------------------------------------------------------------------- kinds of input
+def test_translate_returns_the_kind_and_precision_it_was_given(work):
+    translator = Translator.load(work / "ckpt" / "c", device="cpu")
+    path = work / "unpaired" / "testA" / "wide.png"
+    rgb = np.asarray(Image.open(path))
+    expected = translator.translate(path)
+    assert expected.dtype == np.uint8 and expected.shape == rgb.shape
+
+    image = translator.translate(Image.open(path))
+    assert isinstance(image, Image.Image) and image.mode == "RGB" and np.array_equal(np.asarray(image), expected)
+    wide = translator.translate(rgb.astype(np.uint16) * 257)
+    assert wide.dtype == np.uint16 and np.abs(wide / 257 - expected).max() <= 1
+    floats = translator.translate(rgb.astype(np.float32) / 255)
+    assert floats.dtype == np.float32 and np.abs(floats * 255 - expected).max() <= 1
+    tensor = torch.from_numpy(rgb.copy()).permute(2, 0, 1).double() / 127.5 - 1
+    out = translator.translate(tensor)
+    assert out.dtype == torch.float64 and out.shape == tensor.shape and not out.is_inference()
+    assert out.min() >= -1 and np.abs((out.permute(1, 2, 0).numpy() + 1) * 127.5 - expected).max() <= 1
+    batch = translator.translate(torch.stack([tensor, tensor.flip(-1)]).half())
+    assert batch.dtype == torch.float16 and batch.shape == (2, 3, 28, 44)
+    assert (batch[0].double() - out).abs().max() < 1e-2  # a batch gives each image's own output
+    gray = translator.translate(rgb[:, :, 0])  # HxW gray into the RGB generator, as test.py reads gray files
+    assert gray.shape == rgb.shape
+    listed = translator.translate([path, rgb[:20, :30]])
+    assert np.array_equal(listed[0], expected) and listed[1].shape == (20, 30, 3)
+    with pytest.raises(UserError, match="int32 array"):
+        translator.translate(rgb.astype(np.int32))
+    with pytest.raises(UserError, match="4 channels"):
+        translator.translate(np.zeros((8, 8, 4), np.uint8))
+
+
+def test_bf16_runs_on_the_cpu_close_to_fp32_and_fp16_asks_for_a_gpu(work):
+    path = work / "unpaired" / "testA" / "sq.png"
+    fp32 = Translator.load(work / "ckpt" / "c", device="cpu").translate(path).astype(int)
+    bf16 = Translator.load(work / "ckpt" / "c", device="cpu", precision="bf16").translate(path).astype(int)
+    assert 0 < np.abs(bf16 - fp32).mean() < 8
+    with pytest.raises(UserError, match="fp16 needs a CUDA GPU"):
+        Translator.load(work / "ckpt" / "c", device="cpu", precision="fp16")
+
+
+# ---------------------------------------------------------------------------------- threads
+@pytest.mark.parametrize("run, eval_mode", [("c", True), ("p", False)])
+def test_four_threads_sharing_a_translator_get_what_one_thread_gets(work, run, eval_mode):
+    folder = "unpaired/testA" if run == "c" else "unpaired/testB"
+    translator = Translator.load(work / "ckpt" / run, device="cpu", eval_mode=eval_mode)
+    images = [np.asarray(Image.open(p)) for p in sorted((work / folder).glob("*.png"))] * 2
+    alone = [translator.translate(image) for image in images]
+    shared: dict[tuple[int, int], np.ndarray] = {}
+
+    def worker(thread: int) -> None:
+        for i in np.random.default_rng(thread).permutation(len(images)):
+            shared[thread, int(i)] = translator.translate(images[i])
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(shared) == 4 * len(images)
+    for (_, i), output in shared.items():
+        assert np.array_equal(output, alone[i])
+
+
+# ---------------------------------------------------------------------------------- the command
+def test_translate_command_translates_a_folder_keeping_names_and_formats_and_reports_what_it_skipped(work, tmp_path):
+    inputs = tmp_path / "in"
+    (inputs / "sub").mkdir(parents=True)
+    Image.open(work / "unpaired" / "testA" / "wide.png").save(inputs / "photo.jpg", quality=95)
+    Image.open(work / "unpaired" / "testA" / "sq.png").save(inputs / "sub" / "sq.png")
+    (inputs / "broken.png").write_bytes((work / "unpaired" / "testA" / "sq.png").read_bytes()[:120])
+    (inputs / "notes.txt").write_text("not a picture")
+    result = run_script("scripts/translate.py", str(inputs), "--checkpoint", str(work / "ckpt" / "c"),
+                        "--output", str(tmp_path / "out"), "--device", "cpu")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with Image.open(tmp_path / "out" / "photo.jpg") as photo:
+        assert photo.format == "JPEG" and photo.size == (44, 28)
+    translator = Translator.load(work / "ckpt" / "c", device="cpu")
+    assert np.array_equal(png(tmp_path / "out" / "sub" / "sq.png"), translator.translate(inputs / "sub" / "sq.png"))
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == ["photo.jpg", "sq.png", "sub"]
+    assert "translated 2 of 4 files" in result.stdout
+    assert re.search(r"broken\.png: cannot read image .*damaged", result.stdout)
+    assert re.search(r"notes\.txt: not an image file \(\.txt\)", result.stdout)
+
+
+def test_translate_command_exits_2_naming_a_folder_with_nothing_translatable(work, tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "readme.txt").write_text("hello")
+    status = translate_py.main([str(tmp_path / "docs"), "--checkpoint", str(work / "ckpt" / "c"),
+                                "--output", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"nothing could be translated from {tmp_path / 'docs'}" in err and "readme.txt" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------- HTTP example
+def serve_example() -> str:
+    """The example server's code, exactly as docs/inference.md shows it."""
+    text = (ROOT / "docs" / "inference.md").read_text()
+    return re.search(r"<!-- serve-example -->\n```python\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_http_example_of_the_docs_serves_translations_on_127_0_0_1(work, tmp_path):
+    (tmp_path / "serve.py").write_text(serve_example())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen([sys.executable, str(tmp_path / "serve.py"), str(work / "ckpt" / "c"), "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        started = re.search(r"http://127\.0\.0\.1:\d+", server.stdout.readline())
+        assert started, f"the server did not start: {server.stderr.read() if server.poll() is not None else ''}"
+        url = started.group(0)
+        picture = (work / "unpaired" / "testA" / "wide.png").read_bytes()
+        with urllib.request.urlopen(urllib.request.Request(url, data=picture), timeout=60) as response:
+            assert response.headers["Content-Type"] == "image/png"
+            served = np.asarray(Image.open(io.BytesIO(response.read())))
+        expected = Translator.load(work / "ckpt" / "c", device="cpu").translate(Image.open(io.BytesIO(picture)))
+        assert np.array_equal(served, np.asarray(expected))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, data=b"no picture"), timeout=60)
+        assert refused.value.code == 400
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
