@@ -20,6 +20,7 @@ Unreadable files raise `UserError` naming the file.
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -172,11 +173,17 @@ def _tiff_layout(shape: tuple[int, ...], axes: str, path: str) -> tuple[tuple[in
     return tuple(n for n, _ in kept), (others[0] if others else None)
 
 
-def _tiff_info(path: str) -> tuple[ImageInfo | None, str]:
-    """The ImageInfo of a TIFF that tifffile reads as data, or (None, reason) when PIL should read it."""
+def _tifffile():
     import tifffile
 
-    with tifffile.TiffFile(path) as tif:
+    # tifffile logs what it finds wrong with a file as well as raising; the raised error is reported.
+    logging.getLogger("tifffile").setLevel(logging.ERROR)
+    return tifffile
+
+
+def _tiff_info(path: str) -> tuple[ImageInfo | None, str]:
+    """The ImageInfo of a TIFF that tifffile reads as data, or (None, reason) when PIL should read it."""
+    with _tifffile().TiffFile(path) as tif:
         page = tif.pages[0]
         if page.photometric.name not in _TIFF_DATA_PHOTOMETRICS:
             return None, page.photometric.name
@@ -239,12 +246,10 @@ def _read_pil(path: str) -> np.ndarray:
 
 
 def _read_tiff(path: str) -> np.ndarray:
-    import tifffile
-
     info, _ = _tiff_info(path)
     if info is None:
         return _read_pil(path)
-    with tifffile.TiffFile(path) as tif:
+    with _tifffile().TiffFile(path) as tif:
         series = tif.series[0]
         array = series.asarray()
         shape, channel_axis = _tiff_layout(series.shape, series.axes, path)
@@ -298,12 +303,10 @@ def write_image(path: str, array: np.ndarray, alpha: bool = False) -> None:
         return
     channels = array.shape[2]
     if ext in TIFF_EXTENSIONS:
-        import tifffile
-
         alpha = alpha and channels in (2, 4)
         rgb = channels - alpha == 3 and array.dtype in (np.uint8, np.uint16)
         extrasamples = ["unspecified"] * (channels - (3 if rgb else 1) - alpha) + ["unassalpha"] * alpha
-        tifffile.imwrite(path, array if channels > 1 else array[:, :, 0], photometric="rgb" if rgb else "minisblack",
+        _tifffile().imwrite(path, array if channels > 1 else array[:, :, 0], photometric="rgb" if rgb else "minisblack",
                          planarconfig="contig" if channels > 1 else None, extrasamples=extrasamples or None,
                          compression="zlib")
         return

@@ -301,12 +301,12 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
             first = next(p for p in problems if p.path == paths[0])
             raise UserError(f"--skip_bad_images: none of the {len(paths)} images read from {folder} is usable, "
                             f"so there is nothing to train on. The first: {first.message}")
+    _raise_or_warn(problems, checked, skip)
     if unranged_floats and _is_main_process():
         print(f"warning: {unranged_floats[0]} holds floating-point values and no --data_range says which of them "
               f"map to the network's -1 and 1, so [0, 1] is assumed (values outside are clipped). Pass --data_range "
               f"MIN MAX; `python scripts/data_range.py --dataroot {opt.dataroot}` computes it from the images.",
               file=sys.stderr, flush=True)
-    _raise_or_warn(problems, checked, skip)
 
 
 def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:
