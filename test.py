@@ -27,9 +27,8 @@ from options.test_options import TestOptions
 from util import distributed, html
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics import MetricAverager
+from util.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from util.seeding import seed_everything
-from util.output_files import FOLDER as FULL_PRECISION_FOLDER
-from util.output_files import write_full_precision
 from util.tiling import adapt_generators, check_tiling, receptive_radius
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
