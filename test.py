@@ -4,7 +4,9 @@
     python test.py --dataroot ./datasets/horse2zebra/testA --name horse2zebra_pretrained --model test --no_dropout
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
-Images go to --results_dir/--name/<phase>_<epoch>/images/, the page to .../index.html, and for
+Images go to --results_dir/--name/<phase>_<epoch>/images/ (8-bit PNG previews; data of higher precision or
+other channel counts also at full precision in .../full_precision/, util/output_files.py), the page to
+.../index.html, and for
 paired data (aligned, colorization) the mean L1/PSNR of the outputs (and of the do-nothing
 baseline) to metrics.json. --eval_metrics adds SSIM and FID/KID (docs/evaluation.md).
 
@@ -26,8 +28,10 @@ from util import distributed, html
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics import MetricAverager
+from util.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from util.seeding import seed_everything
 from util.tiling import adapt_generators, check_tiling, receptive_radius
+from util.util import parse_display_channels
 from util.visualizer import save_result_images
 
 
@@ -53,6 +57,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     if opt.load_iter > 0:
         web_dir = f"{web_dir}_iter{opt.load_iter}"
     image_dir = os.path.join(web_dir, "images")
+    full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
+    display_channels = parse_display_channels(opt.display_channels)
     os.makedirs(image_dir, exist_ok=True)
     print0(f"creating web directory {web_dir}")
     if opt.eval:
@@ -69,7 +75,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
         if index % 5 == 0:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
-        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio),
+        write_full_precision(full_precision_dir, visuals, data, opt)
+        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels),
                      paired_metrics(visuals, opt.eval_metrics) if is_paired(opt) else {}))
 
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
@@ -88,6 +95,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
         summary.update(distribution)
         print(describe_distribution(distribution))
         webpage.add_text(describe_distribution(distribution))
+    if os.path.isdir(full_precision_dir):
+        webpage.add_text(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
     if summary:
         with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
             json.dump(summary, f, indent=1)

@@ -1,4 +1,4 @@
-"""Paired datasets stored as side-by-side images (pix2pix's {A,B} format)."""
+"""Paired datasets: A|B images side by side (pix2pix's format), or two folders paired by file name."""
 
 from __future__ import annotations
 
@@ -6,45 +6,54 @@ import argparse
 import os
 from typing import Any
 
-from data.base_dataset import (BaseDataset, check_preprocess, domain_channels, get_params,
-                               get_transform)
-from data.image_folder import load_image, make_dataset
-from util.errors import UserError
+from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
+from data.image_folder import load_for_network, make_dataset, pair_files_by_name
+
+
+def uses_two_folders(root: str, phase: str) -> bool:
+    """True when paired data is read from `<phase>A` and `<phase>B` (paired by name): `<phase>` is
+    absent and both of those are folders. Otherwise A|B images are read from `<phase>`."""
+    return (not os.path.isdir(os.path.join(root, phase)) and os.path.isdir(os.path.join(root, phase + "A"))
+            and os.path.isdir(os.path.join(root, phase + "B")))
 
 
 class AlignedDataset(BaseDataset):
-    """Images in `dataroot/phase` (e.g. `datasets/facades/train`), each A|B side by side.
+    """Paired images A and B, in one of two layouts:
 
-    The left half is domain A and the right half domain B, whatever `--direction` says: the
-    model picks its input from them (as in the original). Direction only sets the channels:
-    the input domain gets `--input_nc`, the other `--output_nc` (1 = grayscale).
-    Both halves get the same crop and flip.
-    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str}, both paths the AB file.
+    - `dataroot/phase/*` (e.g. `datasets/facades/train`), each image A|B side by side: the left half
+      is domain A, the right half domain B (both with the file's channel count);
+    - when `dataroot/phase` does not exist but `dataroot/phaseA` and `dataroot/phaseB` do: the files of
+      the two folders paired by name without extension (`trainA/0001.tif` with `trainB/0001.npy`), so
+      A and B may differ in format, channel count and size.
+
+    "A" is always domain A, whatever `--direction` says: the model picks its input from them (as in
+    the original). Direction only sets the channels: the input domain gets `--input_nc`, the other
+    `--output_nc`. Both get the same crop and flip.
+    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str} (side by side: both the AB file).
     """
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)
         check_preprocess(opt)
-        self.nc_A, self.nc_B = domain_channels(opt)
-        self.dir_AB = os.path.join(opt.dataroot, opt.phase)
-        self.AB_paths = make_dataset(self.dir_AB, opt.max_dataset_size)
+        self.spec_A, self.spec_B = domain_specs(opt)
+        self.side_by_side = not uses_two_folders(opt.dataroot, opt.phase)
+        if self.side_by_side:
+            self.dir_AB = os.path.join(opt.dataroot, opt.phase)
+            self.AB_paths = make_dataset(self.dir_AB, opt.max_dataset_size)
+            self.pairs = [(path, path) for path in self.AB_paths]
+        else:
+            self.pairs = pair_files_by_name(os.path.join(opt.dataroot, opt.phase + "A"),
+                                            os.path.join(opt.dataroot, opt.phase + "B"), opt.max_dataset_size)
 
     def __len__(self) -> int:
-        return len(self.AB_paths)
+        return len(self.pairs)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        path = self.AB_paths[index]
-        AB = load_image(path, "RGB")
-        w, h = AB.size
-        if w % 2:
-            raise UserError(
-                f"image {path} is {w} pixels wide: aligned images must be A and B side by side, "
-                f"with an even width; fix or remove the file, or use --dataset_mode unaligned "
-                f"for separate A and B folders."
-            )
-        A, B = AB.crop((0, 0, w // 2, h)), AB.crop((w // 2, 0, w, h))
-
-        params = get_params(self.opt, A.size, self.sample_rng(index))
-        A_t = get_transform(self.opt, params, grayscale=self.nc_A == 1)(A)
-        B_t = get_transform(self.opt, params, grayscale=self.nc_B == 1)(B)
-        return {"A": A_t, "B": B_t, "A_paths": path, "B_paths": path}
+        path_A, path_B = self.pairs[index]
+        if self.side_by_side:
+            A, B = load_for_network(path_A, [self.spec_A, self.spec_B], side_by_side=True)
+        else:
+            (A,), (B,) = load_for_network(path_A, [self.spec_A]), load_for_network(path_B, [self.spec_B])
+        params = get_params(self.opt, picture_size(A), self.sample_rng(index))
+        return {"A": get_transform(self.opt, params)(A), "B": get_transform(self.opt, params)(B),
+                "A_paths": path_A, "B_paths": path_B}

@@ -21,6 +21,8 @@ import torch
 import torch.utils.data as data
 from PIL import Image
 
+from data.image_folder import DomainSpec, Picture
+from data.image_io import ValueRange, match_channels, to_network
 from util.errors import UserError
 
 BICUBIC = Image.Resampling.BICUBIC
@@ -134,42 +136,68 @@ class Compose:
         return img
 
 
-def _to_gray(img: Image.Image) -> Image.Image:
+# The steps below take either an 8-bit PIL image (the reference's path, unchanged) or a float32
+# C x H x W tensor in [-1, 1] (full precision, any channel count; see data/image_folder.py). Both
+# are resampled by PIL's filters - the tensor channel by channel in PIL's 32-bit float mode - so a
+# tensor gets exactly the 8-bit computation without its rounding to 8 bits.
+def picture_size(img: Picture) -> tuple[int, int]:
+    """(width, height)."""
+    return (img.shape[2], img.shape[1]) if isinstance(img, torch.Tensor) else img.size
+
+
+def _to_gray(img: Picture) -> Picture:
+    if isinstance(img, torch.Tensor):
+        gray = match_channels(img, False, 1)
+        if gray is None:
+            raise ValueError(f"cannot turn a {img.shape[0]}-channel image into grayscale")
+        return gray
     return img.convert("L")
 
 
-def _resize(img: Image.Image, size: tuple[int, int], method: Any) -> Image.Image:
-    return img if img.size == size else img.resize(size, method)
+def _resize(img: Picture, size: tuple[int, int], method: Any) -> Picture:
+    if picture_size(img) == tuple(size):
+        return img
+    if isinstance(img, torch.Tensor):
+        channels = [np.asarray(Image.fromarray(c.numpy(), mode="F").resize(size, method)) for c in img]
+        return torch.from_numpy(np.stack(channels))
+    return img.resize(size, method)
 
 
-def _scale_width(img: Image.Image, target_width: int, min_height: int, method: Any) -> Image.Image:
-    return _resize(img, _scale_width_size(*img.size, target_width, min_height), method)
+def _scale_width(img: Picture, target_width: int, min_height: int, method: Any) -> Picture:
+    return _resize(img, _scale_width_size(*picture_size(img), target_width, min_height), method)
 
 
-def _crop(img: Image.Image, pos: tuple[int, int], size: int) -> Image.Image:
-    ow, oh = img.size
+def _crop(img: Picture, pos: tuple[int, int], size: int) -> Picture:
+    ow, oh = picture_size(img)
     if ow > size or oh > size:  # like the reference, an image no larger than the crop is kept
         x, y = pos
+        if isinstance(img, torch.Tensor):
+            # Past an edge PIL fills with 0, i.e. black: -1 here.
+            out = img.new_full((img.shape[0], size, size), -1.0)
+            part = img[:, y:y + size, x:x + size]
+            out[:, :part.shape[1], :part.shape[2]] = part
+            return out
         return img.crop((x, y, x + size, y + size))
     return img
 
 
-def _make_multiple(img: Image.Image, base: int, method: Any) -> Image.Image:
+def _make_multiple(img: Picture, base: int, method: Any) -> Picture:
     # Generators downsample by powers of 2; sizes must divide evenly. max() avoids 0 for tiny images.
-    ow, oh = img.size
+    ow, oh = picture_size(img)
     return _resize(img, (max(base, round(ow / base) * base), max(base, round(oh / base) * base)), method)
 
 
-def _flip(img: Image.Image) -> Image.Image:
+def _flip(img: Picture) -> Picture:
+    if isinstance(img, torch.Tensor):
+        return img.flip(-1)
     return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
 
 
-def _to_normalized_tensor(img: Image.Image) -> torch.Tensor:
+def _to_normalized_tensor(img: Picture) -> torch.Tensor:
+    if isinstance(img, torch.Tensor):
+        return img.clamp(-1.0, 1.0).contiguous()  # bicubic resampling overshoots a little, as in 8 bits
     # 8-bit values to [-1, 1] per channel (mean 0.5, std 0.5), for any number of channels.
-    array = np.asarray(img, dtype=np.uint8)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(array.transpose(2, 0, 1).copy()).float().div_(127.5).sub_(1.0)
+    return to_network(np.asarray(img, dtype=np.uint8), ValueRange.for_dtype(np.uint8))
 
 
 def get_transform(
@@ -178,13 +206,14 @@ def get_transform(
     grayscale: bool = False,
     method: Any = BICUBIC,
     convert: bool = True,
-) -> Callable[[Image.Image], Any]:
+) -> Callable[[Picture], Any]:
     """Build the preprocessing for one image: grayscale, resize, crop, flip, to tensor.
 
     `params` (from `get_params`) fixes crop position and flip; with None the crop is the
     top-left corner and there is no flip (deterministic; datasets always pass params).
     --preprocess none resizes to a multiple of 4 when training and keeps the size at test time.
-    With `convert` the result is a float tensor CxHxW in [-1, 1], else a PIL image.
+    Takes an 8-bit PIL image or a float C x H x W tensor in [-1, 1] (see `_size` and below); with
+    `convert` the result is a float tensor CxHxW in [-1, 1], else the image in its own type.
     """
     check_preprocess(opt)
     if params is None:
@@ -211,25 +240,44 @@ def get_transform(
     return Compose(steps)
 
 
-def domain_channels(opt: argparse.Namespace) -> tuple[int, int]:
-    """Channel counts (A, B) of domains A and B.
+def data_ranges(opt: argparse.Namespace) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """The float data ranges (A, B) from --data_range (MIN MAX for both domains, or A_MIN A_MAX B_MIN
+    B_MAX); None where it is not given. Raises `UserError` for another count of numbers or MIN >= MAX."""
+    values = getattr(opt, "data_range", None)
+    if not values:
+        return None, None
+    if len(values) not in (2, 4) or any(low >= high for low, high in zip(values[::2], values[1::2])):
+        raise UserError(
+            f"--data_range {' '.join(f'{v:g}' for v in values)} is not MIN MAX (both domains) or A_MIN A_MAX "
+            f"B_MIN B_MAX, each MIN below its MAX; scripts/data_range.py computes it from the training set.")
+    low_A, high_A, low_B, high_B = values if len(values) == 4 else (*values, *values)
+    return (float(low_A), float(high_A)), (float(low_B), float(high_B))
+
+
+def domain_specs(opt: argparse.Namespace) -> tuple[DomainSpec, DomainSpec]:
+    """How domains A and B are loaded (see `DomainSpec`).
 
     Datasets never swap A and B: "A" is always domain A (left half, `<phase>A` folder) and
     the model picks its input with --direction. So with BtoA domain A is the model's output
     and gets --output_nc channels, domain B its input with --input_nc channels.
-    Raises `UserError` unless both flags are 1 or 3.
+    Raises `UserError` for a channel count below 1 or a bad --data_range.
     """
     check_channels("--input_nc", opt.input_nc)
     check_channels("--output_nc", opt.output_nc)
-    if opt.direction == "BtoA":
-        return opt.output_nc, opt.input_nc
-    return opt.input_nc, opt.output_nc
+    range_A, range_B = data_ranges(opt)
+    flag_A, flag_B = ("--output_nc", "--input_nc") if opt.direction == "BtoA" else ("--input_nc", "--output_nc")
+    return (DomainSpec(getattr(opt, flag_A[2:]), flag_A, range_A),
+            DomainSpec(getattr(opt, flag_B[2:]), flag_B, range_B))
+
+
+def domain_channels(opt: argparse.Namespace) -> tuple[int, int]:
+    """Channel counts (A, B) of domains A and B (see `domain_specs`)."""
+    spec_A, spec_B = domain_specs(opt)
+    return spec_A.channels, spec_B.channels
 
 
 def check_channels(flag: str, value: int) -> None:
-    """Raise `UserError` unless an image channel count flag is 1 (grayscale) or 3 (RGB)."""
-    if value not in (1, 3):
-        raise UserError(
-            f"{flag} is {value}, but image datasets produce 1 (grayscale) or 3 (RGB) channels; "
-            f"set {flag} to 1 or 3."
-        )
+    """Raise `UserError` unless an image channel count flag is at least 1."""
+    if value < 1:
+        raise UserError(f"{flag} is {value}, but images have at least 1 channel; set {flag} to the channel "
+                        f"count of the images (1 for grayscale, 3 for RGB).")

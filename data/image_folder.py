@@ -1,26 +1,35 @@
 """Finding and loading the image files of a dataset folder.
 
 `make_dataset` lists the images under a folder (recursively, sorted, so every process and
-every run sees the same order); `read_image_header` reads a file's size and pixel mode without
-decoding it (cheap enough to check every file before training); `load_image` decodes one file
-into an 8-bit PIL image of the requested mode. Both turn unreadable files into a `UserError`
-that names the file and says what is wrong with it.
+every run sees the same order); `pair_files_by_name` pairs the files of two folders;
+`read_image_header` reads a file's size and pixel mode without decoding it (cheap enough to check
+every file before training); `load_image` decodes one file into an 8-bit PIL image of the requested
+mode; `load_for_network` loads a dataset image for the network with a given channel count, at the
+file's full precision (data/image_io.py). All turn unreadable files into a `UserError` that names
+the file and says what is wrong with it.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
-from typing import Literal
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, Union
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+import torch
+from PIL import Image
 
+from data.image_io import (NUMPY_EXTENSIONS, PIL_UNREADABLE, ImageInfo, ValueRange, match_channels, probe_image,
+                           read_image, to_network, unreadable)
 from util.errors import UserError
 
+# What the dataset transforms take: an 8-bit PIL image, or a float C x H x W tensor in [-1, 1].
+Picture = Union[Image.Image, torch.Tensor]
+
 IMG_EXTENSIONS: tuple[str, ...] = (
-    ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm",
+    ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".npy",
 )
 
 # Modes that hold more than 8 bits per sample. PIL's convert("L") clips these to 0..255,
@@ -29,9 +38,6 @@ _WIDE_GRAY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 # Modes PIL cannot convert to both "RGB" and "L" directly: go through this mode first.
 _CONVERT_VIA = {"La": "LA", "LAB": "RGB"}
-
-# What PIL raises for files it cannot open or decode.
-_UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 def is_image_file(filename: str) -> bool:
@@ -106,47 +112,6 @@ def _convert(img: Image.Image, mode: str) -> Image.Image:
     return img.copy() if img.mode == mode else img.convert(mode)
 
 
-def _content_hint(path: str) -> str:
-    """A few words on what a file that is not an image holds, judged from its first bytes."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(200)
-    except OSError:
-        return ""
-    if head.startswith(b"version https://git-lfs"):
-        return (" (it is a Git LFS pointer, not the image itself: fetch the real files with "
-                "`git lfs pull`)")
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return ""
-    if not text.strip() or any(not (c.isprintable() or c.isspace()) for c in text):
-        return ""
-    start = " ".join(text.split())[:40]
-    if text.lstrip()[:1] == "<":
-        return f" (it holds HTML starting {start!r}, e.g. an error page saved by a failed download)"
-    return f" (it holds text starting {start!r})"
-
-
-def _unreadable(path: str, err: BaseException) -> UserError:
-    """The `UserError` for a file PIL could not open or decode: what is wrong, and the fix."""
-    try:
-        empty = os.path.getsize(path) == 0
-    except OSError:
-        empty = False
-    if empty:
-        problem = "the file is empty (0 bytes), e.g. left behind by an interrupted copy or download"
-    elif isinstance(err, FileNotFoundError):
-        problem = "the file no longer exists (it was moved or deleted after the dataset folder was listed)"
-    elif isinstance(err, UnidentifiedImageError):
-        problem = (f"it is not an image in any format PIL can read, although its name ends in "
-                   f"{os.path.splitext(path)[1]}{_content_hint(path)}")
-    else:
-        reason = " ".join((str(err) or type(err).__name__).split())
-        problem = f"the file is damaged or not in the format its name suggests ({reason})"
-    return UserError(f"cannot read image {path}: {problem}; remove or replace the file.")
-
-
 def read_image_header(path: str) -> tuple[int, int, str]:
     """(width, height, PIL mode) of the image file `path`, read from its header only.
 
@@ -161,8 +126,8 @@ def read_image_header(path: str) -> tuple[int, int, str]:
             with Image.open(path) as img:
                 width, height = img.size
                 return width, height, img.mode
-    except _UNREADABLE as e:
-        raise _unreadable(path, e) from e
+    except PIL_UNREADABLE as e:
+        raise unreadable(path, e) from e
 
 
 def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
@@ -178,8 +143,8 @@ def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
         with Image.open(path) as img:
             img.load()  # decode now so that truncated files fail here, not inside a transform
             return _convert(img, mode)
-    except _UNREADABLE as e:
-        raise _unreadable(path, e) from e
+    except PIL_UNREADABLE as e:
+        raise unreadable(path, e) from e
 
 
 def convert_image(img: Image.Image, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
@@ -191,6 +156,99 @@ def convert_image(img: Image.Image, mode: Literal["RGB", "L"] = "RGB") -> Image.
     try:
         img.load()
         return _convert(img, mode)
-    except _UNREADABLE as e:
+    except PIL_UNREADABLE as e:
         reason = " ".join((str(e) or type(e).__name__).split())
         raise UserError(f"cannot decode the {img.format or 'given'} image: it is damaged or truncated ({reason}).") from e
+
+
+# ------------------------------------------------------------------------------------- pairing by name
+def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("inf")) -> list[tuple[str, str]]:
+    """Pairs (A file, B file) of the images in two folders whose paths relative to their folder match
+    without the extension (`trainA/0001.tif` with `trainB/0001.npy`), in sorted order, at most
+    `max_dataset_size`. Raises `UserError` naming files without a partner, or two files of one folder
+    that differ only in their extension."""
+    def by_name(folder: str) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for path in make_dataset(folder):
+            key = os.path.splitext(os.path.relpath(path, folder))[0]
+            if key in names:
+                raise UserError(f"{names[key]} and {path} have the same name apart from the extension, so it is "
+                                f"not clear which one pairs with the file of that name in the other folder; "
+                                f"remove or rename one of them.")
+            names[key] = path
+        return names
+
+    files_A, files_B = by_name(dir_A), by_name(dir_B)
+    lonely = [files_A[k] for k in sorted(files_A.keys() - files_B.keys())] + \
+             [files_B[k] for k in sorted(files_B.keys() - files_A.keys())]
+    if lonely:
+        shown = ", ".join(lonely[:5]) + (f" and {len(lonely) - 5} more" if len(lonely) > 5 else "")
+        raise UserError(
+            f"paired data in two folders pairs {dir_A} and {dir_B} file by file by name (0001.tif with 0001.npy), "
+            f"but {len(lonely)} file{'s have' if len(lonely) > 1 else ' has'} no partner of the same name: {shown}. "
+            f"Add or remove files so that both folders hold the same names, or, for unpaired data, use "
+            f"--dataset_mode unaligned.")
+    pairs = [(files_A[k], files_B[k]) for k in sorted(files_A)]
+    return pairs[: int(min(max_dataset_size, len(pairs)))]
+
+
+# ------------------------------------------------------------------------------------- loading for the network
+def channel_mismatch(path: str, info: ImageInfo, channels: int, flag: str) -> UserError:
+    """The error for an image whose channels cannot be converted to the `channels` that `flag` asks for."""
+    what = f"{info.channels} channel{'s' if info.channels > 1 else ''}" + (" (the last one alpha)" if info.alpha else "")
+    hint = ""
+    if path.lower().endswith(NUMPY_EXTENSIONS) and info.channels > 16 and info.height <= 16:
+        hint = (" (.npy images are height x width x channels; this one looks like channels x height x width: "
+                "save array.transpose(1, 2, 0) instead)")
+    return UserError(
+        f"image {path} has {what}{hint}, but {flag} is {channels}. Set {flag} {info.channels} if the data has "
+        f"{info.channels} channels, or convert the files; only gray and RGB convert into each other (with an "
+        f"alpha channel composited on white).")
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """How the images of one domain are loaded: with `channels` channels (asked for by the option
+    `flag`), float data mapped from `data_range` (None: [0, 1]) to [-1, 1]."""
+    channels: int
+    flag: str
+    data_range: tuple[float, float] | None = None
+
+
+def _odd_width(path: str, width: int) -> UserError:
+    return UserError(
+        f"image {path} is {width} pixels wide: aligned images must be A and B side by side, with an even "
+        f"width; fix or remove the file, or use --dataset_mode unaligned for separate A and B folders.")
+
+
+def load_for_network(path: str, specs: Sequence[DomainSpec], side_by_side: bool = False) -> list[Picture]:
+    """The image in `path` as `get_transform` takes it, once per spec: the whole image for one spec,
+    or with `side_by_side` its left half for the first spec and its right half for the second (A|B).
+
+    Ordinary 8-bit images wanted as gray or RGB come back as 8-bit PIL images in mode "L" or "RGB"
+    (converted as `load_image` does), so that their preprocessing and values are the reference's
+    exactly. Everything else - 16-bit or float data, other channel counts - comes back as float32
+    C x H x W tensors in [-1, 1] at the file's full precision: values mapped by their dtype's range
+    (float data by the spec's `data_range`), channels converted by `image_io.match_channels`.
+    Raises `UserError` naming the file if it is unreadable, an A|B image has an odd width, or its
+    channels cannot be converted to a spec's.
+    """
+    alpha = probe_image(path).alpha
+    array = read_image(path)
+    height, width, count = array.shape
+    if side_by_side and width % 2:
+        raise _odd_width(path, width)
+    parts = [array[:, :width // 2], array[:, width // 2:]] if side_by_side else [array]
+    eight_bit = array.dtype == np.uint8 and count - alpha in (1, 3) and all(s.channels in (1, 3) for s in specs)
+    pictures: list[Picture] = []
+    for part, spec in zip(parts, specs):
+        if eight_bit:
+            picture = Image.fromarray(np.ascontiguousarray(part[:, :, 0] if count == 1 else part))
+            pictures.append(_convert(picture, "L" if spec.channels == 1 else "RGB"))
+            continue
+        tensor = match_channels(to_network(part, ValueRange.for_dtype(array.dtype, spec.data_range)), alpha,
+                                spec.channels)
+        if tensor is None:
+            raise channel_mismatch(path, ImageInfo(width, height, count, array.dtype, alpha), spec.channels, spec.flag)
+        pictures.append(tensor)
+    return pictures

@@ -23,9 +23,8 @@ import argparse
 import os
 from typing import Any
 
-from data.base_dataset import (BaseDataset, check_preprocess, domain_channels, get_params,
-                               get_transform)
-from data.image_folder import load_image, make_dataset
+from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
+from data.image_folder import load_for_network, make_dataset
 
 
 class TemplateDataset(BaseDataset):
@@ -45,7 +44,7 @@ class TemplateDataset(BaseDataset):
         super().__init__(opt)
         check_preprocess(opt)
         # getattr: the flag exists only when the parser was built for this dataset mode.
-        self.nc_A, self.nc_B = domain_channels(opt)  # A/B are never swapped; the model uses --direction
+        self.spec_A, self.spec_B = domain_specs(opt)  # A/B are never swapped; the model uses --direction
         self.new_option = getattr(opt, "new_dataset_option", 1.0)
         self.image_paths = make_dataset(os.path.join(opt.dataroot, opt.phase), opt.max_dataset_size)
 
@@ -54,10 +53,11 @@ class TemplateDataset(BaseDataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         path = self.image_paths[index]
-        img = load_image(path, "RGB")
+        # The file read once per domain: each gets its own channel count.
+        (A_img,), (B_img,) = load_for_network(path, [self.spec_A]), load_for_network(path, [self.spec_B])
         # One set of params for both, and B mirrored after cropping, so B is exactly the
         # mirror image of A (a learnable mapping).
-        params = get_params(self.opt, img.size, self.sample_rng(index))
-        A = get_transform(self.opt, params, grayscale=self.nc_A == 1)(img)
-        B = get_transform(self.opt, params, grayscale=self.nc_B == 1)(img).flip(-1)
+        params = get_params(self.opt, picture_size(A_img), self.sample_rng(index))
+        A = get_transform(self.opt, params)(A_img)
+        B = get_transform(self.opt, params)(B_img).flip(-1)
         return {"A": A, "B": B, "A_paths": path, "B_paths": path}

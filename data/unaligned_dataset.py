@@ -6,9 +6,8 @@ import argparse
 import os
 from typing import Any
 
-from data.base_dataset import (BaseDataset, check_preprocess, domain_channels, get_params,
-                               get_transform)
-from data.image_folder import load_image, make_dataset
+from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
+from data.image_folder import load_for_network, make_dataset
 
 
 class UnalignedDataset(BaseDataset):
@@ -26,7 +25,7 @@ class UnalignedDataset(BaseDataset):
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)
         check_preprocess(opt)
-        self.nc_A, self.nc_B = domain_channels(opt)
+        self.spec_A, self.spec_B = domain_specs(opt)
         self.dir_A = os.path.join(opt.dataroot, opt.phase + "A")
         self.dir_B = os.path.join(opt.dataroot, opt.phase + "B")
         self.A_paths = make_dataset(self.dir_A, opt.max_dataset_size)
@@ -48,8 +47,7 @@ class UnalignedDataset(BaseDataset):
             index_B = rng.randint(0, self.B_size - 1)
         B_path = self.B_paths[index_B]
 
-        A_img = load_image(A_path, "L" if self.nc_A == 1 else "RGB")
-        B_img = load_image(B_path, "L" if self.nc_B == 1 else "RGB")
-        A = get_transform(self.opt, get_params(self.opt, A_img.size, rng), grayscale=self.nc_A == 1)(A_img)
-        B = get_transform(self.opt, get_params(self.opt, B_img.size, rng), grayscale=self.nc_B == 1)(B_img)
+        (A_img,), (B_img,) = load_for_network(A_path, [self.spec_A]), load_for_network(B_path, [self.spec_B])
+        A = get_transform(self.opt, get_params(self.opt, picture_size(A_img), rng))(A_img)
+        B = get_transform(self.opt, get_params(self.opt, picture_size(B_img), rng))(B_img)
         return {"A": A, "B": B, "A_paths": A_path, "B_paths": B_path}

@@ -19,8 +19,11 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 
-from data.base_dataset import _resized_size
-from data.image_folder import IMG_EXTENSIONS, iter_image_files, make_dataset, read_image_header
+from data.aligned_dataset import uses_two_folders
+from data.base_dataset import _resized_size, domain_specs
+from data.image_folder import (IMG_EXTENSIONS, DomainSpec, channel_mismatch, iter_image_files, make_dataset,
+                               pair_files_by_name)
+from data.image_io import convertible, probe_image
 from util.console import print0, warn0
 from util.errors import UserError
 
@@ -58,7 +61,8 @@ def _require_images(folder: str, why: str) -> None:
 def check_dataset_root(opt: argparse.Namespace) -> None:
     """Raise `UserError` if `opt.dataroot` lacks the folders/images `opt.dataset_mode` reads.
 
-    aligned/colorization/template: `dataroot/phase`; unaligned: `dataroot/phaseA` and
+    aligned: `dataroot/phase`, or without it `dataroot/phaseA` and `dataroot/phaseB` (paired by file
+    name); colorization/template: `dataroot/phase`; unaligned: `dataroot/phaseA` and
     `dataroot/phaseB`; single: images anywhere under `dataroot`. Unknown modes are skipped
     (custom datasets check their own files). Then checks the header of every image the run will
     read (`check_image_files`).
@@ -75,10 +79,16 @@ def check_dataset_root(opt: argparse.Namespace) -> None:
                f"{os.path.join(root, phase + 'B')}; check --dataroot/--phase{hint}.")
         for suffix in ("A", "B"):
             _require_images(os.path.join(root, phase + suffix), why)
+    elif mode == "aligned" and uses_two_folders(root, phase):
+        why = f"paired data in two folders needs both {phase}A and {phase}B; check --dataroot/--phase."
+        for suffix in ("A", "B"):
+            _require_images(os.path.join(root, phase + suffix), why)
     elif mode in ("aligned", "colorization", "template"):
         folder = os.path.join(root, phase)
         if not os.path.isdir(folder) and os.path.isdir(os.path.join(root, phase + "A")):
-            hint = (f"; {os.path.join(root, phase + 'A')} exists, so for separate A and B folders use "
+            pairs = (f"paired data in two folders needs {os.path.join(root, phase + 'B')} too; for "
+                     if mode == "aligned" else "for ")
+            hint = (f"; {os.path.join(root, phase + 'A')} exists, so {pairs}separate (unpaired) A and B folders use "
                     f"--dataset_mode unaligned")
         else:
             hint = ""
@@ -102,11 +112,20 @@ class _Problem:
     skippable: bool  # --skip_bad_images can skip the file (its dataset raises UserError for it)
 
 
-def _files_read(opt: argparse.Namespace) -> list[list[str]]:
+@dataclass
+class _Group:
+    """Files the dataset batches together, and how it loads them (`specs` None: no channel check)."""
+    paths: list[str]
+    specs: list[DomainSpec] | None = None
+    side_by_side: bool = False  # A|B images: one spec per half
+
+
+def _files_read(opt: argparse.Namespace) -> list[_Group]:
     """The image files the dataset will read, in groups whose images are batched together.
 
     Training reads every listed file (make_dataset's sorted order, capped at --max_dataset_size);
-    test.py reads the first --num_test samples. Unknown dataset modes give no groups.
+    test.py reads the first --num_test samples. Unknown dataset modes give no groups. Raises
+    `UserError` for paired folders whose file names do not match.
     """
     root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
     cap = opt.max_dataset_size
@@ -115,19 +134,26 @@ def _files_read(opt: argparse.Namespace) -> list[list[str]]:
     def first(paths: list[str], count: int | None) -> list[str]:
         return paths if count is None else paths[:max(int(count), 0)]
 
+    spec_A, spec_B = domain_specs(opt)
     if mode == "unaligned":
         a_paths = make_dataset(os.path.join(root, phase + "A"), cap)
         b_paths = make_dataset(os.path.join(root, phase + "B"), cap)
         if limit is None:
-            return [a_paths, b_paths]
+            return [_Group(a_paths, [spec_A]), _Group(b_paths, [spec_B])]
         samples = min(limit, max(len(a_paths), len(b_paths)))
         # Sample i reads A image i % size_A, and B image i % size_B with --serial_batches
         # (test.py's default), else a B image drawn at random.
-        return [first(a_paths, samples), first(b_paths, samples) if opt.serial_batches else b_paths]
+        return [_Group(first(a_paths, samples), [spec_A]),
+                _Group(first(b_paths, samples) if opt.serial_batches else b_paths, [spec_B])]
+    if mode == "aligned" and uses_two_folders(root, phase):
+        pairs = first(pair_files_by_name(os.path.join(root, phase + "A"), os.path.join(root, phase + "B"), cap), limit)
+        return [_Group([a for a, _ in pairs], [spec_A]), _Group([b for _, b in pairs], [spec_B])]
     if mode in ("aligned", "colorization", "template"):
-        return [first(make_dataset(os.path.join(root, phase), cap), limit)]
+        paths = first(make_dataset(os.path.join(root, phase), cap), limit)
+        specs = None if mode == "colorization" else [spec_A, spec_B]  # colorization converts any image to RGB
+        return [_Group(paths, specs, side_by_side=mode == "aligned")]
     if mode == "single":
-        return [first(make_dataset(root, cap), limit)]
+        return [_Group(first(make_dataset(root, cap), limit), [spec_A])]
     return []
 
 
@@ -170,16 +196,23 @@ def _how_preprocess_sizes(opt: argparse.Namespace) -> str:
             f"its aspect ratio (height at least --crop_size {opt.crop_size})")
 
 
-def _check_file(opt: argparse.Namespace, path: str, requirement: tuple[int, int] | None
-                ) -> tuple[_Problem | None, tuple[int, int] | None]:
+def _check_file(opt: argparse.Namespace, path: str, group: _Group, requirement: tuple[int, int] | None,
+                unranged_floats: list[str]) -> tuple[_Problem | None, tuple[int, int] | None]:
     """Check one file's header; returns (its problem or None, its size after preprocessing when that
-    size depends on the image, else None)."""
+    size depends on the image, else None). Appends `path` to `unranged_floats` if it holds float data
+    that no --data_range describes."""
     try:
-        w, h, _mode = read_image_header(path)  # every mode PIL opens converts to RGB/L (load_image)
+        info = probe_image(path)
     except UserError as err:
         return _Problem(path, str(err), skippable=True), None
+    for spec in group.specs or ():
+        if not convertible(info.channels, info.alpha, spec.channels):
+            return _Problem(path, str(channel_mismatch(path, info, spec.channels, spec.flag)), skippable=False), None
+        if info.dtype.kind == "f" and spec.data_range is None:
+            unranged_floats.append(path)
+    w, h = info.width, info.height
     size = f"{w}x{h} pixels"
-    if opt.dataset_mode == "aligned":
+    if group.side_by_side:
         if w % 2:
             return _Problem(path, (
                 f"image {path} is {size}, an odd width: aligned images must be A and B side by side with an "
@@ -219,10 +252,12 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
     """Check the header of every image file the dataset will read; raise `UserError` for the first
     bad one (mentioning how many more there are).
 
-    Refused: empty files, files that are not images, unreadable headers, aligned (A|B) images of
-    odd width and, where the size reaching the generator follows the image (--preprocess none,
-    crop, scale_width), sizes --netG cannot take or, with --batch_size > 1, differing sizes. Channel
-    counts are never refused: load_image converts any mode to RGB or grayscale. With
+    Refused: empty files, files that are not images, unreadable headers, channel counts that do not
+    convert to the --input_nc/--output_nc of their domain (gray and RGB convert into each other,
+    alpha is composited on white; see image_io.match_channels), aligned (A|B) images of odd width
+    and, where the size reaching the generator follows the image (--preprocess none, crop,
+    scale_width), sizes --netG cannot take or, with --batch_size > 1, differing sizes. Float data
+    without --data_range get a warning (taken to lie in [0, 1]). With
     --skip_bad_images the unreadable files are only warned about (the loader skips them), unless
     none is left. Stops after `budget_s` seconds; the remaining files are checked as they load.
     """
@@ -231,11 +266,13 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
     if _test_time_any_size(opt):
         requirement = None  # test.py pads each image for the generator and crops the output back
     skip = bool(getattr(opt, "skip_bad_images", False))
-    total = sum(len(paths) for paths in groups)
+    total = sum(len(group.paths) for group in groups)
     deadline = time.monotonic() + budget_s
     problems: list[_Problem] = []
+    unranged_floats: list[str] = []
     checked = 0
-    for paths in groups:
+    for group in groups:
+        paths = group.paths
         sizes: dict[tuple[int, int], str] = {}  # size after preprocessing -> first file of that size
         readable = 0
         for path in paths:
@@ -244,7 +281,7 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
                        f"stopped there; the others are checked as they are loaded.")
                 return _raise_or_warn(problems, checked, skip)
             checked += 1
-            problem, size = _check_file(opt, path, requirement)
+            problem, size = _check_file(opt, path, group, requirement, unranged_floats)
             if problem is not None:
                 problems.append(problem)
                 continue
@@ -260,6 +297,10 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
             raise UserError(f"--skip_bad_images: none of the {len(paths)} images read from {folder} is usable, "
                             f"so there is nothing to train on. The first: {first.message}")
     _raise_or_warn(problems, checked, skip)
+    if unranged_floats:
+        warn0(f"{unranged_floats[0]} holds floating-point values and no --data_range says which of them map to the "
+              f"network's -1 and 1, so [0, 1] is assumed (values outside are clipped). Pass --data_range MIN MAX; "
+              f"`python scripts/data_range.py --dataroot {opt.dataroot}` computes it from the images.")
 
 
 def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:

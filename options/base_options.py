@@ -53,8 +53,8 @@ class BaseOptions:
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
-        parser.add_argument("--input_nc", type=int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale")
-        parser.add_argument("--output_nc", type=int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale")
+        parser.add_argument("--input_nc", type=int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
+        parser.add_argument("--output_nc", type=int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
         parser.add_argument("--ngf", type=int, default=64, help="# of gen filters in the last conv layer")
         parser.add_argument("--ndf", type=int, default=64, help="# of discrim filters in the first conv layer")
         parser.add_argument("--netD", type=str, default="basic", choices=networks.DISCRIMINATORS, help="basic: 70x70 PatchGAN; n_layers: set --n_layers_D; pixel: 1x1 PatchGAN")
@@ -76,6 +76,8 @@ class BaseOptions:
         parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], help="scaling and cropping of images at load time")
         parser.add_argument("--no_flip", action="store_true", help="if specified, do not flip the images for data augmentation")
         parser.add_argument("--skip_bad_images", action="store_true", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
+        parser.add_argument("--data_range", type=float, nargs="+", default=None, metavar="V", help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX B_MIN B_MAX; integer data use their type's full range. Default for float data: 0 1. scripts/data_range.py computes it")
+        parser.add_argument("--display_channels", type=str, default="", help="comma-separated channels (from 0) shown in the 8-bit previews of images with more channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, otherwise the first 3 (2 channels: the first)")
         parser.add_argument("--display_winsize", type=int, default=256, help="display window size for both visdom and HTML")
         # additional parameters
         parser.add_argument("--epoch", type=str, default="latest", help="which epoch to load? set to latest to use latest cached model")

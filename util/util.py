@@ -2,17 +2,47 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 
+from util.errors import UserError
 
-def tensor2im(input_image: torch.Tensor | np.ndarray, imtype=np.uint8, index: int = 0) -> np.ndarray:
-    """Image `index` of a batch in [-1, 1] (CxHxW) as an HxWx3 uint8 array (gray is tiled to RGB)."""
+
+def parse_display_channels(text: str) -> list[int] | None:
+    """The channel list of --display_channels ("3,2,1" -> [3, 2, 1]; "" -> None, the default choice).
+    Raises `UserError` unless it is 1 or 3 channel numbers >= 0."""
+    if not text.strip():
+        return None
+    try:
+        channels = [int(part) for part in text.split(",")]
+    except ValueError:
+        channels = []
+    if len(channels) not in (1, 3) or min(channels) < 0:
+        raise UserError(f"--display_channels {text} is not 1 or 3 comma-separated channel numbers counted from 0; "
+                        f"use e.g. --display_channels 3,2,1 (shown as red, green, blue) or --display_channels 0 (gray).")
+    return channels
+
+
+def preview_channels(count: int, chosen: Sequence[int] | None = None) -> list[int]:
+    """The channels of a `count`-channel image that its 8-bit preview shows (1 as gray, 3 as RGB):
+    `chosen` (--display_channels) when the image has all of them; otherwise gray for 1 or 2 channels
+    and the first three (as RGB) for 3 or more."""
+    if chosen and max(chosen) < count:
+        return list(chosen)
+    return [0] if count < 3 else [0, 1, 2]
+
+
+def tensor2im(input_image: torch.Tensor | np.ndarray, imtype=np.uint8, index: int = 0,
+              channels: Sequence[int] | None = None) -> np.ndarray:
+    """Image `index` of a batch in [-1, 1] (CxHxW) as an HxWx3 uint8 preview: the channels that
+    `preview_channels(C, channels)` picks, gray tiled to RGB; -1 -> 0 and 1 -> 255."""
     if isinstance(input_image, np.ndarray):
         return input_image.astype(imtype)
     image = input_image.detach()[index].float().cpu().clamp(-1.0, 1.0).numpy()
+    image = image[preview_channels(image.shape[0], channels)]
     if image.shape[0] == 1:
         image = np.tile(image, (3, 1, 1))
     image = (np.transpose(image, (1, 2, 0)) + 1.0) / 2.0 * 255.0

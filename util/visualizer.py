@@ -38,13 +38,16 @@ HTML_REFRESH = 30              # the training page reloads itself this often whi
 
 
 def save_result_images(image_dir: str, visuals: OrderedDict, image_path: list[str],
-                       aspect_ratio: float = 1.0) -> tuple[str, list[str], list[str]]:
-    """Save the first image of each visual as `<name>_<label>.png`; returns (name, files, labels)."""
+                       aspect_ratio: float = 1.0, display_channels: list[int] | None = None
+                       ) -> tuple[str, list[str], list[str]]:
+    """Save the 8-bit preview (`util.tensor2im`) of the first image of each visual as `<name>_<label>.png`;
+    returns (name, files, labels)."""
     name = os.path.splitext(os.path.basename(image_path[0]))[0]
     files, labels = [], []
     for label, im_data in visuals.items():
         image_name = f"{name}_{label}.png"
-        util.save_image(util.tensor2im(im_data), os.path.join(image_dir, image_name), aspect_ratio)
+        util.save_image(util.tensor2im(im_data, channels=display_channels), os.path.join(image_dir, image_name),
+                        aspect_ratio)
         files.append(image_name)
         labels.append(label)
     return name, files, labels
@@ -83,6 +86,7 @@ class Visualizer:
         self.display_id = opt.display_id if opt.isTrain else 0
         self.use_html = opt.isTrain and not opt.no_html
         self.win_size = opt.display_winsize
+        self.display_channels = util.parse_display_channels(getattr(opt, "display_channels", ""))
         self.ncols = getattr(opt, "display_ncols", 4)
         self.plot_data: dict = {"X": [], "Y": [], "legend": []}
         self.saved = False
@@ -281,7 +285,8 @@ class Visualizer:
     # ------------------------------------------------------------------ images: visdom, HTML
     def display_current_results(self, visuals: OrderedDict, epoch: int, save_result: bool) -> None:
         """Show current images in visdom (and TensorBoard/wandb); when `save_result`, add them to the HTML page."""
-        images = OrderedDict((label, util.tensor2im(image)) for label, image in visuals.items())
+        images = OrderedDict((label, util.tensor2im(image, channels=self.display_channels))
+                             for label, image in visuals.items())
         if self.vis is not None:
             try:
                 self._show_in_visdom(images)

@@ -1,0 +1,71 @@
+"""test.py's outputs at the precision of its inputs (16-bit, float, any channel count), beside the 8-bit
+PNG previews that the results page shows.
+
+For each visual of a test image whose data is not ordinary 8-bit gray or RGB, `write_full_precision`
+writes `<name>_<label><ext>` in the format of the input file of that visual's domain (its extension and
+dtype: a 16-bit PNG gives 16-bit PNGs, a float32 TIFF float32 TIFFs, a .npy .npy files), mapping the
+network's [-1, 1] back through the same value range the dataset used (data/image_io.py). Ordinary 8-bit
+gray/RGB data (PNG, JPEG, TIFF, ...) get nothing here: their PNG previews already hold every value.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from data.base_dataset import data_ranges
+from data.image_io import NUMPY_EXTENSIONS, TIFF_EXTENSIONS, ValueRange, from_network, probe_image, write_image
+
+FOLDER = "full_precision"  # beside images/ in the results folder
+
+
+def visual_domain(label: str) -> str:
+    """The domain ("A" or "B") whose data a visual holds: real_A, rec_A, fake_A -> A; real_B, fake_B,
+    rec_B -> B; identity images idt_A = G_A(B) -> B and idt_B -> A; the test model's real -> A (its
+    input) and fake -> B."""
+    if label.startswith("idt_"):
+        return "B" if label.endswith("_A") else "A"
+    if label.endswith(("_A", "_B")):
+        return label[-1]
+    return "B" if label.startswith("fake") else "A"
+
+
+def _needs_full_precision(ext: str, dtype: np.dtype, channels: int) -> bool:
+    return dtype != np.uint8 or channels not in (1, 3) or ext in NUMPY_EXTENSIONS
+
+
+def _extension_for(source_ext: str, dtype: np.dtype, channels: int) -> str:
+    """The source's extension when its format holds `channels` channels of `dtype`, else .tif."""
+    if source_ext in NUMPY_EXTENSIONS + TIFF_EXTENSIONS:
+        return source_ext
+    if source_ext == ".png" and dtype in (np.uint8, np.uint16) and channels <= 4:
+        return source_ext
+    return ".tif"
+
+
+def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sample: Mapping[str, list[str]],
+                         opt: argparse.Namespace) -> list[str]:
+    """Write the first image of each visual that needs it (see the module docstring) into `folder`;
+    `sample` is the batch (its "A_paths"/"B_paths" name the input files). Returns the written paths."""
+    ranges = dict(zip("AB", data_ranges(opt)))
+    sources = {"A": sample["A_paths"][0], "B": sample.get("B_paths", sample["A_paths"])[0]}
+    name = os.path.splitext(os.path.basename(sources["A"]))[0]
+    written = []
+    for label, tensor in visuals.items():
+        domain = visual_domain(label)
+        source = sources[domain] if label not in ("real", "fake") else sources["A"]
+        info = probe_image(source)
+        ext = os.path.splitext(source)[1].lower()
+        channels = tensor.shape[-3]
+        if not _needs_full_precision(ext, info.dtype, channels):
+            continue
+        value_range = ValueRange.for_dtype(info.dtype, ranges[domain])
+        path = os.path.join(folder, f"{name}_{label}{_extension_for(ext, info.dtype, channels)}")
+        os.makedirs(folder, exist_ok=True)
+        write_image(path, from_network(tensor[0], value_range, info.dtype),
+                    alpha=info.alpha and channels == info.channels)
+        written.append(path)
+    return written
