@@ -33,14 +33,15 @@ def smooth_images(seed: int, count: int = 3, channels: int = 3, size=(24, 20)) -
 
 
 def ssim_by_hand(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Wang et al.'s SSIM of two CxHxW images in [-1, 1] (data range 2): 11x11 Gaussian window,
-    sigma 1.5, population statistics, each channel separately; as torchmetrics computes it, every
-    pixel has its window (the image is reflected 5 px beyond its border) and the mean is over all
-    pixels and channels."""
-    c1, c2 = (0.01 * 2) ** 2, (0.03 * 2) ** 2
+    """Wang et al.'s SSIM of two CxHxW images in [-1, 1], on the 0..255 scale of 8-bit images (L = 255):
+    11x11 Gaussian window, sigma 1.5, population statistics, each channel separately; as torchmetrics
+    computes it, every pixel has its window (the image is reflected 5 px beyond its border) and the mean
+    is over all pixels and channels."""
+    x, y = (x.double() + 1) * 127.5, (y.double() + 1) * 127.5
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     g = torch.exp(-(torch.arange(11, dtype=torch.float64) - 5) ** 2 / (2 * 1.5 ** 2))
     window = torch.outer(g / g.sum(), g / g.sum()).expand(x.shape[0], 1, 11, 11)
-    blur = lambda im: F.conv2d(F.pad(im[None].double(), (5, 5, 5, 5), mode="reflect"), window, groups=x.shape[0])[0]  # noqa: E731
+    blur = lambda im: F.conv2d(F.pad(im[None], (5, 5, 5, 5), mode="reflect"), window, groups=x.shape[0])[0]  # noqa: E731
     mx, my = blur(x), blur(y)
     vx, vy, cxy = (blur(x * x) - mx ** 2).clamp(min=0), (blur(y * y) - my ** 2).clamp(min=0), blur(x * y) - mx * my
     return float((((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2))).mean())
@@ -126,6 +127,7 @@ def test_kid_does_not_depend_on_the_order_or_batching_of_the_images():
         for chunk in np.array_split(np.asarray(order), batches):
             metric.update(real[chunk], real=True)
             metric.update(fake[chunk], real=False)
+        torch.manual_seed(batches)  # whatever the global random state (it differs between processes)
         return [float(v) for v in metric.compute()]
 
     first = kid(range(7), 1)

@@ -10,7 +10,9 @@ split. The metrics (docs/evaluation.md):
   PSNR   mean over images of each image's PSNR in dB (the convention of image-translation papers),
          data range 2 (the full [-1, 1] range); inf for an exactly reproduced image;
   SSIM   mean over images of SSIM (Wang et al. 2004: 11x11 Gaussian window, sigma 1.5, K1 0.01,
-         K2 0.03, each channel separately, then averaged; images under 11 px have none);
+         K2 0.03, each channel separately, then averaged) of the images mapped to [0, 1], data
+         range 1 (as 8-bit images are 0..255: SSIM, unlike PSNR, depends on the offset); images under
+         11 px have none;
   FID    Frechet distance of Inception-v3 pool3 features (torchmetrics, torch-fidelity's network,
          util/inception.py) of the outputs and of the real images of the target domain; the images
          are the 8-bit values the saved files hold; 1-channel images are tiled to RGB, other
@@ -162,7 +164,8 @@ class TranslationMetrics:
         metrics["L1"].update((output - target).abs().mean(dim=(1, 2, 3)))
         metrics["PSNR"].update(output, target)
         if min(output.shape[-2:]) >= SSIM_MIN_SIDE:
-            metrics["SSIM"].update(output, target)
+            # SSIM's luminance term needs non-negative intensities: [0, 1], as 8-bit images are 0..255
+            metrics["SSIM"].update((output + 1) / 2, (target + 1) / 2)
         else:
             self.skipped[metric_key("SSIM", name)] = f"images under {SSIM_MIN_SIDE} px have no SSIM"
         self._counts[name]["paired"] += len(output)
@@ -227,7 +230,7 @@ def _paired_metrics(device: torch.device) -> dict[str, nn.Module]:
     metrics = {
         "L1": MeanMetric(),
         "PSNR": PeakSignalNoiseRatio(data_range=(-1.0, 1.0), dim=(1, 2, 3), reduction="elementwise_mean"),
-        "SSIM": StructuralSimilarityIndexMeasure(data_range=(-1.0, 1.0), gaussian_kernel=True, sigma=1.5,
+        "SSIM": StructuralSimilarityIndexMeasure(data_range=(0.0, 1.0), gaussian_kernel=True, sigma=1.5,
                                                  kernel_size=11, k1=0.01, k2=0.03),
     }
     # float64 states and inputs: sums taken in another order (other process counts) agree to ~1e-15.

@@ -24,7 +24,7 @@ from PIL import Image
 from util import distributed
 from util.errors import UserError
 from util.inception import inception_weights_available, missing_inception_weights_message
-from util.metrics import PAIRED_DATASETS, TranslationMetrics, standard_pairs
+from util.metrics import PAIRED_DATASETS, PAIRED_METRICS, TranslationMetrics, standard_pairs
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp")
 FEATURES_NAME = "inception-v3 (torch-fidelity, 2048-d pool3)"
@@ -75,7 +75,7 @@ def legacy_names(scores: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """`scores` under the keys of earlier versions: paired metrics get `prefix`, KID its _mean."""
     named = {}
     for key, value in scores.items():
-        if key.split("_", 1)[0] in ("L1", "PSNR", "SSIM"):
+        if key.split("_", 1)[0] in PAIRED_METRICS:
             named[prefix + key] = value
         else:
             named[LEGACY_KEYS.get(key, key)] = value
