@@ -75,8 +75,20 @@ def write_inception_weights(path: Path, seed: int = 0) -> Path:
 def inception_torch_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TORCH_HOME whose hub cache holds deterministic Inception weights under the file name
     torch-fidelity downloads (util/inception.py): set TORCH_HOME to it to run FID/KID offline."""
-    from util.inception import INCEPTION_WEIGHTS_NAME, inception_weights_dir  # noqa: F401 (the name it looks for)
+    from util.inception import INCEPTION_WEIGHTS_NAME
 
     home = tmp_path_factory.mktemp("torch_home")
     write_inception_weights(home / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME)
     return home
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run the test's in-process torch code on one thread: on the shared 2-core machine a second thread
+    makes FID's 2048x2048 eigenvalue step about 6 times slower, not faster."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -179,7 +179,7 @@ def test_an_unreachable_download_gives_up_at_once_and_leaves_no_file(empty_torch
 
 @pytest.mark.slow
 def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_are_tiled(inception_torch_home, monkeypatch,
-                                                                                         tmp_path):
+                                                                                         tmp_path, one_torch_thread):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     real, fake = smooth_images(5, channels=1, size=(32, 32)), smooth_images(6, channels=1, size=(32, 32))
     metrics = TranslationMetrics({"G": ("fake_G", "real_G"), "M": ("fake_M", "real_M")}, paired=False, distribution=True)
