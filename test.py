@@ -6,9 +6,9 @@
 
 Images go to --results_dir/--name/<phase>_<epoch>/images/ (8-bit PNG previews; data of higher precision or
 other channel counts also at full precision in .../full_precision/, util/output_files.py), the page to
-.../index.html, and for
-paired data (aligned, colorization) the mean L1/PSNR of the outputs (and of the do-nothing
-baseline) to metrics.json. --eval_metrics adds SSIM and FID/KID (docs/evaluation.md).
+.../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs (and of
+the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/metrics_report.py,
+docs/evaluation.md).
 
 With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
 size the generator takes and the output cropped back. --tile N translates large images in blended
@@ -27,7 +27,7 @@ from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
-from util.metrics import MetricAverager
+from util.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
 from util.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from util.seeding import seed_everything
 from util.tiling import adapt_generators, check_tiling, receptive_radius
@@ -39,10 +39,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     """Translate the first --num_test images; returns the path of the results page."""
     seed_everything(opt.seed if opt.seed is not None else 0)
     check_tiling(opt.netG, opt.tile, opt.tile_overlap)
-    if opt.eval_metrics:
-        from util.metrics_report import check_distribution_inputs  # only metric runs need its imports
-
-        check_distribution_inputs(opt)  # fail before translating, not after
+    check_distribution_inputs(opt)  # fail before translating, not after
     dataset = create_dataset(opt, 0, ctx.rank, ctx.world_size, ctx.device.type, limit=opt.num_test)
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
@@ -64,7 +61,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
 
-    rows = []  # (dataset index, name, files, labels, metrics) for each image this rank translated
+    metrics = InferenceMetrics(opt, model.visual_names, ctx.device)
+    rows = []  # (dataset index, name, files, labels) for each image this rank translated
     # Like the reference, only the first image of each batch is saved.
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
         if not any_size:
@@ -76,31 +74,27 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
         write_full_precision(full_precision_dir, visuals, data, opt)
-        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels),
-                     paired_metrics(visuals, opt.eval_metrics) if is_paired(opt) else {}))
+        metrics.update(visuals)
+        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels)))
 
+    summary = metrics.compute()  # every rank takes part: the metrics gather the images of all ranks
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
     if not ctx.is_main:
         return os.path.join(web_dir, "index.html")
     webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
-    summary = summarize([row[4] for row in all_rows if row[4]])
-    if summary:
-        text = ", ".join(f"{k} {v:.4f}" for k, v in summary.items() if k != "images")
+    if "images" in summary:
+        text = ", ".join(paired_summary(summary))
         print(f"metrics over {summary['images']} images (L1 in [-1, 1] units; identity = input vs target): {text}")
         webpage.add_text(f"Mean over {summary['images']} test images: {text}")
     if opt.eval_metrics:
-        from util.metrics_report import describe_distribution, distribution_metrics  # only metric runs need them
-
-        distribution = distribution_metrics(opt, image_dir, [(row[2], row[3]) for row in all_rows], ctx.device)
-        summary.update(distribution)
-        print(describe_distribution(distribution))
-        webpage.add_text(describe_distribution(distribution))
+        print(describe_distribution(summary))
+        webpage.add_text(describe_distribution(summary))
     if os.path.isdir(full_precision_dir):
         webpage.add_text(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
     if summary:
         with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
             json.dump(summary, f, indent=1)
-    for _, name, files, labels, _ in all_rows:
+    for _, name, files, labels in all_rows:
         webpage.add_header(name)
         webpage.add_images(files, labels, files, width=opt.display_winsize)
     return webpage.save()
@@ -122,38 +116,6 @@ def tiling_note(opt) -> str:
                 f"--tile_overlap {4 * radius} (with --tile {max(opt.tile, -(-8 * radius // 4) * 4)} or more) makes "
                 f"them equal.")
     return f"tiles of {opt.tile} px, overlap {opt.tile_overlap}: equal to whole-image inference up to rounding."
-
-
-# Datasets whose target image belongs to the input, so that output-vs-target scores mean something
-# (an unaligned dataset pairs each input with an unrelated B image).
-PAIRED_DATASETS = ("aligned", "colorization")
-
-
-def is_paired(opt) -> bool:
-    return opt.dataset_mode in PAIRED_DATASETS
-
-
-def paired_metrics(visuals: dict, with_ssim: bool = False) -> dict[str, float]:
-    """With a target image (paired data): scores of the output and of the do-nothing baseline
-    (the input itself, when it has the target's shape). Colorization compares the RGB images."""
-    for output, target in (("fake_B", "real_B"), ("fake_B_rgb", "real_B_rgb")):
-        if output in visuals and target in visuals:
-            break
-    else:
-        return {}
-    scores = MetricAverager(with_ssim)
-    scores.add_pair("output", visuals[output][:1], visuals[target][:1])
-    if visuals["real_A"].shape == visuals[target].shape:
-        scores.add_pair("identity", visuals["real_A"][:1], visuals[target][:1])
-    scores.count = 1
-    return scores.means()
-
-
-def summarize(per_image: list[dict[str, float]]) -> dict[str, float]:
-    if not per_image:
-        return {}
-    keys = per_image[0].keys()
-    return {"images": len(per_image), **{k: sum(m[k] for m in per_image) / len(per_image) for k in keys}}
 
 
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback

@@ -19,11 +19,10 @@ class TestOptions(BaseOptions):
         # Large and non-square images (util/tiling.py, docs/evaluation.md).
         parser.add_argument("--tile", type=int, default=0, help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
         parser.add_argument("--tile_overlap", type=int, default=64, help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
-        # Metrics (util/metrics.py, util/fid.py, docs/evaluation.md).
-        parser.add_argument("--eval_metrics", action="store_true", help="add SSIM to the paired metrics and compute FID/KID; results go to metrics.json and the results page")
-        parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the saved real target images, e.g. *_real_B.png)")
-        parser.add_argument("--inception_weights", type=str, default="", help="Inception weights for FID/KID (default: $IMG2IMG_INCEPTION_WEIGHTS or pt_inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints)")
-        parser.add_argument("--fid_features", type=str, default="inception", choices=["inception", "random_cnn"], help="network whose features FID/KID compare; random_cnn is a fixed random CNN for smoke tests only")
+        # Metrics (util/metrics.py, util/metrics_report.py, docs/evaluation.md).
+        parser.add_argument("--eval_metrics", action="store_true", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
+        parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")
+        parser.add_argument("--inception_weights", type=str, default="", help="Inception weights file for FID/KID (default: $IMG2IMG_INCEPTION_WEIGHTS, else torch-fidelity's weights-inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
         parser.set_defaults(model="test")
         # To avoid cropping, the load_size should be the same as crop_size.
         parser.set_defaults(load_size=parser.get_default("crop_size"))

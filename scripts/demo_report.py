@@ -21,7 +21,7 @@ from models import create_model  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
-from util.metrics import MetricAverager  # noqa: E402
+from util.metrics import TranslationMetrics  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
 
@@ -32,18 +32,18 @@ def report(opt) -> dict[str, dict[str, float]]:
     untrained = create_model(opt, ctx)
     trained = create_model(opt, ctx)
     trained.setup(opt)
-    scores = {name: MetricAverager() for name in ("identity", "untrained", "trained")}
+    names = ("identity", "untrained", "trained")
+    scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True)
     for i, data in enumerate(dataset):
         if i >= opt.num_test:
             break
-        for name, model in (("untrained", untrained), ("trained", trained)):
+        for model in (untrained, trained):
             model.set_input(data)
             model.test()
-            scores[name].add_pair("", model.fake_B, model.real_B)
-            scores[name].count += 1
-        scores["identity"].add_pair("", trained.real_A, trained.real_B)
-        scores["identity"].count += 1
-    return {name: {k.strip("_"): v for k, v in avg.means().items()} for name, avg in scores.items()}
+        scores.update({"identity": trained.real_A, "untrained": untrained.fake_B, "trained": trained.fake_B,
+                       "target": trained.real_B})
+    means = scores.compute()
+    return {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
 
 
 def main() -> int:

@@ -11,7 +11,9 @@ RESULTS is a test.py results folder (with images/; the outputs are its *_<--outp
 found automatically among fake_B, fake_B_rgb and fake) or a plain folder of output images.
 --targets DIR|real: paired metrics, each output against the target of the same name ('real': the
 saved *_real_B.png of the results folder). --reference DIR|real: FID and KID of all outputs against
-all images in DIR. Everything is measured on the 8-bit image files, as in docs/evaluation.md.
+all images in DIR. The files are read into [-1, 1] tensors and scored by util.metrics, the code that
+validation and test.py use: FID/KID equal test.py's (the Inception sees the same 8-bit values);
+L1/PSNR/SSIM differ from test.py's in-memory values only by the files' 8-bit rounding.
 Prints a table and writes JSON (default RESULTS/evaluation.json). Exit status 2 on bad input.
 """
 from __future__ import annotations
@@ -21,14 +23,13 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
-from util.fid import (FEATURE_CHOICES, IMAGE_EXTENSIONS, fid_kid, list_images,  # noqa: E402
-                      make_extractor)
-from util.metrics import l1_uint8, psnr_uint8, ssim_uint8  # noqa: E402
+from util.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
+from util.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
+from util.metrics_report import (FEATURES_NAME, IMAGE_EXTENSIONS, image_batches, legacy_names,  # noqa: E402
+                                 list_images, load_image)
 
 OUTPUT_LABELS = ("fake_B", "fake_B_rgb", "fake")
 TARGET_FOR = {"fake_B": "real_B", "fake_B_rgb": "real_B_rgb", "fake": None}
@@ -45,14 +46,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"(default: the first of {', '.join(OUTPUT_LABELS)} present)")
     parser.add_argument("--target_label", default="", help="label of the saved targets (default: real_B, or "
                         "real_B_rgb for fake_B_rgb)")
-    parser.add_argument("--fid_features", default="inception", choices=FEATURE_CHOICES,
-                        help="feature network; random_cnn is for smoke tests only")
     parser.add_argument("--inception_weights", default="", help="Inception weights file (default: "
-                        "$IMG2IMG_INCEPTION_WEIGHTS or pt_inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints)")
-    parser.add_argument("--batch_size", type=int, default=32, help="images per feature batch")
+                        "$IMG2IMG_INCEPTION_WEIGHTS, else weights-inception-2015-12-05-6726825d.pth in "
+                        "$TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
+    parser.add_argument("--batch_size", type=int, default=32, help="images of one size per Inception batch")
     parser.add_argument("--device", default="cpu", help="device for the feature network (cpu, cuda)")
-    parser.add_argument("--kid_subsets", type=int, default=100, help="KID: number of random subsets")
-    parser.add_argument("--kid_subset_size", type=int, default=1000, help="KID: images per subset (capped at the set sizes)")
+    parser.add_argument("--kid_subsets", type=int, default=KID_SUBSETS, help="KID: number of random subsets")
+    parser.add_argument("--kid_subset_size", type=int, default=KID_SUBSET_SIZE,
+                        help="KID: images per subset (capped at the set sizes)")
     parser.add_argument("--json", default="", help="where to write the scores (default RESULTS/evaluation.json)")
     return parser.parse_args(argv)
 
@@ -93,12 +94,6 @@ def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def _uint8(path: str) -> np.ndarray:
-    from util.fid import load_rgb
-
-    return load_rgb(path).permute(1, 2, 0).mul(255).round().byte().numpy()
-
-
 def real_label(outputs: Outputs, target_label: str, flag: str) -> str:
     label = target_label or TARGET_FOR.get(outputs.label) or ""
     if not outputs.from_test_py or not label:
@@ -119,17 +114,39 @@ def paired_scores(outputs: Outputs, targets: str, target_label: str) -> dict[str
         where = f"saved *_{target_label or TARGET_FOR.get(outputs.label)} images" if targets == "real" else targets
         raise UserError(f"{len(missing)} output image(s) have no target of the same name in {where}, e.g. "
                         f"{', '.join(missing[:3])}; targets are matched by file name without extension.")
-    scores: dict[str, list[float]] = {"PSNR": [], "SSIM": [], "L1": []}
+    metrics = TranslationMetrics({"": ("output", "target")}, paired=True)
     for path in outputs.paths:
         target = by_key[outputs.key(path)]
-        out8, tgt8 = (_uint8(p) for p in (path, target))
-        if out8.shape != tgt8.shape:
-            raise UserError(f"output {path} is {out8.shape[1]}x{out8.shape[0]} but its target {target} is "
-                            f"{tgt8.shape[1]}x{tgt8.shape[0]}; paired metrics need images of the same size.")
-        scores["PSNR"].append(min(psnr_uint8(out8, tgt8), 100.0))
-        scores["SSIM"].append(ssim_uint8(out8, tgt8))
-        scores["L1"].append(l1_uint8(out8, tgt8))
-    return {"paired_images": len(outputs.paths), **{k: float(np.mean(v)) for k, v in scores.items()}}
+        output_image, target_image = load_image(path), load_image(target)
+        if output_image.shape != target_image.shape:
+            (oh, ow), (th, tw) = output_image.shape[-2:], target_image.shape[-2:]
+            raise UserError(f"output {path} is {ow}x{oh} but its target {target} is {tw}x{th}; paired metrics "
+                            f"need images of the same size.")
+        metrics.update({"output": output_image, "target": target_image})
+    return {"paired_images": len(outputs.paths), **metrics.compute(), **_skipped(metrics)}
+
+
+def distribution_scores(outputs: Outputs, reference: list[str], args: argparse.Namespace) -> dict:
+    """FID and KID of all outputs against all `reference` images."""
+    if not inception_weights_available(args.inception_weights or None):
+        raise UserError(missing_inception_weights_message())
+    metrics = TranslationMetrics({"": ("output", None)}, paired=False, distribution=True, device=args.device,
+                                 inception_weights=args.inception_weights or None, external_reference={""},
+                                 kid_subsets=args.kid_subsets, kid_subset_size=args.kid_subset_size)
+    for batch in image_batches(outputs.paths, args.batch_size):
+        metrics.update({"output": batch})
+    for batch in image_batches(reference, args.batch_size):
+        metrics.add_reference("", batch)
+    scores = legacy_names(metrics.compute())
+    counts = metrics.image_counts[""]
+    if "FID" not in scores:
+        raise UserError(f"FID/KID cannot be computed: {metrics.skipped['FID']}.")
+    return {**scores, "fid_generated_images": counts["outputs"], "fid_reference_images": counts["reference"],
+            "fid_features": FEATURES_NAME}
+
+
+def _skipped(metrics: TranslationMetrics) -> dict:
+    return {"skipped": metrics.skipped} if metrics.skipped else {}
 
 
 def evaluate(args: argparse.Namespace) -> dict:
@@ -149,9 +166,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         else:
             reference = list_images(args.reference)
             result["fid_reference"] = os.path.abspath(args.reference)
-        extractor = make_extractor(args.fid_features, args.inception_weights or None, args.device)
-        result.update(fid_kid(outputs.paths, reference, extractor, args.batch_size, args.device,
-                              args.kid_subsets, args.kid_subset_size))
+        result.update(distribution_scores(outputs, reference, args))
     return result
 
 

@@ -1,102 +1,250 @@
-"""Per-image quality measures between an output and its target.
+"""Image-translation metrics: one implementation for validation, `test.py` and `scripts/evaluate.py`.
 
-Tensors are network images in [-1, 1] (CxHxW or 1xCxHxW); arrays are HxWxC (or HxW) uint8
-images as saved to disk. PSNR and SSIM are computed on 8-bit images (what the user sees and
-what `scripts/evaluate.py` reads back), so test.py and evaluate.py agree; L1 is in the network's
-[-1, 1] units (0 = identical, 2 = maximal).
+`TranslationMetrics` accumulates torchmetrics metrics over batches of network images (NxCxHxW in
+[-1, 1], any C >= 1) and computes them over all processes: torchmetrics gathers its states through
+torch.distributed when a process group is initialised, so `compute()` gives every rank the value of
+the whole set, equal (within 1e-6) to one process scoring the same images, however unevenly they were
+split. The metrics (docs/evaluation.md):
 
-SSIM follows Wang et al. (2004): 11x11 Gaussian window with sigma 1.5, K1 = 0.01, K2 = 0.03,
-population covariances, mean over pixels and channels - scikit-image's `structural_similarity`
-with `gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=255`.
-Distribution metrics (FID, KID) live in util/fid.py.
+  L1     mean over images of the mean absolute difference, in [-1, 1] units (0 identical, 2 maximal);
+  PSNR   mean over images of each image's PSNR in dB (the convention of image-translation papers),
+         data range 2 (the full [-1, 1] range); inf for an exactly reproduced image;
+  SSIM   mean over images of SSIM (Wang et al. 2004: 11x11 Gaussian window, sigma 1.5, K1 0.01,
+         K2 0.03, each channel separately, then averaged) of the images mapped to [0, 1], data
+         range 1 (as 8-bit images are 0..255: SSIM, unlike PSNR, depends on the offset); images under
+         11 px have none;
+  FID    Frechet distance of Inception-v3 pool3 features (torchmetrics, torch-fidelity's network,
+         util/inception.py) of the outputs and of the real images of the target domain; the images
+         are the 8-bit values the saved files hold; 1-channel images are tiled to RGB, other
+         channel counts than 1 and 3 have no FID/KID;
+  KID    torchmetrics' KID (mean; KID..._std the standard deviation) over `kid_subsets` subsets of
+         min(kid_subset_size, images) images each, drawn with a fixed seed from the features put in
+         a canonical order, so the value depends on the images only, not on how they were split.
+
+Keys: `pairs` maps a name to (output visual, target visual); its metrics are keyed `<metric>` for the
+name "" and `<metric>_<name>` otherwise: {"": ("fake_B", "real_B")} gives L1, PSNR, SSIM (and FID,
+KID, KID_std); CycleGAN's {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")} gives FID_B (the
+A->B generator's outputs vs real B images), KID_B, FID_A (B->A), KID_A. `higher_is_better` says which
+way each key improves.
 """
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Collection, Mapping, Sequence
 
-import numpy as np
 import torch
+from torch import nn
 
-SSIM_MIN_SIDE = 11  # the Gaussian window is 11x11: smaller images have no SSIM (nan)
+from util import distributed
+from util.errors import UserError
+from util.inception import ensure_inception_weights, load_inception, missing_inception_weights_message, to_uint8
 
-
-def to_uint8(image: torch.Tensor) -> np.ndarray:
-    """[-1, 1] tensor images as the uint8 arrays that would be saved: CxHxW -> HxWxC,
-    NxCxHxW -> NxHxWxC."""
-    x = torch.round((image.detach().float().cpu().clamp(-1.0, 1.0) + 1.0) * 127.5)
-    return x.movedim(-3, -1).numpy().astype(np.uint8)
-
-
-def l1_distance(output: torch.Tensor, target: torch.Tensor) -> float:
-    """Mean absolute difference, in the [-1, 1] scale of the network (0 = identical, 2 = max)."""
-    return (output.float() - target.float()).abs().mean().item()
-
-
-def psnr(output: torch.Tensor, target: torch.Tensor) -> float:
-    """Peak signal-to-noise ratio in dB of 8-bit images (inf when identical); a batch is one signal."""
-    return psnr_uint8(to_uint8(output), to_uint8(target))
+# Which way each metric improves (the best-checkpoint code reads it through `higher_is_better`).
+HIGHER_IS_BETTER = {"L1": False, "PSNR": True, "SSIM": True, "FID": False, "KID": False}
+PAIRED_METRICS = ("L1", "PSNR", "SSIM")
+DISTRIBUTION_METRICS = ("FID", "KID")
+PAIRED_DATASETS = ("aligned", "colorization")  # the target image belongs to the input
+SSIM_MIN_SIDE = 11  # the Gaussian window is 11x11
+KID_SUBSETS, KID_SUBSET_SIZE = 100, 1000  # torch-fidelity's and torchmetrics' defaults
 
 
-def ssim(output: torch.Tensor, target: torch.Tensor) -> float:
-    """Structural similarity of the 8-bit images (1.0 when identical; see the module docstring);
-    the mean over the images of a batch."""
-    out8, target8 = to_uint8(output), to_uint8(target)
-    if out8.ndim == 4:
-        return float(np.mean([ssim_uint8(o, t) for o, t in zip(out8, target8)]))
-    return ssim_uint8(out8, target8)
+def metric_key(metric: str, name: str) -> str:
+    return metric if not name else f"{metric}_{name}"
 
 
-def psnr_uint8(output: np.ndarray, target: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays of the same shape: 10 log10(255^2 / MSE); inf when equal."""
-    _check_same_shape(output, target)
-    mse = np.mean((output.astype(np.float64) - target.astype(np.float64)) ** 2)
-    return math.inf if mse == 0 else 10.0 * math.log10(255.0 ** 2 / mse)
+def higher_is_better(key: str) -> bool:
+    """Whether a larger value of the metric `key` (e.g. "PSNR", "FID_B", "KID_A") is better.
+    A UserError listing the known metrics for any other key."""
+    metric = key.split("_", 1)[0]
+    if metric not in HIGHER_IS_BETTER or key.endswith("_std"):
+        better = ", ".join(f"{m} ({'higher' if up else 'lower'} is better)" for m, up in HIGHER_IS_BETTER.items())
+        raise UserError(f"{key} is not a metric that can be compared; use one of {better}, with the direction "
+                        f"suffix for CycleGAN (e.g. FID_B: fake B images vs real B images).")
+    return HIGHER_IS_BETTER[metric]
 
 
-def ssim_uint8(output: np.ndarray, target: np.ndarray) -> float:
-    """SSIM of two uint8 arrays (HxW or HxWxC) of the same shape; nan if a side is under 11 px."""
-    from skimage.metrics import structural_similarity  # imported here: only metric runs need it
-
-    _check_same_shape(output, target)
-    if min(output.shape[:2]) < SSIM_MIN_SIDE:
-        return math.nan
-    channel_axis = 2 if output.ndim == 3 else None
-    return float(structural_similarity(output, target, data_range=255, channel_axis=channel_axis,
-                                       gaussian_weights=True, sigma=1.5, use_sample_covariance=False))
+def needs_inception(key: str) -> bool:
+    """Whether the metric `key` needs the Inception weights (FID and KID do)."""
+    return key.split("_", 1)[0] in DISTRIBUTION_METRICS
 
 
-def l1_uint8(output: np.ndarray, target: np.ndarray) -> float:
-    """Mean absolute difference of two uint8 arrays, in [-1, 1] units (difference / 127.5)."""
-    _check_same_shape(output, target)
-    return float(np.mean(np.abs(output.astype(np.float64) - target.astype(np.float64))) / 127.5)
+def standard_pairs(visual_names: Sequence[str], paired: bool) -> dict[str, tuple[str, str | None]]:
+    """The outputs worth scoring among a model's `visual_names`, with their targets: for paired data
+    {"": ("fake_B", "real_B")} (colorization: the RGB images); for unpaired data both CycleGAN
+    directions {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}; the test model's ("fake",
+    None) has no target (feed real images with `add_reference`)."""
+    names = set(visual_names)
+    if paired:
+        for output, target in (("fake_B", "real_B"), ("fake_B_rgb", "real_B_rgb")):
+            if {output, target} <= names:
+                return {"": (output, target)}
+    pairs = {direction: (f"fake_{direction}", f"real_{direction}") for direction in ("B", "A")
+             if {f"fake_{direction}", f"real_{direction}"} <= names}
+    return pairs or ({"": ("fake", None)} if "fake" in names else {})
 
 
-def _check_same_shape(output: np.ndarray, target: np.ndarray) -> None:
-    if output.shape != target.shape:
-        raise ValueError(f"images differ in shape: {output.shape} vs {target.shape}")
+def expected_keys(pairs: Mapping[str, tuple[str, str | None]], paired: bool, distribution: bool) -> list[str]:
+    """The keys `TranslationMetrics(pairs, paired, distribution).compute()` returns when nothing is skipped."""
+    keys = []
+    for name, (_, target) in pairs.items():
+        if paired and target is not None:
+            keys += [metric_key(m, name) for m in PAIRED_METRICS]
+        if distribution:
+            keys += [metric_key("FID", name), metric_key("KID", name), metric_key("KID", name) + "_std"]
+    return keys
 
 
-class MetricAverager:
-    """Averages of named per-image measures over a test set.
+class TranslationMetrics:
+    """Accumulate metrics over batches; `compute()` them over all processes (see the module docstring).
 
-    `add_pair(prefix, output, target)` adds `<prefix>_L1` and `<prefix>_PSNR` (an infinite PSNR
-    counts as 100 dB so that one perfect image does not make the mean infinite) and, when built
-    with `with_ssim=True`, `<prefix>_SSIM`. The caller advances `count` once per image.
+    pairs         name -> (output visual, target visual or None); see the module docstring for keys.
+    paired        L1, PSNR, SSIM of each output against its target (pairs with a target).
+    distribution  FID and KID of each pair's outputs against its targets, or against the images given
+                  to `add_reference` for the pairs named in `external_reference`.
+    Without Inception weights (util/inception.py), FID/KID are left out and `skipped` says why; the
+    weights are looked up (and, online, downloaded) once here: build one object and `reset()` it.
+    `compute()` is collective under torch.distributed: every process must call it.
     """
 
-    def __init__(self, with_ssim: bool = False) -> None:
-        self.totals: dict[str, float] = {}
-        self.count = 0
-        self.with_ssim = with_ssim
+    def __init__(self, pairs: Mapping[str, tuple[str, str | None]], paired: bool = True, distribution: bool = False,
+                 device: torch.device | str = "cpu", inception_weights: str | None = None,
+                 external_reference: Collection[str] = (), kid_subsets: int = KID_SUBSETS,
+                 kid_subset_size: int = KID_SUBSET_SIZE) -> None:
+        self.pairs = dict(pairs)
+        self.device = torch.device(device)
+        self.external_reference = set(external_reference)
+        self.skipped: dict[str, str] = {}  # key -> why compute() leaves it out
+        self.image_counts: dict[str, dict[str, int]] = {}  # after compute(): name -> images over all processes
+        self._counts = {name: {"paired": 0, "outputs": 0, "reference": 0} for name in self.pairs}
+        self.paired = {name: _paired_metrics(self.device) for name, (_, target) in self.pairs.items()
+                       if paired and target is not None}
+        self.inception: nn.Module | None = None
+        self.distribution: dict[str, dict[str, nn.Module]] = {}
+        if distribution:
+            weights = ensure_inception_weights(inception_weights)
+            # every process must make the same choice, or their collectives would not match
+            if distributed.any_rank(weights is None):
+                self.skipped.update({key: missing_inception_weights_message()
+                                     for key in expected_keys(self.pairs, False, True)})
+            else:
+                from util.fid_kid import GivenFeaturesFID, SplitInvariantKID  # torchmetrics: seconds to import
 
-    def _add(self, key: str, value: float) -> None:
-        self.totals[key] = self.totals.get(key, 0.0) + value
+                self.inception = load_inception(weights, self.device)
+                self.distribution = {name: {"FID": GivenFeaturesFID().to(self.device),
+                                            "KID": SplitInvariantKID(kid_subsets, kid_subset_size).to(self.device)}
+                                     for name in self.pairs}
 
-    def add_pair(self, prefix: str, output: torch.Tensor, target: torch.Tensor) -> None:
-        self._add(f"{prefix}_L1", l1_distance(output, target))
-        self._add(f"{prefix}_PSNR", min(psnr(output, target), 100.0))
-        if self.with_ssim:
-            self._add(f"{prefix}_SSIM", ssim(output, target))
+    @torch.no_grad()
+    def update(self, visuals: Mapping[str, torch.Tensor]) -> None:
+        """Add a batch: `visuals` maps visual names to NxCxHxW tensors in [-1, 1] (the model's
+        get_current_visuals()); every output and target named in `pairs` must be there."""
+        for name, (output_name, target_name) in self.pairs.items():
+            output = visuals[output_name].detach().to(self.device)
+            target = visuals[target_name].detach().to(self.device) if target_name is not None else None
+            if name in self.paired:
+                self._update_paired(name, output, target)
+            if name in self.distribution:
+                self._update_distribution(name, output, real=False)
+                if target is not None and name not in self.external_reference:
+                    self._update_distribution(name, target, real=True)
 
-    def means(self) -> dict[str, float]:
-        return {k: v / max(self.count, 1) for k, v in self.totals.items()}
+    @torch.no_grad()
+    def add_reference(self, name: str, images: torch.Tensor) -> None:
+        """Add real images (NxCxHxW in [-1, 1]) that FID/KID of pair `name` compare its outputs with."""
+        if name in self.distribution:
+            self._update_distribution(name, images.detach().to(self.device), real=True)
+
+    def _update_paired(self, name: str, output: torch.Tensor, target: torch.Tensor) -> None:
+        if output.shape != target.shape:
+            raise UserError(f"{self.pairs[name][0]} is {tuple(output.shape)} but its target {self.pairs[name][1]} is "
+                            f"{tuple(target.shape)}; paired metrics need images of the same size.")
+        output, target = output.double(), target.double()
+        metrics = self.paired[name]
+        metrics["L1"].update((output - target).abs().mean(dim=(1, 2, 3)))
+        metrics["PSNR"].update(output, target)
+        if min(output.shape[-2:]) >= SSIM_MIN_SIDE:
+            # SSIM's luminance term needs non-negative intensities: [0, 1], as 8-bit images are 0..255
+            metrics["SSIM"].update((output + 1) / 2, (target + 1) / 2)
+        else:
+            self.skipped[metric_key("SSIM", name)] = f"images under {SSIM_MIN_SIDE} px have no SSIM"
+        self._counts[name]["paired"] += len(output)
+
+    def _update_distribution(self, name: str, images: torch.Tensor, real: bool) -> None:
+        channels = images.shape[1]
+        if channels not in (1, 3):
+            why = f"FID/KID need 1- or 3-channel images; {self.pairs[name][0]} has {channels} channels"
+            self.skipped.update({metric_key("FID", name): why, metric_key("KID", name): why})
+            return
+        features = self.inception(to_uint8(images.expand(-1, 3, -1, -1))).double()
+        for metric in self.distribution[name].values():
+            metric.update(features, real=real)
+        self._counts[name]["reference" if real else "outputs"] += len(images)
+
+    def compute(self) -> dict[str, float]:
+        """The metrics over every image given to every process (collective: all processes call it)."""
+        with warnings.catch_warnings():
+            # a process may have had no images (or none for SSIM) and still takes part in the gathering
+            warnings.filterwarnings("ignore", message=".*was called before the ``update`` method")
+            return self._compute()
+
+    def _compute(self) -> dict[str, float]:
+        self.image_counts = _global_counts(self._counts)
+        result: dict[str, float] = {}
+        for name in self.pairs:
+            for metric, module in self.paired.get(name, {}).items():
+                value = float(module.compute())
+                if math.isnan(value):  # no images, or (SSIM) none of its minimum size
+                    self.skipped.setdefault(metric_key(metric, name), "no images were scored")
+                else:
+                    result[metric_key(metric, name)] = value
+            if name not in self.distribution:
+                continue
+            fake, real = self.image_counts[name]["outputs"], self.image_counts[name]["reference"]
+            if min(fake, real) < 2:
+                why = f"FID/KID need at least 2 output and 2 reference images, got {fake} and {real}"
+                for key in (metric_key("FID", name), metric_key("KID", name)):
+                    self.skipped.setdefault(key, why)  # keep a reason given while updating
+                continue
+            result[metric_key("FID", name)] = float(self.distribution[name]["FID"].compute())
+            kid_mean, kid_std = self.distribution[name]["KID"].compute()
+            result[metric_key("KID", name)] = float(kid_mean)
+            result[metric_key("KID", name) + "_std"] = float(kid_std)
+        for key in result:
+            self.skipped.pop(key, None)
+        return result
+
+    def reset(self) -> None:
+        """Forget the images seen so far (keep the networks and the settings)."""
+        for metrics in (*self.paired.values(), *self.distribution.values()):
+            for module in metrics.values():
+                module.reset()
+        self._counts = {name: dict.fromkeys(counts, 0) for name, counts in self._counts.items()}
+        self.image_counts = {}
+
+
+def _paired_metrics(device: torch.device) -> dict[str, nn.Module]:
+    from torchmetrics import MeanMetric  # imported here: torchmetrics takes seconds to import
+    from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
+
+    metrics = {
+        "L1": MeanMetric(),
+        "PSNR": PeakSignalNoiseRatio(data_range=(-1.0, 1.0), dim=(1, 2, 3), reduction="elementwise_mean"),
+        "SSIM": StructuralSimilarityIndexMeasure(data_range=(0.0, 1.0), gaussian_kernel=True, sigma=1.5,
+                                                 kernel_size=11, k1=0.01, k2=0.03),
+    }
+    # float64 states and inputs: sums taken in another order (other process counts) agree to ~1e-15.
+    # set_dtype after .to(): torchmetrics' .to() resets the dtype that inputs are cast to.
+    return {key: metric.to(device).set_dtype(torch.float64) for key, metric in metrics.items()}
+
+
+def _global_counts(local: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The per-process image counts summed over all processes (one collective)."""
+    flat = [(name, kind) for name, counts in local.items() for kind in counts]
+    totals = torch.tensor([local[name][kind] for name, kind in flat], dtype=torch.int64,
+                          device=distributed.context().device)
+    totals = distributed.all_reduce_sum_(totals).tolist()
+    result: dict[str, dict[str, int]] = {name: {} for name in local}
+    for (name, kind), total in zip(flat, totals):
+        result[name][kind] = int(total)
+    return result

@@ -1,0 +1,151 @@
+"""The two ways users score results, both through util.metrics: `test.py` (metrics.json, with
+--eval_metrics FID/KID) and `scripts/evaluate.py` on image folders; they agree on the same images."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import ROOT, run_script
+from models import networks
+from util.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
+from util.metrics import TranslationMetrics
+from util.metrics_report import InferenceMetrics, legacy_names, list_images, load_image
+
+
+def evaluate_main(*argv: str) -> int:
+    """scripts/evaluate.py's main(), run in this process."""
+    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "scripts" / "evaluate.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.main(list(argv))
+
+
+@pytest.fixture(scope="module")
+def image_sets(tmp_path_factory):
+    """Two folders of 4 smooth 40x48 images with the same names and different colours."""
+    root = tmp_path_factory.mktemp("eval_images")
+    rng = np.random.default_rng(0)
+    for name, shift in (("a", 0), ("b", 60)):
+        (root / name).mkdir()
+        for i in range(4):
+            coarse = rng.integers(0, 196, (5, 6, 3)).astype(np.uint8)
+            image = np.asarray(Image.fromarray(coarse).resize((48, 40), Image.BILINEAR), dtype=float)
+            Image.fromarray(np.clip(image + shift * np.array([1, 0, -0.5]), 0, 255).astype(np.uint8)).save(
+                root / name / f"{i:03d}.png")
+    return root
+
+
+def test_evaluate_py_scores_folders_with_translation_metrics_on_the_files(image_sets, tmp_path):
+    out = tmp_path / "scores.json"
+    assert evaluate_main(str(image_sets / "a"), "--targets", str(image_sets / "b"), "--json", str(out)) == 0
+    scores = json.loads(out.read_text())
+    expected = TranslationMetrics({"": ("output", "target")}, paired=True)
+    for a, b in zip(list_images(str(image_sets / "a")), list_images(str(image_sets / "b"))):
+        expected.update({"output": load_image(a), "target": load_image(b)})
+    assert {k: scores[k] for k in ("L1", "PSNR", "SSIM")} == expected.compute() and scores["paired_images"] == 4
+    assert load_image(list_images(str(image_sets / "a"))[0]).shape == (1, 3, 40, 48)
+
+
+def test_evaluate_py_names_outputs_without_a_target_or_of_another_size(image_sets, tmp_path, capsys):
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    Image.open(image_sets / "b" / "000.png").save(targets / "000.png")
+    assert evaluate_main(str(image_sets / "a"), "--targets", str(targets)) == 2
+    err = capsys.readouterr().err
+    assert "001.png" in err and str(targets) in err
+    single = tmp_path / "single"
+    single.mkdir()
+    Image.open(image_sets / "a" / "000.png").resize((40, 48)).save(single / "000.png")
+    assert evaluate_main(str(single), "--targets", str(targets)) == 2
+    err = capsys.readouterr().err
+    assert "40x48" in err and "paired metrics need images of the same size" in err
+    assert evaluate_main(str(single)) == 2
+    assert "nothing to compute" in capsys.readouterr().err
+
+
+def test_evaluate_py_without_inception_weights_says_where_to_put_them(image_sets, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv(OFFLINE_ENV, "1")
+    monkeypatch.delenv(WEIGHTS_ENV, raising=False)
+    assert evaluate_main(str(image_sets / "a"), "--reference", str(image_sets / "b")) == 2
+    err = capsys.readouterr().err
+    assert INCEPTION_WEIGHTS_NAME in err and str(tmp_path / "torch" / "hub" / "checkpoints") in err
+
+
+# ---------------------------------------------------------------------------- test.py
+def test_test_py_keeps_the_earlier_metrics_json_keys_for_both_cycle_gan_directions(tmp_path, monkeypatch):
+    assert legacy_names({"L1": 1, "PSNR": 2, "SSIM": 3, "FID": 4, "KID": 5, "KID_std": 6, "FID_A": 7, "KID_A": 8,
+                         "KID_A_std": 9}, "output_") == \
+        {"output_L1": 1, "output_PSNR": 2, "output_SSIM": 3, "FID": 4, "KID_mean": 5, "KID_std": 6, "FID_A": 7,
+         "KID_A_mean": 8, "KID_A_std": 9}
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setenv(OFFLINE_ENV, "1")
+    opt = argparse.Namespace(dataset_mode="unaligned", eval_metrics=True, fid_reference="", inception_weights="",
+                             input_nc=3, output_nc=3)
+    cycle_gan = InferenceMetrics(opt, ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"], torch.device("cpu"))
+    assert cycle_gan.outputs.pairs == {"": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
+    assert cycle_gan.baseline is None and INCEPTION_WEIGHTS_NAME in cycle_gan.compute()["fid_skipped"]
+
+
+PIX = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks", "--ngf", "8", "--num_threads", "0",
+       "--load_size", "32", "--crop_size", "32"]
+
+
+@pytest.fixture(scope="module")
+def pix_checkpoint(tmp_path_factory):
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    (ckpt / "p").mkdir()
+    torch.manual_seed(0)
+    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", use_dropout=True)  # pix2pix keeps dropout
+    torch.save(net.state_dict(), ckpt / "p" / "latest_net_G.pth")
+    return ckpt
+
+
+@pytest.mark.slow
+def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers(pix_checkpoint, paired_root, tmp_path,
+                                                                                 inception_torch_home, monkeypatch,
+                                                                                 one_torch_thread):
+    env = {"TORCH_HOME": str(inception_torch_home), OFFLINE_ENV: "1"}
+    result = run_script("test.py", "--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir",
+                        str(pix_checkpoint), "--results_dir", str(tmp_path), "--eval_metrics", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "p" / "test_latest"
+    metrics = json.loads((run / "metrics.json").read_text())
+    for key in ("output_L1", "identity_L1", "output_PSNR", "identity_PSNR", "output_SSIM", "identity_SSIM", "FID",
+                "KID_mean", "KID_std"):
+        assert key in metrics, key
+    assert metrics["images"] == 4 and metrics["fid_generated_images"] == 4 == metrics["fid_reference_images"]
+    assert "FID" in (run / "index.html").read_text()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert evaluate_main(str(run), "--targets", "real", "--reference", "real") == 0
+    scores = json.loads((run / "evaluation.json").read_text())
+    assert scores["output_label"] == "fake_B"
+    # the Inception sees the same 8-bit values; the paired metrics differ by the files' 8-bit rounding
+    assert scores["FID"] == pytest.approx(metrics["FID"], rel=1e-6)
+    assert scores["KID_mean"] == pytest.approx(metrics["KID_mean"], rel=1e-6, abs=1e-9)
+    assert scores["L1"] == pytest.approx(metrics["output_L1"], abs=1 / 255)
+    assert scores["PSNR"] == pytest.approx(metrics["output_PSNR"], abs=0.05)
+    assert scores["SSIM"] == pytest.approx(metrics["output_SSIM"], abs=0.01)
+
+
+@pytest.mark.slow
+def test_test_py_without_inception_weights_skips_fid_but_refuses_fid_reference(pix_checkpoint, paired_root, tmp_path):
+    env = {"TORCH_HOME": str(tmp_path / "torch"), WEIGHTS_ENV: "", OFFLINE_ENV: "1"}
+    common = ["--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir", str(pix_checkpoint), "--eval_metrics"]
+    with ThreadPoolExecutor(2) as pool:  # one core each
+        skipped = pool.submit(run_script, "test.py", *common, "--results_dir", str(tmp_path / "a"), env=env)
+        asked = pool.submit(run_script, "test.py", *common, "--results_dir", str(tmp_path / "b"), "--fid_reference",
+                            str(paired_root / "test"), env=env)
+        skipped, asked = skipped.result(), asked.result()
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    metrics = json.loads((tmp_path / "a" / "p" / "test_latest" / "metrics.json").read_text())
+    assert "FID" not in metrics and INCEPTION_WEIGHTS_NAME in metrics["fid_skipped"] and "output_SSIM" in metrics
+    assert asked.returncode == 2 and INCEPTION_WEIGHTS_NAME in asked.stderr and "Traceback" not in asked.stderr
