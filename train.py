@@ -26,6 +26,8 @@ from util.run_control import RunLock, StopRequest
 from util.seeding import seed_everything
 from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
+from util.best_checkpoint import EMA, RAW, BestTracker
+from util.validator import Validator
 from util.visualizer import make_visualizer
 
 
@@ -67,12 +69,28 @@ def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
     return state
 
 
-def save_checkpoint(model, label: str, progress: Progress, seed: int, images_per_step: int) -> None:
+def save_checkpoint(model, label: str, progress: Progress, seed: int, images_per_step: int,
+                    best: BestTracker | None) -> None:
     """Reference-compatible weights (`<label>_net_<name>.pth`) plus the full training state;
-    refused (TrainingDiverged) if a loss went non-finite since the last check."""
+    refused (TrainingDiverged) if a loss or weight went non-finite since the last check."""
     model.check_finite(progress.epoch, progress.total_iters, images_per_step, weights=True)
     model.save_networks(label)
-    save_training_state(model, label, progress, seed)
+    save_training_state(model, label, progress, seed, best.state_dict() if best else None)
+
+
+def keep_best(model, best: BestTracker | None, scores: dict[str, float], epoch: int, iteration: int,
+              visualizer) -> None:
+    """--save_best: `best_net_*.pth` (and, with --ema_decay, `best_ema_net_*.pth`) when this
+    validation beats every earlier one; best.json says which epoch they are from."""
+    if best is None:
+        return
+    if best.improved(RAW, scores, epoch, iteration):
+        model.save_networks("best", include_ema=False)
+        visualizer.print_message(f"new best {best.metric} {scores[best.metric]:.4f}: saved best_net_*.pth")
+    if model.ema is not None and best.improved(EMA, scores, epoch, iteration):
+        model.save_ema_networks("best")
+    if model.ctx.is_main:
+        best.write(model.save_dir)
 
 
 def train(opt, ctx: distributed.DistContext) -> int:
@@ -84,12 +102,16 @@ def train(opt, ctx: distributed.DistContext) -> int:
     first = dataset.first_sample()["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
-    print0(format_options(opt))
-    if ctx.is_main:  # only once the input is known to be good: a refused run overwrites nothing
-        save_options(opt)
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
     model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping
+    validator = Validator(opt, ctx, model.visual_names, model.ema is not None) if opt.val_freq > 0 else None
+    best = BestTracker(opt.save_best) if opt.save_best else None  # the best validation so far
+    if best is not None and resume and resume.get("best"):
+        best.load_state_dict(resume["best"])
+    print0(format_options(opt))
+    if ctx.is_main:  # only once the input is known to be good: a refused run overwrites nothing
+        save_options(opt)
     if rank_state is not None:
         restore_rng(rank_state["rng"])    # the random streams exactly as they were
     else:
@@ -136,7 +158,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
             # under DDP it is asked every 10 steps.
             if (not ctx.is_distributed or total_iters // global_batch % 10 == 0) and \
                     distributed.any_rank(stop.requested):
-                save_checkpoint(model, "latest", progress, seed, global_batch)
+                save_checkpoint(model, "latest", progress, seed, global_batch, best)
                 visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                          f"it; saved. Continue with --continue_train.")
                 visualizer.close()
@@ -144,18 +166,24 @@ def train(opt, ctx: distributed.DistContext) -> int:
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
                 save_checkpoint(model, f"iter_{total_iters}" if opt.save_by_iter else "latest", progress, seed,
-                                global_batch)
+                                global_batch, best)
             visualizer.end_iteration(progress.images_done, total_iters)
             iter_data_time = time.time()
 
-        model.check_finite(epoch, progress.total_iters, global_batch)
-        old_lr, new_lr = model.update_learning_rate()  # the schedule counts whole epochs
+        model.check_finite(epoch, progress.total_iters, global_batch, weights=True)
+        validation = validator.run(model) if validator and validator.due(epoch) else None  # each rank its share
+        if validation is not None:
+            visualizer.log_validation(epoch, progress.total_iters, validation.scores, validation.seconds,
+                                      time.time() - epoch_start_time, validation.images, validation.visuals)
+            keep_best(model, best, validation.scores, epoch, progress.total_iters, visualizer)
+        plateau = validator.plateau_signal(validation) if validator else {}  # what --lr_policy plateau watches
+        old_lr, new_lr = model.update_learning_rate(**plateau)  # the schedule counts whole epochs
         progress = Progress(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
         if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
             visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
-            save_checkpoint(model, "latest", progress, seed, global_batch)
+            save_checkpoint(model, "latest", progress, seed, global_batch, best)
             if epoch % opt.save_epoch_freq == 0:
-                save_checkpoint(model, str(epoch), progress, seed, global_batch)
+                save_checkpoint(model, str(epoch), progress, seed, global_batch, best)
         visualizer.print_message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
                                  f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     visualizer.close()

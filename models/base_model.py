@@ -188,16 +188,30 @@ class BaseModel(ABC):
             self.ema.update(self.generators())
 
     @contextmanager
-    def ema_generators(self) -> Iterator[None]:
-        """Within the block the model translates with the averaged generators (for validation)."""
-        if self.ema is None:
-            raise RuntimeError("ema_generators() needs --ema_decay > 0")
-        trained = self.generators()
-        for name, average in self.ema.networks().items():
-            setattr(self, "net" + name, average)
+    def inference_networks(self, eval_mode: bool = True, ema: bool = False) -> Iterator[None]:
+        """Within the block the model translates as test.py does, for validation: every network is
+        its plain module (never DDP-wrapped: processes may validate different numbers of images;
+        still compiled under --compile), in eval mode (`eval_mode`) or in training mode with its
+        buffers (batch-norm running statistics) restored afterwards, and with `ema` the generators
+        are their moving averages. Gradients are off; training resumes unchanged after the block."""
+        if ema and self.ema is None:
+            raise RuntimeError("inference_networks(ema=True) needs --ema_decay > 0")
+        trained = self.named_networks()
+        plain = {name: self._unsynced.get(name, net) for name, net in trained.items()}
+        if ema:
+            plain.update(self.ema.networks())
+        modes = {name: net.training for name, net in plain.items()}
+        buffers = {name: [b.clone() for b in net.buffers()] for name, net in plain.items()}
+        for name, net in plain.items():
+            setattr(self, "net" + name, net.train(not eval_mode))
         try:
-            yield
+            with torch.no_grad():
+                yield
         finally:
+            for name, net in plain.items():
+                for kept, buffer in zip(buffers[name], net.buffers()):
+                    buffer.copy_(kept)
+                net.train(modes[name])
             for name, net in trained.items():
                 setattr(self, "net" + name, net)
 
@@ -261,20 +275,21 @@ class BaseModel(ABC):
         return self.image_paths
 
     # ------------------------------------------------------------------ schedules and reporting
-    def update_learning_rate(self, plateau_metric: float | None = None) -> tuple[float, float]:
+    def update_learning_rate(self, plateau_metric: float | None = None, plateau_step: bool = True) -> tuple[float, float]:
         """Step every scheduler once (at the end of an epoch, on every rank); returns (old lr, new lr).
 
         The plateau policy lowers the rate when its metric stops falling: `plateau_metric` (the
         validation metric, lower is better) when given, else the epoch's mean generator loss (the
-        loss of the first optimizer, averaged over the epoch's steps and all ranks).
+        loss of the first optimizer, averaged over the epoch's steps and all ranks); with
+        `plateau_step` false (an epoch without validation) it waits.
         """
         old_lr = self.optimizers[0].param_groups[0]["lr"]
         epoch_loss = self.loss_watch.end_epoch()  # every rank, every epoch: it is a collective
         for scheduler in self.schedulers:
-            if self.opt.lr_policy == "plateau":
-                scheduler.step(plateau_metric if plateau_metric is not None else epoch_loss)
-            else:
+            if self.opt.lr_policy != "plateau":
                 scheduler.step()
+            elif plateau_step:
+                scheduler.step(plateau_metric if plateau_metric is not None else epoch_loss)
         return old_lr, self.optimizers[0].param_groups[0]["lr"]
 
     def current_lr(self) -> float:

@@ -84,6 +84,7 @@ class BaseOptions:
         parser.add_argument("--load_iter", type=int, default=0, help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
         parser.add_argument("--verbose", action="store_true", help="if specified, print more debugging information")
         parser.add_argument("--suffix", default="", type=str, help="customized suffix: opt.name = opt.name + suffix: e.g., {model}_{netG}_size{load_size}")
+        parser.add_argument("--inception_weights", type=str, default="", help="Inception weights file for FID/KID (validation, test.py --eval_metrics) (default: $IMG2IMG_INCEPTION_WEIGHTS, else torch-fidelity's weights-inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
         # wandb parameters
         parser.add_argument("--use_wandb", action="store_true", help="if specified, then init wandb logging")
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", help="specify wandb project name")

@@ -22,7 +22,6 @@ class TestOptions(BaseOptions):
         # Metrics (util/metrics.py, util/metrics_report.py, docs/evaluation.md).
         parser.add_argument("--eval_metrics", action="store_true", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
         parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")
-        parser.add_argument("--inception_weights", type=str, default="", help="Inception weights file for FID/KID (default: $IMG2IMG_INCEPTION_WEIGHTS, else torch-fidelity's weights-inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
         parser.set_defaults(model="test")
         # To avoid cropping, the load_size should be the same as crop_size.
         parser.set_defaults(load_size=parser.get_default("crop_size"))

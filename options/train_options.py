@@ -33,6 +33,12 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--continue_train", action="store_true", help="continue training: load the latest model")
         parser.add_argument("--epoch_count", type=int, default=1, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", help="train, val, test, etc")
+        # validation during training (util/validator.py, docs/evaluation.md)
+        parser.add_argument("--val_freq", type=int, default=0, help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
+        parser.add_argument("--val_phase", type=str, default=None, help="the held-out split to validate on (a folder like --phase); default: val, else test")
+        parser.add_argument("--val_max_images", type=int, default=100, help="validate on at most this many held-out images (the first ones in sorted order)")
+        parser.add_argument("--val_mode", type=str, default="eval", choices=["eval", "train"], help="eval: generators in eval mode (batch norm's running statistics, no dropout), as test.py --eval; train: as test.py without --eval (batch statistics, dropout)")
+        parser.add_argument("--save_best", type=str, default="", help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay also best_ema_net_*.pth)")
         # training parameters
         parser.add_argument("--n_epochs", type=int, default=100, help="number of epochs with the initial learning rate")
         parser.add_argument("--n_epochs_decay", type=int, default=100, help="number of epochs to linearly decay learning rate to zero")

@@ -105,6 +105,10 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
 def _collective_device() -> torch.device:
     # NCCL reduces CUDA tensors only; gloo takes CPU tensors.
     if dist.get_backend() == "nccl":

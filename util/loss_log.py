@@ -117,25 +117,35 @@ def plot_loss_log(log_path: str, out_path: str, title: str | None = None) -> str
     curves = loss_curves(parse_loss_log(log_path))
     if not curves.x:
         return None
+    suffix = f" (resumed {len(curves.resumes)}x: dotted lines)" if curves.resumes else ""
+    title = (title or os.path.basename(os.path.dirname(os.path.abspath(log_path))) or "losses") + suffix
+    window = max(3, len(curves.x) // 25) if len(curves.x) >= 30 else 0
+    draw_panels(curves.x, curves.values, out_path, title, marks=curves.resumes, smooth_window=window)
+    return out_path
+
+
+def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, title: str,
+                marks: list[float] = (), smooth_window: int = 0) -> None:
+    """One small plot per series in `values` (over the shared epoch axis `x`) in a PNG at `out_path`;
+    `marks` are drawn as dotted vertical lines, `smooth_window` > 0 adds a moving average."""
     import matplotlib
     matplotlib.use("Agg", force=True)  # no display needed; safe on servers and in CI
     import matplotlib.pyplot as plt
 
-    names = curves.names
+    names = list(values)
     ncols = 1 if len(names) == 1 else 2
     nrows = -(-len(names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 2.3 * nrows + 0.6), sharex=True,
                              squeeze=False)
-    window = max(3, len(curves.x) // 25) if len(curves.x) >= 30 else 0
     for ax, name in zip(axes.flat, names):
-        values = curves.values[name]
-        if window:
-            ax.plot(curves.x, values, color="tab:blue", alpha=0.3, linewidth=0.8)
-            ax.plot(curves.x, smooth(values, window), color="tab:blue", linewidth=1.5)
+        series = values[name]
+        if smooth_window:
+            ax.plot(x, series, color="tab:blue", alpha=0.3, linewidth=0.8)
+            ax.plot(x, smooth(series, smooth_window), color="tab:blue", linewidth=1.5)
         else:
-            ax.plot(curves.x, values, color="tab:blue", linewidth=1.2, marker="." if len(curves.x) < 60 else None)
-        for x in curves.resumes:
-            ax.axvline(x, color="gray", linestyle=":", linewidth=1)
+            ax.plot(x, series, color="tab:blue", linewidth=1.2, marker="." if len(x) < 60 else None)
+        for mark in marks:
+            ax.axvline(mark, color="gray", linestyle=":", linewidth=1)
         ax.set_title(name, fontsize=10)
         ax.grid(True, alpha=0.3)
     for ax in axes.flat[len(names):]:
@@ -145,13 +155,10 @@ def plot_loss_log(log_path: str, out_path: str, title: str | None = None) -> str
     if nrows > 1 and len(names) % ncols:  # the last column's bottom plot is hidden: label the one above
         axes[-2][-1].xaxis.set_tick_params(labelbottom=True)
         axes[-2][-1].set_xlabel("epoch")
-    suffix = f" (resumed {len(curves.resumes)}x: dotted lines)" if curves.resumes else ""
-    fig.suptitle((title or os.path.basename(os.path.dirname(os.path.abspath(log_path))) or "losses") + suffix,
-                 fontsize=11)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".tmp.png"
     fig.savefig(tmp, dpi=90)
     plt.close(fig)
     os.replace(tmp, out_path)
-    return out_path

@@ -189,7 +189,7 @@ class TranslationMetrics:
             return self._compute()
 
     def _compute(self) -> dict[str, float]:
-        self.image_counts = _global_counts(self._counts)
+        self.image_counts = _global_counts(self._counts, self.device)
         result: dict[str, float] = {}
         for name in self.pairs:
             for metric, module in self.paired.get(name, {}).items():
@@ -238,11 +238,10 @@ def _paired_metrics(device: torch.device) -> dict[str, nn.Module]:
     return {key: metric.to(device).set_dtype(torch.float64) for key, metric in metrics.items()}
 
 
-def _global_counts(local: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+def _global_counts(local: dict[str, dict[str, int]], device: torch.device) -> dict[str, dict[str, int]]:
     """The per-process image counts summed over all processes (one collective)."""
     flat = [(name, kind) for name, counts in local.items() for kind in counts]
-    totals = torch.tensor([local[name][kind] for name, kind in flat], dtype=torch.int64,
-                          device=distributed.context().device)
+    totals = torch.tensor([local[name][kind] for name, kind in flat], dtype=torch.int64, device=device)
     totals = distributed.all_reduce_sum_(totals).tolist()
     result: dict[str, dict[str, int]] = {name: {} for name in local}
     for (name, kind), total in zip(flat, totals):

@@ -59,8 +59,9 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
-def save_training_state(model, label: str, progress: Progress, seed: int) -> None:
-    """Write `<label>_train_state.pth` (every rank must call: the ranks' parts are gathered)."""
+def save_training_state(model, label: str, progress: Progress, seed: int, best: dict | None = None) -> None:
+    """Write `<label>_train_state.pth` (every rank must call: the ranks' parts are gathered);
+    `best` is the best-checkpoint tracker's state (util/best_checkpoint.py)."""
     rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": model.rank_training_state()})
     if not distributed.is_main_process():
         return
@@ -71,6 +72,7 @@ def save_training_state(model, label: str, progress: Progress, seed: int) -> Non
         "world_size": distributed.world_size(),
         "model": model.shared_training_state(),
         "ranks": rank_parts,
+        "best": best,
     }
     atomic_torch_save(state, os.path.join(model.save_dir, f"{label}{STATE_SUFFIX}"))
 

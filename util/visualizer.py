@@ -31,6 +31,7 @@ import numpy as np
 from util import html, util
 from util.errors import UserError
 from util.progress import TrainingProgress
+from util.validation_log import METRICS_PLOT, ValidationLog, plot_metrics
 
 VISDOM_TIMEOUT = (2.0, 10.0)   # seconds to connect to / hear back from the visdom server
 HTML_PLOT_EVERY = 300.0        # seconds between refreshes of the loss plot on the HTML page
@@ -110,6 +111,9 @@ class Visualizer:
         self.step_offset: int | None = None
         self.last_step = 0
         self.pending_images: OrderedDict | None = None  # shown at display time, logged at the step's end
+        self.validation_log = ValidationLog(self.run_dir)
+        self.validation_caption = ""  # what the HTML page says above the latest validation images
+        self.validation_labels: list[str] = []
         self.log_name = os.path.join(self.run_dir, "loss_log.txt")
         os.makedirs(self.run_dir, exist_ok=True)
         with open(self.log_name, "a") as log_file:
@@ -215,6 +219,51 @@ class Visualizer:
             self._wandb_log({**{k: float(v) for k, v in losses.items()}, "learning_rate": float(lr),
                              "images_per_sec": float(images_per_sec)}, step)
 
+    def log_validation(self, epoch: int, total_iters: int, scores: dict[str, float], seconds: float,
+                       epoch_seconds: float, images: int, visuals: OrderedDict) -> None:
+        """Called after each validation: val_log.txt and metrics.jsonl, the console, visdom, TensorBoard,
+        wandb, metrics_plot.png and the HTML page's validation images."""
+        self._say(self.validation_log.append(epoch, total_iters, scores, seconds, epoch_seconds, images))
+        step = self._step(total_iters)
+        if self.tb_writer is not None:
+            for name, value in scores.items():
+                self.tb_writer.add_scalar(f"val/{name}", float(value), step)
+        if self.wandb_run is not None:
+            self._wandb_log({f"val/{name}": float(value) for name, value in scores.items()}, step)
+        if self.vis is not None and scores:
+            self._plot_metrics_in_visdom()
+        self._write_metrics_plot()
+        if self.use_html and visuals:
+            for label, image in visuals.items():
+                util.save_image(util.tensor2im(image, channels=self.display_channels),
+                                os.path.join(self.img_dir, f"val_latest_{label}.png"))
+            self.validation_caption = f"validation after epoch {epoch}: " + (
+                ", ".join(f"{k} {v:.4f}" for k, v in scores.items()) or "no metrics")
+            self.validation_labels = list(visuals)
+            self._write_html(self.html_epoch, self.html_labels)
+
+    def _plot_metrics_in_visdom(self) -> None:
+        from util.validation_log import read_metrics
+        rows = read_metrics(self.run_dir)
+        epochs = sorted(rows)
+        names = list(dict.fromkeys(k for e in epochs for k in rows[e]["metrics"] if not k.endswith("_std")))
+        y = np.array([[float(rows[e]["metrics"].get(k, np.nan)) for k in names] for e in epochs])
+        try:
+            self.vis.line(X=np.stack([np.array(epochs, dtype=float)] * len(names), 1), Y=y, win="validation",
+                          opts=dict(title=self.name + " validation", legend=names, xlabel="epoch"))
+        except Exception as err:
+            self._visdom_failed(err)
+
+    def _write_metrics_plot(self) -> None:
+        try:
+            out = plot_metrics(self.run_dir, self.name)
+            if out and self.use_html and os.path.isdir(self.img_dir):
+                shutil.copyfile(out, os.path.join(self.img_dir, METRICS_PLOT))
+        except ImportError as err:
+            self._say(f"warning: no metrics plot: {err} (`pip install matplotlib`)")
+        except Exception as err:  # a plot must never fail training
+            self._say(f"warning: could not draw the metrics plot ({type(err).__name__}: {err})")
+
     def _step(self, total_iters: int) -> int:
         """Images seen since training began. A resumed run whose counter restarted at 0 is moved to
         where its first epoch says it is, so that its points follow the earlier run's."""
@@ -262,7 +311,7 @@ class Visualizer:
         plot = self._write_loss_plot()
         if plot:
             self._say(f"loss curves: {plot}")
-        if self.use_html and self.html_epoch:
+        if self.use_html and (self.html_epoch or self.validation_caption):
             try:
                 self._write_html(self.html_epoch, self.html_labels, final=True)
             except OSError as err:
@@ -338,6 +387,12 @@ class Visualizer:
         if os.path.exists(os.path.join(self.img_dir, "loss_plot.png")):
             webpage.add_header("losses")
             webpage.add_figure("loss_plot.png", "losses from loss_log.txt (x: epochs completed)")
+        if self.validation_caption:
+            webpage.add_header(self.validation_caption)
+            if os.path.exists(os.path.join(self.img_dir, METRICS_PLOT)):
+                webpage.add_figure(METRICS_PLOT, "validation metrics from metrics.jsonl")
+            names = [f"val_latest_{label}.png" for label in self.validation_labels]
+            webpage.add_images(names, self.validation_labels, names, width=self.win_size)
         for n in range(self.html_epoch, 0, -1):
             names = [f"epoch{n:03d}_{label}.png" for label in labels]
             if not all(os.path.exists(os.path.join(self.img_dir, name)) for name in names):

@@ -1,0 +1,64 @@
+"""The best epoch so far by a validation metric (`--save_best METRIC`), for the raw weights and for
+the moving average of the generators (--ema_decay).
+
+A new best writes the weights as `best_net_<name>.pth` (every network, the reference's format, so
+`test.py --epoch best` applies them) or, for the moving average, `best_ema_net_<name>.pth`, and
+`best.json` records the epoch, the iteration and every metric of that validation. The tracker's
+state is part of the training state, so an exact resume ends with the same best files as an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from util.checkpoint import atomic_write
+from util.metrics import higher_is_better
+
+RAW, EMA = "", "ema"  # the two kinds of weights a validation scores; EMA metrics are keyed ema_<metric>
+
+
+def ema_key(key: str) -> str:
+    """The key under which a validation reports metric `key` of the averaged generators."""
+    return f"ema_{key}"
+
+
+class BestTracker:
+    """Remembers, for each kind of weights, the best value of `metric` and the validation it came from."""
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+        self.higher_is_better = higher_is_better(metric)
+        self.best: dict[str, dict] = {}  # kind -> {"epoch", "iteration", "value", "metrics"}
+
+    def improved(self, kind: str, scores: dict[str, float], epoch: int, iteration: int) -> bool:
+        """Record `scores` (one validation's metrics) for `kind` (RAW or EMA); True if they hold a new best."""
+        key = self.metric if kind == RAW else ema_key(self.metric)
+        if key not in scores:
+            return False
+        value = scores[key]
+        old = self.best.get(kind)
+        if old is not None and not (value > old["value"] if self.higher_is_better else value < old["value"]):
+            return False
+        self.best[kind] = {"epoch": epoch, "iteration": iteration, "value": value, "metrics": dict(scores)}
+        return True
+
+    def summary(self) -> dict:
+        """What best.json holds."""
+        summary = {"metric": self.metric, "higher_is_better": self.higher_is_better}
+        for kind, label in ((RAW, "best"), (EMA, "best_ema")):
+            if kind in self.best:
+                summary[label] = self.best[kind]
+        return summary
+
+    def write(self, run_dir: str) -> None:
+        """Write best.json into `run_dir` (main process only)."""
+        text = json.dumps(self.summary(), indent=1, sort_keys=True) + "\n"
+        atomic_write(os.path.join(run_dir, "best.json"), lambda f: f.write(text.encode()))
+
+    def state_dict(self) -> dict:
+        return {"metric": self.metric, "best": self.best}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("metric") == self.metric:  # a run continued with another --save_best starts afresh
+            self.best = state["best"]

@@ -1,0 +1,148 @@
+"""Validation during training (`--val_freq N`): how good is the model on held-out images?
+
+Every N epochs and at the last one, every process translates its share of the held-out split
+(`--val_phase`, default `val`, else `test`; at most `--val_max_images` images) exactly as test.py
+would (no augmentation, `--load_size` = `--crop_size`, the generators in eval mode unless
+`--val_mode train`), and util.metrics.TranslationMetrics combines the shares exactly: the numbers
+equal one process's on the same images. Paired models (pix2pix, colorization) get L1, PSNR and SSIM,
+CycleGAN FID and KID of both directions (FID_B: fake B vs real B). With --ema_decay the moving
+averages are scored too, under `ema_<metric>`.
+
+The scores feed `--save_best` (util/best_checkpoint.py), the plateau learning-rate policy and the
+logs (util/validation_log.py, the visualizer).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from data import create_dataset
+from data.validation import check_dataset_root
+from options.base_options import FrozenOptions
+from util.best_checkpoint import ema_key
+from util.console import warn0
+from util.distributed import DistContext
+from util.errors import UserError
+from util.metrics import (PAIRED_DATASETS, TranslationMetrics, expected_keys, higher_is_better,
+                          needs_inception, standard_pairs)
+
+SPLITS = ("val", "test")  # looked for in this order when --val_phase is not given
+
+
+@dataclass
+class ValidationResult:
+    scores: dict[str, float]
+    seconds: float
+    images: int
+    visuals: OrderedDict = field(default_factory=OrderedDict)  # the first image, for the HTML page
+
+
+def validation_options(opt: argparse.Namespace, phase: str) -> FrozenOptions:
+    """The options of a test.py run on `phase`: the training transforms without augmentation."""
+    changes = dict(isTrain=False, phase=phase, load_size=opt.crop_size, no_flip=True, serial_batches=True,
+                   num_threads=0, max_dataset_size=float("inf"))
+    values = {**{k: v for k, v in vars(opt).items() if not k.startswith("_")}, **changes}
+    return FrozenOptions(**values).freeze()
+
+
+def find_split(opt: argparse.Namespace) -> str:
+    """--val_phase, or the first of SPLITS the dataset has; a UserError naming what is missing."""
+    candidates = [opt.val_phase] if opt.val_phase else list(SPLITS)
+    problems = []
+    for phase in candidates:
+        try:
+            check_dataset_root(validation_options(opt, phase))
+            return phase
+        except UserError as err:
+            problems.append(str(err))
+    asked = f"--val_phase {opt.val_phase}" if opt.val_phase else f"--val_freq {opt.val_freq}"
+    raise UserError(f"{asked} needs held-out images in --dataroot {opt.dataroot}, but "
+                    f"{' Also: '.join(problems)} Add a {' or '.join(candidates)} split (the same layout as "
+                    f"--phase {opt.phase}), name another with --val_phase, or pass --val_freq 0.")
+
+
+class Validator:
+    """Scores the model on the held-out split (see the module docstring); `run` is collective."""
+
+    def __init__(self, opt: argparse.Namespace, ctx: DistContext, visual_names: list[str], ema: bool) -> None:
+        self.freq = opt.val_freq
+        self.last_epoch = opt.n_epochs + opt.n_epochs_decay
+        self.eval_mode = opt.val_mode == "eval"
+        self.ema = ema
+        if not self.eval_mode and ctx.is_distributed and opt.norm == "syncbatch":
+            raise UserError("--val_mode train with --norm syncbatch under torchrun would synchronise batch "
+                            "statistics between processes that validate different numbers of images; use "
+                            "--val_mode eval (the default).")
+        self.phase = find_split(opt)
+        self.dataset = create_dataset(validation_options(opt, self.phase), 0, ctx.rank, ctx.world_size,
+                                      ctx.device.type, limit=opt.val_max_images)
+        paired = opt.dataset_mode in PAIRED_DATASETS
+        pairs = standard_pairs(visual_names, paired)
+        make = lambda: TranslationMetrics(pairs, paired=paired, distribution=not paired,  # noqa: E731
+                                          device=ctx.device, inception_weights=opt.inception_weights or None)
+        self.metrics = make()
+        self.ema_metrics = make() if ema else None
+        self.keys = expected_keys(pairs, paired, not paired)
+        for key, why in sorted(set(self.metrics.skipped.items())):
+            warn0(f"validation will not report {key}: {why}")
+        self.plateau_key = self._check_save_best(opt) or (self.keys[0] if self.keys else None)
+
+    def _check_save_best(self, opt: argparse.Namespace) -> str | None:
+        metric = opt.save_best
+        if not metric:
+            return None
+        higher_is_better(metric)  # a UserError for names that are no metric
+        if metric not in self.keys or metric.endswith("_std"):
+            raise UserError(f"--save_best {metric}: this model's validation reports "
+                            f"{', '.join(k for k in self.keys if not k.endswith('_std'))}; pick one of them.")
+        if needs_inception(metric) and metric in self.metrics.skipped:
+            raise UserError(f"--save_best {metric} needs FID/KID, which cannot run: {self.metrics.skipped[metric]}")
+        return metric
+
+    def due(self, epoch: int) -> bool:
+        """Whether to validate at the end of `epoch` (every --val_freq epochs, and the last one)."""
+        return self.freq > 0 and (epoch % self.freq == 0 or epoch == self.last_epoch)
+
+    def run(self, model) -> ValidationResult:
+        """Score the model (and its moving averages) on this process's share of the split; every
+        process must call it. Training resumes unchanged afterwards."""
+        start = time.monotonic()
+        visuals: OrderedDict = OrderedDict()
+        scores = self._score(model, self.metrics, ema=False, keep=visuals)
+        if self.ema_metrics is not None:
+            scores.update({ema_key(k): v for k, v in self._score(model, self.ema_metrics, ema=True).items()})
+        images = self.metrics.image_counts.get(next(iter(self.metrics.pairs), ""), {})
+        return ValidationResult(scores, time.monotonic() - start, max(images.values(), default=0), visuals)
+
+    def _score(self, model, metrics: TranslationMetrics, ema: bool, keep: OrderedDict | None = None) -> dict:
+        metrics.reset()
+        with model.inference_networks(self.eval_mode, ema=ema):
+            for batch in self.dataset:
+                model.set_input(batch)
+                model.forward()
+                model.compute_visuals()
+                current = model.get_current_visuals()
+                metrics.update(current)
+                if keep is not None and not keep:
+                    keep.update((name, image[:1].detach().cpu()) for name, image in current.items())
+        return metrics.compute()
+
+    def plateau_signal(self, result: ValidationResult | None) -> dict:
+        """Keyword arguments for `model.update_learning_rate`: the plateau policy watches the
+        validation metric (lower is better; --save_best's, else the first one) and steps only after
+        a validation; without that metric (e.g. FID without Inception weights) it watches the
+        generator's loss every epoch."""
+        if self.plateau_key is None or self.plateau_key in self.metrics.skipped:
+            return {}
+        if result is None:
+            return {"plateau_step": False}
+        value = result.scores[self.plateau_key]
+        return {"plateau_metric": -value if higher_is_better(self.plateau_key) else value}
+
+
+def describe(result: ValidationResult) -> str:
+    """One line for the console and val_log.txt."""
+    text = " ".join(f"{k}: {v:.4f}" for k, v in result.scores.items()) or "no metrics (see the warnings above)"
+    return f"{text} ({result.images} images, {result.seconds:.1f} s)"
