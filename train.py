@@ -27,7 +27,7 @@ from util.seeding import seed_everything
 from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
 from util.best_checkpoint import EMA, RAW, BestTracker
-from util.validator import Validator
+from util.validator import make_validator
 from util.visualizer import make_visualizer
 
 
@@ -105,7 +105,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
     model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping
-    validator = Validator(opt, ctx, model.visual_names, model.ema is not None) if opt.val_freq > 0 else None
+    validator = make_validator(opt, ctx, model)  # held-out metrics (--val_freq); None without
     best = BestTracker(opt.save_best) if opt.save_best else None  # the best validation so far
     if best is not None and resume and resume.get("best"):
         best.load_state_dict(resume["best"])

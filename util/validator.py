@@ -63,6 +63,16 @@ def find_split(opt: argparse.Namespace) -> str:
                     f"--phase {opt.phase}), name another with --val_phase, or pass --val_freq 0.")
 
 
+def make_validator(opt: argparse.Namespace, ctx: DistContext, model) -> "Validator | None":
+    """The validator of a training run, or None without --val_freq (then --save_best is refused)."""
+    if opt.val_freq > 0:
+        return Validator(opt, ctx, model.visual_names, model.ema is not None)
+    if opt.save_best:
+        raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
+                        f"--val_freq 1 (validate after every epoch) or drop --save_best.")
+    return None
+
+
 class Validator:
     """Scores the model on the held-out split (see the module docstring); `run` is collective."""
 
@@ -85,8 +95,9 @@ class Validator:
         self.metrics = make()
         self.ema_metrics = make() if ema else None
         self.keys = expected_keys(pairs, paired, not paired)
-        for key, why in sorted(set(self.metrics.skipped.items())):
-            warn0(f"validation will not report {key}: {why}")
+        for why in dict.fromkeys(self.metrics.skipped.values()):  # one warning per reason
+            keys = [key for key, reason in self.metrics.skipped.items() if reason == why and not key.endswith("_std")]
+            warn0(f"validation will not report {', '.join(keys)}: {why}")
         self.plateau_key = self._check_save_best(opt) or (self.keys[0] if self.keys else None)
 
     def _check_save_best(self, opt: argparse.Namespace) -> str | None:
