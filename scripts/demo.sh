@@ -22,7 +22,9 @@ fi
 # pix2pix at 128x128 (unet_128, the reference's generator for that size), label map -> photo.
 flags=(--dataroot datasets/demo_pix2pix --name demo_pix2pix --model pix2pix --netG unet_128
        --load_size 128 --crop_size 128 --seed 0)
-$PY train.py "${flags[@]}" --n_epochs 3 --n_epochs_decay 3 --batch_size 4 --display_id 0 --print_freq 100
+# --val_freq 1 --save_best L1: held-out metrics after every epoch, and best_net_G.pth for the best one.
+$PY train.py "${flags[@]}" --n_epochs 3 --n_epochs_decay 3 --batch_size 4 --display_id 0 --print_freq 100 \
+  --val_freq 1 --save_best L1
 $PY test.py "${flags[@]}" --num_test 20
 $PY scripts/demo_report.py "${flags[@]}" --num_test 20
 echo "results page: $(pwd)/results/demo_pix2pix/test_latest/index.html"

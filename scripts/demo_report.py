@@ -5,7 +5,9 @@
 Prints the mean L1 (in the network's [-1, 1] units) and PSNR on the test split of:
   identity   the input itself (what a model that changes nothing would score),
   untrained  the generator as initialised with --seed (the training run's starting point),
-  trained    the generator loaded from the checkpoint.
+  trained    the generator loaded from the checkpoint (--epoch, default latest),
+  best       with a run trained with --val_freq and --save_best: the best epoch's generator, as
+             best.json names it, with that epoch's validation scores.
 Writes the table as JSON beside the results page and exits non-zero if training did not help.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data import create_dataset  # noqa: E402
 from models import create_model  # noqa: E402
+from options.base_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
@@ -25,37 +28,55 @@ from util.metrics import TranslationMetrics  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
 
-def report(opt) -> dict[str, dict[str, float]]:
+def best_epoch(opt) -> dict | None:
+    """best.json of the run (written by train.py --save_best), if there is one."""
+    path = os.path.join(opt.checkpoints_dir, opt.name, "best.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("best")
+
+
+def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
     ctx = distributed.init_distributed("cpu")
     dataset = create_dataset(opt, 0)
     seed_everything(opt.seed or 0)
-    untrained = create_model(opt, ctx)
-    trained = create_model(opt, ctx)
-    trained.setup(opt)
-    names = ("identity", "untrained", "trained")
+    models = {"untrained": create_model(opt, ctx), "trained": create_model(opt, ctx)}
+    models["trained"].setup(opt)
+    if best is not None:
+        models["best"] = create_model(opt, ctx)
+        models["best"].setup(FrozenOptions(**{**opt.as_dict(), "epoch": "best"}).freeze())
+    names = ("identity", *models)
     scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True)
     for i, data in enumerate(dataset):
         if i >= opt.num_test:
             break
-        for model in (untrained, trained):
+        for model in models.values():
             model.set_input(data)
             model.test()
-        scores.update({"identity": trained.real_A, "untrained": untrained.fake_B, "trained": trained.fake_B,
-                       "target": trained.real_B})
+        trained = models["trained"]
+        scores.update({"identity": trained.real_A, "target": trained.real_B,
+                       **{name: model.fake_B for name, model in models.items()}})
     means = scores.compute()
     return {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
 
 
 def main() -> int:
     opt = TestOptions().parse()
+    best = best_epoch(opt)
     try:
-        table = report(opt)
+        table = report(opt, best)
     except UserError as err:
         print(describe(err), file=sys.stderr)
         return EXIT_USER_ERROR
     print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}")
     for name, row in table.items():
-        print(f"{name:<22}{row['L1']:>22.4f}{row['PSNR']:>10.2f}")
+        label = f"best (epoch {best['epoch']})" if name == "best" else name
+        print(f"{label:<22}{row['L1']:>22.4f}{row['PSNR']:>10.2f}")
+    if best is not None:
+        validated = ", ".join(f"{k} {v:.4f}" for k, v in best["metrics"].items() if not k.startswith("ema_"))
+        print(f"best epoch by validation: {best['epoch']} of the run (on the val split: {validated})")
+        table["best"]["epoch"] = best["epoch"]
     out_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "demo_report.json"), "wt") as f:
