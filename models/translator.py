@@ -15,7 +15,7 @@ them), the same padding to the generator's size multiple and cropping back (util
 and the same mapping back (image_io.from_network, as test.py's full-precision outputs).
 What it accepts and returns (docs/inference.md has the full table):
 
-- a path -> an HxWxC NumPy array in the file's dtype (uint8, uint16 or float32);
+- a path -> an HxWxC NumPy array in the file's dtype as read_image reads it (uint8, uint16 or float32);
 - a PIL image -> a PIL image at its precision where PIL has a mode for it (8 bits: "L", "LA", "RGB",
   "RGBA"; 16-bit and float images with one output channel: "I;16", "F"), else 8 bits;
 - a NumPy array HxW, HxWxC or NxHxWxC: uint8 (0..255) and uint16 (0..65535) by their full range,
