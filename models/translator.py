@@ -221,7 +221,7 @@ class Translator:
 
     def _channel_error(self, what: str, channels: int, alpha: bool) -> UserError:
         fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
-               else f"pass images with its {self.input_nc} channels (bands)")
+               else f"pass images with {self.input_nc} channels (bands)")
         return UserError(f"the generator takes {self.input_nc}-channel images, {what} has {channels} channels"
                          f"{' (the last one alpha)' if alpha else ''}; {fix}. Gray and RGB convert into each "
                          f"other (alpha composited on white), other channel counts do not.")
