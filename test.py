@@ -151,7 +151,7 @@ def summarize(per_image: list[dict[str, float]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
+        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
         page = run_test(opt, ctx)
         if ctx.is_main:
             print(f"results page: {os.path.abspath(page)}")

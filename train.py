@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
     lock = None
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
+        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
         if ctx.is_main:  # one run per folder; taken before anything is written there
             lock = RunLock(os.path.join(opt.checkpoints_dir, opt.name)).acquire()
             remove_stale_temporary_files(os.path.join(opt.checkpoints_dir, opt.name))

@@ -86,6 +86,7 @@ class BaseOptions:
         parser.add_argument("--use_wandb", action="store_true", help="if specified, then init wandb logging")
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", help="specify wandb project name")
         # distributed parameters
+        parser.add_argument("--ddp_backend", type=str, default="auto", choices=["auto", "nccl", "gloo"], help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with --device cuda lets several processes share one GPU (for testing)")
         parser.add_argument("--ddp_timeout", type=float, default=600.0, help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 
