@@ -25,7 +25,7 @@ from options.test_options import TestOptions
 from util import distributed, html
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics import MetricAverager
-from util.seeding import seed_everything
+from util.seeding import enable_determinism, seed_everything
 from util.tiling import adapt_generators, check_tiling, receptive_radius
 from util.visualizer import save_result_images
 
@@ -150,6 +150,8 @@ def summarize(per_image: list[dict[str, float]]) -> dict[str, float]:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
+    if opt.deterministic:
+        enable_determinism()  # before any CUDA work
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
         page = run_test(opt, ctx)

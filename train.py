@@ -22,7 +22,7 @@ from options.train_options import TrainOptions
 from util import distributed
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.run_control import RunLock, StopRequest
-from util.seeding import seed_everything
+from util.seeding import enable_determinism, seed_everything
 from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
 from util.visualizer import make_visualizer
@@ -161,6 +161,8 @@ def train(opt, ctx: distributed.DistContext) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
+    if opt.deterministic:
+        enable_determinism()  # before any CUDA work
     lock = None
     try:
         ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
