@@ -136,12 +136,12 @@ def train(opt, ctx: distributed.DistContext) -> int:
             if (not ctx.is_distributed or total_iters // global_batch % 10 == 0) and \
                     distributed.any_rank(stop.requested):
                 save_checkpoint(model, "latest", progress, seed)
-                # Launchers stop the other ranks once one exits with an error status (143 is
-                # one): no rank leaves before rank 0 has written the checkpoint.
-                distributed.barrier()
                 visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                          f"it; saved. Continue with --continue_train.")
                 visualizer.close()
+                # Launchers stop the other ranks once one exits with an error status (143 is
+                # one): no rank leaves before rank 0 has written everything.
+                distributed.barrier()
                 return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")

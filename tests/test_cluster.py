@@ -117,6 +117,16 @@ def test_nccl_on_the_cpu_is_refused_and_gloo_may_share_a_gpu():
     assert distributed.pick_backend("gloo", torch.device("cuda", 0)) == "gloo"
 
 
+def test_each_process_takes_its_own_gpu_or_the_only_one_it_sees(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # a node's 4 GPUs, visible to every task
+    assert distributed.pick_device("auto", 3) == torch.device("cuda", 3)
+    with pytest.raises(UserError, match="only 4 GPUs are visible"):
+        distributed.pick_device("cuda", 4)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # srun --gpus-per-task=1, or one shared GPU
+    assert distributed.pick_device("cuda", 5) == torch.device("cuda", 0)
+
+
 # ----------------------------------------------------------------------------- real runs
 
 
@@ -193,9 +203,11 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
     output = stop_when_logged(start_batch_job(script, args, slurm_job_env(tmp_path, **launch)),
                               tmp_path / "job" / "loss_log.txt", "(epoch: 1, iters: 2,")
     assert (tmp_path / "scontrol.log").read_text() == f"requeue {JOB_ID}\n", output[-3000:]
-    # both ranks stopped together at step 10 (the first where they compare notes) and saved there
+    # both ranks stopped together at step 10 (the first where they compare notes) and saved there;
+    # rank 0 finished its outputs (the loss plot comes last) before srun could end it
     saved = torch.load(tmp_path / "job" / "latest_train_state.pth", weights_only=True)
     assert saved["progress"]["total_iters"] == 20, output[-3000:]
+    assert "stopped by a signal" in output and (tmp_path / "job" / "loss_plot.png").exists()
 
     # SLURM runs the requeued job's script again, telling it so with SLURM_RESTART_COUNT
     rerun = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True,
