@@ -20,6 +20,8 @@ _spec.loader.exec_module(demo_data)
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/test_gpu.py, run by scripts/gpu_check.sh); "
+                                       "skipped with the reason elsewhere")
 
 
 @pytest.fixture(scope="session")
