@@ -8,10 +8,11 @@
 # Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS).
 #
 # Needs Python (python3, or $PYTHON) with a CUDA build of torch, torchvision, numpy, Pillow and
-# pytest; no network. dominate (the HTML pages) and visdom are not needed: without dominate,
-# test.py writes its images without a page, with a warning. Packages missing here are installed
-# from a folder of wheels when one is given (`pip download dominate pytest -d wheels/` on a
-# machine with a network), into OUT/site-packages: the Python environment itself is not changed.
+# pytest, and a C compiler for torch.compile; no network. dominate (the HTML pages) and visdom
+# are not needed: without dominate, test.py writes its images without a page, with a warning.
+# Packages missing here are installed from a folder of wheels when one is given (`pip download
+# dominate pytest -d wheels/` on a machine with a network), into OUT/site-packages: the Python
+# environment itself is not changed.
 # Without a GPU it says so and exits 0, running nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +86,8 @@ if [ -n "$need" ]; then
   exit 1
 fi
 [ -n "$nice_to_have" ] && echo "gpu_check: not installed, not needed: $nice_to_have(no HTML pages / loss plots / progress bars)"
+command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 \
+  || echo "gpu_check: no C compiler (gcc, cc): torch.compile cannot work, so the --compile checks will fail" >&2
 
 status=0
 if [ "$mode" != bench ]; then

@@ -80,7 +80,8 @@ def test_trains_and_tests_on_the_gpu_and_its_checkpoints_load_on_a_cpu(model, se
     flags = SETTINGS[setting]
     if "fp16" in flags and DEVICE != "cuda":
         pytest.skip("--amp fp16 needs CUDA (skipped in the IMG2IMG_GPU_TESTS_ON_CPU dry run)")
-    run(train_command(run_args(model, unpaired_root, paired_root, tmp_path, "run") + flags))
+    trained = run(train_command(run_args(model, unpaired_root, paired_root, tmp_path, "run") + flags))
+    assert "runs uncompiled" not in trained.stderr  # --compile did compile (it needs a C compiler)
     log = tmp_path / "run" / "loss_log.txt"
     assert f"processes) on {DEVICE}" in log.read_text()
     records = [r for section in parse_loss_log(str(log)) for r in section.records]
