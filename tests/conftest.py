@@ -25,6 +25,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
     config.addinivalue_line("markers", "benchmark: timing run of minutes, deselected unless asked for "
                                        "(pytest -m benchmark)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/test_gpu.py, run by scripts/gpu_check.sh); "
+                                       "skipped with the reason elsewhere")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
