@@ -29,14 +29,15 @@ from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
 from util.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
-from util.seeding import seed_everything
+from util.seeding import enable_determinism, seed_everything
 from util.tiling import adapt_generators, check_tiling, receptive_radius
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
 
 
-def run_test(opt, ctx: distributed.DistContext) -> str:
-    """Translate the first --num_test images; returns the path of the results page."""
+def run_test(opt, ctx: distributed.DistContext) -> str | None:
+    """Translate the first --num_test images; returns the path of the results page (rank 0, with
+    dominate installed; None otherwise)."""
     seed_everything(opt.seed if opt.seed is not None else 0)
     check_tiling(opt.netG, opt.tile, opt.tile_overlap)
     check_distribution_inputs(opt)  # fail before translating, not after
@@ -80,20 +81,26 @@ def run_test(opt, ctx: distributed.DistContext) -> str:
     summary = metrics.compute()  # every rank takes part: the metrics gather the images of all ranks
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
     if not ctx.is_main:
-        return os.path.join(web_dir, "index.html")
-    webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
+        return None
+    notes = []  # for the top of the page
     if "images" in summary:
         text = ", ".join(paired_summary(summary))
         print(f"metrics over {summary['images']} images (L1 in [-1, 1] units; identity = input vs target): {text}")
-        webpage.add_text(f"Mean over {summary['images']} test images: {text}")
+        notes.append(f"Mean over {summary['images']} test images: {text}")
     if opt.eval_metrics:
         print(describe_distribution(summary))
-        webpage.add_text(describe_distribution(summary))
+        notes.append(describe_distribution(summary))
     if os.path.isdir(full_precision_dir):
-        webpage.add_text(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
+        notes.append(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
     if summary:
         with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
             json.dump(summary, f, indent=1)
+    if not html.available():
+        print(f"warning: {html.MISSING}; no results page, the images are in {image_dir}", file=sys.stderr)
+        return None
+    webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
+    for note in notes:
+        webpage.add_text(note)
     for _, name, files, labels in all_rows:
         webpage.add_header(name)
         webpage.add_images(files, labels, files, width=opt.display_winsize)
@@ -121,10 +128,13 @@ def tiling_note(opt) -> str:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
+    if opt.deterministic:
+        enable_determinism()  # before any CUDA work
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
+        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
         page = run_test(opt, ctx)
-        print0(f"results page: {os.path.abspath(page)}")
+        if page is not None:
+            print0(f"results page: {os.path.abspath(page)}")
     except UserError as err:
         distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR

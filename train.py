@@ -23,7 +23,7 @@ from util import distributed
 from util.console import print0, warn0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.run_control import RunLock, StopRequest
-from util.seeding import seed_everything
+from util.seeding import enable_determinism, seed_everything
 from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
 from util.best_checkpoint import EMA, RAW, BestTracker
@@ -47,13 +47,16 @@ def check_distributed_options(opt, ctx: distributed.DistContext) -> None:
 def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
     """The training state to continue from, or None to start fresh (or load weights only).
 
-    `--continue_train` on its own, and every restart of a worker by torchrun (--max-restarts),
-    continue from the newest complete training state. With `--epoch`, `--load_iter` or
-    `--epoch_count` it behaves as the reference: weights only, counting from --epoch_count.
+    `--continue_train` on its own continues from the newest complete training state. So do
+    `--auto_resume`, every restart of the workers by torchrun (--max-restarts) and every requeue
+    of a SLURM job, but they start afresh where nothing was saved yet. With `--epoch`,
+    `--load_iter` or `--epoch_count`, `--continue_train` behaves as the reference's: weights only,
+    counting from --epoch_count.
     """
     reference_style = opt.epoch != "latest" or opt.load_iter > 0 or opt.epoch_count != 1
-    restarted_by_torchrun = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    if reference_style or not (opt.continue_train or restarted_by_torchrun):
+    restarted = any(int(os.environ.get(count) or 0) > 0 for count in ("TORCHELASTIC_RESTART_COUNT",
+                                                                        "SLURM_RESTART_COUNT"))
+    if reference_style or not (opt.continue_train or opt.auto_resume or restarted):
         return None
     run_dir = os.path.join(opt.checkpoints_dir, opt.name)
     found = find_resume_state(run_dir) if ctx.is_main else None  # rank 0 picks; every rank loads it
@@ -162,6 +165,9 @@ def train(opt, ctx: distributed.DistContext) -> int:
                 visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                          f"it; saved. Continue with --continue_train.")
                 visualizer.close()
+                # Launchers stop the other ranks once one exits with an error status (143 is
+                # one): no rank leaves before rank 0 has written everything.
+                distributed.barrier()
                 return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
                 visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
@@ -195,9 +201,11 @@ def train(opt, ctx: distributed.DistContext) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
+    if opt.deterministic:
+        enable_determinism()  # before any CUDA work
     lock = None
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout)
+        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
         if ctx.is_main:  # one run per folder; taken before anything is written there
             lock = RunLock(os.path.join(opt.checkpoints_dir, opt.name)).acquire()
             remove_stale_temporary_files(os.path.join(opt.checkpoints_dir, opt.name))

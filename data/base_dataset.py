@@ -13,6 +13,7 @@ import abc
 import argparse
 import hashlib
 import random
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Callable
 
@@ -241,9 +242,14 @@ def get_transform(
 
 
 def data_ranges(opt: argparse.Namespace) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
-    """The float data ranges (A, B) from --data_range (MIN MAX for both domains, or A_MIN A_MAX B_MIN
-    B_MAX); None where it is not given. Raises `UserError` for another count of numbers or MIN >= MAX."""
-    values = getattr(opt, "data_range", None)
+    """The float data ranges (A, B) from --data_range (see `parse_data_range`)."""
+    return parse_data_range(getattr(opt, "data_range", None))
+
+
+def parse_data_range(values: Sequence[float] | None) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """The float data ranges (A, B) that the numbers of --data_range give (MIN MAX for both domains, or
+    A_MIN A_MAX B_MIN B_MAX); None where none are given. Raises `UserError` for another count of numbers
+    or MIN >= MAX."""
     if not values:
         return None, None
     if len(values) not in (2, 4) or any(low >= high for low, high in zip(values[::2], values[1::2])):

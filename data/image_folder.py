@@ -5,7 +5,8 @@ every run sees the same order); `pair_files_by_name` pairs the files of two fold
 `read_image_header` reads a file's size and pixel mode without decoding it (cheap enough to check
 every file before training); `load_image` decodes one file into an 8-bit PIL image of the requested
 mode; `load_for_network` loads a dataset image for the network with a given channel count, at the
-file's full precision (data/image_io.py). All turn unreadable files into a `UserError` that names
+file's full precision (data/image_io.py), and `network_input` turns an image already read into the
+tensor the network gets for it (models/translator.py). All turn unreadable files into a `UserError` that names
 the file and says what is wrong with it.
 """
 
@@ -147,20 +148,6 @@ def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
         raise unreadable(path, e) from e
 
 
-def convert_image(img: Image.Image, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
-    """An image already opened (e.g. from bytes received over a network) converted as `load_image`
-    converts files: alpha composited on white, 16-bit grayscale scaled to 8 bits. Raises
-    `UserError` if its pixels cannot be decoded (a truncated or damaged image)."""
-    if mode not in ("RGB", "L"):
-        raise ValueError(f"convert_image mode must be 'RGB' or 'L', got {mode!r}")
-    try:
-        img.load()
-        return _convert(img, mode)
-    except PIL_UNREADABLE as e:
-        reason = " ".join((str(e) or type(e).__name__).split())
-        raise UserError(f"cannot decode the {img.format or 'given'} image: it is damaged or truncated ({reason}).") from e
-
-
 # ------------------------------------------------------------------------------------- pairing by name
 def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("inf")) -> list[tuple[str, str]]:
     """Pairs (A file, B file) of the images in two folders whose paths relative to their folder match
@@ -239,16 +226,32 @@ def load_for_network(path: str, specs: Sequence[DomainSpec], side_by_side: bool 
     if side_by_side and width % 2:
         raise _odd_width(path, width)
     parts = [array[:, :width // 2], array[:, width // 2:]] if side_by_side else [array]
-    eight_bit = array.dtype == np.uint8 and count - alpha in (1, 3) and all(s.channels in (1, 3) for s in specs)
-    pictures: list[Picture] = []
-    for part, spec in zip(parts, specs):
-        if eight_bit:
-            picture = Image.fromarray(np.ascontiguousarray(part[:, :, 0] if count == 1 else part))
-            pictures.append(_convert(picture, "L" if spec.channels == 1 else "RGB"))
-            continue
-        tensor = match_channels(to_network(part, ValueRange.for_dtype(array.dtype, spec.data_range)), alpha,
-                                spec.channels)
-        if tensor is None:
+    eight_bit = _takes_8bit_path(array, alpha, specs)
+    pictures = [_picture(part, alpha, spec, eight_bit) for part, spec in zip(parts, specs)]
+    for picture, spec in zip(pictures, specs):
+        if picture is None:
             raise channel_mismatch(path, ImageInfo(width, height, count, array.dtype, alpha), spec.channels, spec.flag)
-        pictures.append(tensor)
     return pictures
+
+
+def network_input(array: np.ndarray, alpha: bool, spec: DomainSpec) -> torch.Tensor | None:
+    """An H x W x C image as `read_image` returns it (the last channel opacity when `alpha`) as the
+    C x H x W float32 tensor in [-1, 1] that `load_for_network(path, [spec])` and the dataset's
+    conversion to a tensor give for its file (no resizing, cropping or flipping: test.py with
+    --preprocess none); None when its channels cannot be converted to `spec.channels`."""
+    picture = _picture(array, alpha, spec, _takes_8bit_path(array, alpha, [spec]))
+    if isinstance(picture, Image.Image):
+        return to_network(np.asarray(picture), ValueRange.for_dtype(np.uint8))  # x / 127.5 - 1, as the datasets
+    return picture
+
+
+def _takes_8bit_path(array: np.ndarray, alpha: bool, specs: Sequence[DomainSpec]) -> bool:
+    """Whether the image is ordinary 8-bit gray or RGB (with or without alpha) wanted as gray or RGB."""
+    return array.dtype == np.uint8 and array.shape[2] - alpha in (1, 3) and all(s.channels in (1, 3) for s in specs)
+
+
+def _picture(part: np.ndarray, alpha: bool, spec: DomainSpec, eight_bit: bool) -> Picture | None:
+    if eight_bit:
+        picture = Image.fromarray(np.ascontiguousarray(part[:, :, 0] if part.shape[2] == 1 else part))
+        return _convert(picture, "L" if spec.channels == 1 else "RGB")
+    return match_channels(to_network(part, ValueRange.for_dtype(part.dtype, spec.data_range)), alpha, spec.channels)

@@ -6,6 +6,8 @@ Public interface (no `opt`: plain values, usable from scripts and the inference 
     read_image(path) -> np.ndarray            H x W x C in the file's own dtype: uint8, uint16 or float32
     write_image(path, array)                  by extension: .png (8/16-bit), .tif/.tiff (any dtype and
                                               band count), .npy; other extensions 8-bit through PIL
+    output_extension(ext, dtype, channels)    `ext`, or .tif where that format cannot hold such images
+    array_from_pil(image) -> (array, alpha)   an image PIL has opened, decoded as read_image decodes files
     ValueRange(low, high)                     the data values that map to -1 and 1; `ValueRange.for_dtype`
     to_network(array, value_range)            H x W x C array -> C x H x W float32 tensor in [-1, 1]
     from_network(tensor, value_range, dtype)  back to H x W x C in `dtype`, rounded and clipped for integers
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -231,18 +234,25 @@ def probe_image(path: str) -> ImageInfo:
 
 
 # ------------------------------------------------------------------------------------------ reading
-def _read_pil(path: str) -> np.ndarray:
-    with Image.open(path) as img:
-        img.load()  # decode now so that truncated files fail here
-        info = _pil_info(img)
-        if img.mode == "P":
-            img = img.convert("RGBA" if info.alpha else "RGB")
-        elif img.mode in _PIL_MODES and img.mode != _PIL_MODES[img.mode][0]:
-            img = img.convert(_PIL_MODES[img.mode][0])
-        array = np.asarray(img)
+def array_from_pil(img: Image.Image) -> tuple[np.ndarray, bool]:
+    """(H x W x C array, whether its last channel is alpha) of an image PIL has opened, decoded as
+    `read_image` decodes files: 16-bit gray as uint16, mode "F" as float32, palettes expanded, other
+    modes as 8-bit gray, gray+alpha, RGB or RGBA. Raises what PIL raises for damaged pixel data."""
+    img.load()  # decode now so that truncated files fail here
+    info = _pil_info(img)
+    if img.mode == "P":
+        img = img.convert("RGBA" if info.alpha else "RGB")
+    elif img.mode in _PIL_MODES and img.mode != _PIL_MODES[img.mode][0]:
+        img = img.convert(_PIL_MODES[img.mode][0])
+    array = np.asarray(img)
     if info.dtype == np.uint16:
         array = np.clip(array, 0, 65535)
-    return _hwc(array.astype(info.dtype, copy=False))
+    return _hwc(array.astype(info.dtype, copy=False)), info.alpha
+
+
+def _read_pil(path: str) -> np.ndarray:
+    with Image.open(path) as img:
+        return array_from_pil(img)[0]
 
 
 def _read_tiff(path: str) -> np.ndarray:
@@ -290,26 +300,56 @@ def read_image(path: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ writing
+def output_extension(source_ext: str, dtype: np.dtype, channels: int) -> str:
+    """The extension to write an image of `channels` channels of `dtype` under, for data read from a file
+    with extension `source_ext`: `source_ext` itself when that format holds such images (.npy and TIFF
+    anything, PNG 8 or 16 bits with 1 to 4 channels, every other format 8-bit gray and RGB), else ".tif"."""
+    source_ext = source_ext.lower()
+    dtype = np.dtype(dtype)
+    holds = (source_ext in NUMPY_EXTENSIONS + TIFF_EXTENSIONS
+             or (source_ext == ".png" and dtype in (np.uint8, np.uint16) and channels <= 4)
+             or (dtype == np.uint8 and channels in (1, 3)))
+    return source_ext if holds else ".tif"
+
+
 def write_image(path: str, array: np.ndarray, alpha: bool = False) -> None:
     """Write an H x W x C (or H x W) array, choosing the format by extension: .npy (as it is); .tif/.tiff
     (any dtype and band count, deflate-compressed; `alpha` marks the last of 2 or 4 channels as
     opacity); .png (uint8 or uint16, 1 to 4 channels: gray, gray+alpha, RGB, RGBA); other extensions
-    through PIL (uint8, 1, 3 or 4 channels). Raises ValueError for data the format cannot hold (e.g.
-    float in a PNG)."""
+    through PIL (uint8, 1, 3 or 4 channels; JPEG at quality 95). The file is written whole or not at all
+    (into a temporary file beside it, then renamed). Raises ValueError for an extension no format is
+    known for, or data the format cannot hold (e.g. float in a PNG); OSError when PIL cannot save the
+    mode (an RGBA JPEG) or the folder is not writable."""
     array = _hwc(np.asarray(array))
     ext = _extension(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    # Same extension: the writers (np.save, tifffile, PIL) go by it. Process and thread make it unique.
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}-{threading.get_ident()}.tmp{ext}")
+    try:
+        _write(temporary, ext, array, alpha)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _write(path: str, ext: str, array: np.ndarray, alpha: bool) -> None:
+    channels = array.shape[2]
     if ext in NUMPY_EXTENSIONS:
         np.save(path, array, allow_pickle=False)
         return
-    channels = array.shape[2]
     if ext in TIFF_EXTENSIONS:
         alpha = alpha and channels in (2, 4)
         rgb = channels - alpha == 3 and array.dtype in (np.uint8, np.uint16)
         extrasamples = ["unspecified"] * (channels - (3 if rgb else 1) - alpha) + ["unassalpha"] * alpha
         _tifffile().imwrite(path, array if channels > 1 else array[:, :, 0], photometric="rgb" if rgb else "minisblack",
-                         planarconfig="contig" if channels > 1 else None, extrasamples=extrasamples or None,
-                         compression="zlib")
+                            planarconfig="contig" if channels > 1 else None, extrasamples=extrasamples or None,
+                            compression="zlib")
         return
+    image_format = Image.registered_extensions().get(ext)  # also fills Image.SAVE
+    if image_format not in Image.SAVE:
+        raise ValueError(f"no image format that can be written is known for the extension {ext or '(none)'}; "
+                         f"name it .png, .jpg, .tif, .npy, ...")
     if array.dtype not in (np.uint8, np.uint16) or channels > 4 or (array.dtype == np.uint16 and ext != ".png"):
         raise ValueError(f"{ext} files cannot hold {channels}-channel {array.dtype} images; use .tif or .npy")
     if array.dtype == np.uint16 and channels > 1:
@@ -318,7 +358,8 @@ def write_image(path: str, array: np.ndarray, alpha: bool = False) -> None:
         with open(path, "wb") as f:
             f.write(imagecodecs.png_encode(np.ascontiguousarray(array)))
         return
-    Image.fromarray(np.ascontiguousarray(array[:, :, 0] if channels == 1 else array)).save(path)
+    image = Image.fromarray(np.ascontiguousarray(array[:, :, 0] if channels == 1 else array))
+    image.save(path, format=image_format, **({"quality": 95} if image_format == "JPEG" else {}))
 
 
 # ------------------------------------------------------------------------------------------ values

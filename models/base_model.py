@@ -224,6 +224,8 @@ class BaseModel(ABC):
             net.to(dtype=self.dtype, memory_format=self.memory_format)
             if opt.channels_last:
                 networks.make_instance_norm_channels_last_safe(net)
+            if opt.deterministic:
+                networks.pad_reflections_with_slices(net)
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         self._make_grad_scalers()

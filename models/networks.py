@@ -188,7 +188,8 @@ def make_instance_norm_channels_last_safe(net: nn.Module) -> None:
 
 
 class SlicedReflectionPad2d(nn.ReflectionPad2d):
-    """ReflectionPad2d built from slices, flips and a concatenation, for compiled networks.
+    """ReflectionPad2d built from slices, flips and a concatenation, for compiled networks and
+    deterministic GPU runs (see `pad_reflections_with_slices`).
 
     With --compile and bf16 autocast on the CPU (torch 2.14), inductor assumes that the
     reflection_pad2d_backward kernel returns a contiguous gradient; it returns a channels-last one
@@ -211,10 +212,17 @@ def compile_network(net: nn.Module, name: str) -> nn.Module:
         print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
               f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
         return net
+    pad_reflections_with_slices(net)
+    return torch.compile(net)
+
+
+def pad_reflections_with_slices(net: nn.Module) -> None:
+    """Swap every ReflectionPad2d in `net` for SlicedReflectionPad2d, in place (same parameters:
+    it has none). For --compile, and for --deterministic: CUDA has no deterministic kernel for
+    reflection padding's backward; the slices' backward is deterministic everywhere."""
     for module in net.modules():
         if type(module) is nn.ReflectionPad2d:
             module.__class__ = SlicedReflectionPad2d
-    return torch.compile(net)
 
 
 def check_discriminator_input_size(netD: str, n_layers_D: int, height: int, width: int) -> None:

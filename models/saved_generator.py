@@ -7,9 +7,12 @@ it with, taken in this order: explicit keyword arguments, architecture.json, and
 themselves show (`infer_architecture`: generator type, ngf, channels, norm, and dropout for
 resnets). `load_generator` builds it with `networks.define_G`, as train.py and test.py do, and
 loads the weights with a message that names the file and the architecture when they do not fit.
+The --data_range a run trained with comes from the options train.py saved beside the weights
+(`train_opt.json`); reference checkpoints have none.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -35,10 +38,14 @@ _SINGLE_GENERATOR_MODELS = ("pix2pix", "template", "test")
 
 @dataclass(frozen=True)
 class GeneratorCheckpoint:
-    """One generator's weights file and the architecture (ARCHITECTURE_KEYS) to build it with."""
+    """One generator's weights file and the architecture (ARCHITECTURE_KEYS) to build it with; the
+    `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), and the
+    numbers of the --data_range its run trained with (None when not given or not known)."""
 
     path: str
     architecture: dict
+    direction: str = "AtoB"
+    data_range: tuple[float, ...] | None = None
 
 
 def describe_architecture(arch: dict) -> str:
@@ -118,14 +125,17 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         raise UserError(f"checkpoint {source} does not exist; pass a run folder (e.g. checkpoints/<name>) or a "
                         f"<epoch>_net_<name>.pth file.")
     saved = _read_architecture_json(folder)
+    trained = saved.get("direction", "AtoB")
     if os.path.isdir(source):
         name, swap = _generator_for_direction(folder, saved, direction, epoch)
+        backward = swap
         path = os.path.join(folder, f"{epoch}_net_{name}.pth")
     else:
         if direction is not None:
             raise UserError(f"{source} is one generator's weights file, which translates one way only; pass its "
                             f"run folder to choose a direction, or leave the direction out.")
-        path, swap = source, re.search(r"_net_G_B\.pth$", source) is not None and bool(saved)
+        backward = re.search(r"_net_G_B\.pth$", source) is not None
+        path, swap = source, backward and bool(saved)
     arch = dict(REFERENCE_DEFAULTS)
     if saved:
         arch.update({k: saved[k] for k in ARCHITECTURE_KEYS if k in saved})
@@ -134,19 +144,36 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
     else:
         arch.update(infer_architecture(load_state_dict_file(path)))
     arch.update(overrides)
-    return GeneratorCheckpoint(path, arch)
+    translates = DIRECTIONS[1 - DIRECTIONS.index(trained)] if backward else trained
+    return GeneratorCheckpoint(path, arch, translates, _read_trained_data_range(folder))
+
+
+def _read_json(path: str, consequence: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path} is not readable JSON ({err}); restore it or delete it ({consequence}).") from None
+
+
+def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
+    """The --data_range numbers in the options train.py saved in `folder` (`<phase>_opt.json`: train_opt.json,
+    else the newest other one); None when the run trained without it or no options file is there."""
+    path = os.path.join(folder, "train_opt.json")
+    if not os.path.isfile(path):
+        others = glob.glob(os.path.join(glob.escape(folder), "*_opt.json"))
+        if not others:
+            return None
+        path = max(others, key=os.path.getmtime)
+    values = _read_json(path, "then pass the --data_range the run trained with, if any").get("data_range")
+    return tuple(float(v) for v in values) if values else None
 
 
 def _read_architecture_json(folder: str) -> dict:
     path = os.path.join(folder, "architecture.json")
     if not os.path.isfile(path):
         return {}
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path} is not readable JSON ({err}); restore it or delete it (the architecture is "
-                        f"then read from the weights).") from None
+    saved = _read_json(path, "the architecture is then read from the weights")
     if saved.get("model") == "colorization":
         raise UserError(f"{folder} holds a colorization model, whose generator maps L to ab channels of the "
                         f"Lab colour space; translate with test.py --model colorization instead.")

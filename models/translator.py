@@ -6,16 +6,21 @@
     translator.translate_file("horse.jpg", "zebra.jpg")                # same format as the name says
 
 The generator is built from `architecture.json` beside the weights, or from what the weights show
-(models/saved_generator.py), so no --netG/--norm/--ngf flags are needed. `translate` computes what
-`test.py --preprocess none --eval` computes for the same image: the same decoding
-(data/image_folder.load_image), the same mapping of 8-bit values to [-1, 1], the same padding to the
-generator's size multiple and cropping back (util/tiling.SizeAdapter), the same rounding to 8 bits.
+(models/saved_generator.py), so no --netG/--norm/--ngf flags are needed; the --data_range the run
+trained with comes from its `train_opt.json`. `translate` computes what `test.py --preprocess none
+--eval` computes for the same image: the same decoding at the file's precision (data/image_io.read_image),
+the same conversion to the network's [-1, 1] (data/image_folder.network_input: 8-bit by x / 127.5 - 1,
+16-bit by its full range, float data by the data range; gray <-> RGB and alpha as the datasets convert
+them), the same padding to the generator's size multiple and cropping back (util/tiling.SizeAdapter),
+and the same mapping back (image_io.from_network, as test.py's full-precision outputs).
 What it accepts and returns (docs/inference.md has the full table):
 
-- a path -> an HxWxC NumPy array in the file's dtype (uint8 for the 8-bit formats read today);
-- a PIL image -> a PIL image ("L" for one output channel, else "RGB");
+- a path -> an HxWxC NumPy array in the file's dtype as read_image reads it (uint8, uint16 or float32);
+- a PIL image -> a PIL image at its precision where PIL has a mode for it (8 bits: "L", "LA", "RGB",
+  "RGBA"; 16-bit and float images with one output channel: "I;16", "F"), else 8 bits;
 - a NumPy array HxW, HxWxC or NxHxWxC: uint8 (0..255) and uint16 (0..65535) by their full range,
-  float arrays as values in [0, 1] -> the same layout and dtype;
+  float arrays as values in the input domain's data range ([0, 1] unless the run trained with
+  --data_range) -> the same layout and dtype, floats in the output domain's range;
 - a float tensor CxHxW or NxCxHxW in [-1, 1] (the network's range) -> a tensor of the same dtype and
   device, in [-1, 1];
 - a list of any of these -> a list (each item translated on its own, so sizes may differ).
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,14 +48,20 @@ import torch
 from PIL import Image
 from torch import nn
 
-from data.image_folder import convert_image, load_image
+from data.base_dataset import parse_data_range
+from data.image_folder import DomainSpec, network_input
+from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, match_channels, probe_image,
+                           read_image, write_image)
 from models.saved_generator import find_generator, load_generator
-from util.checkpoint import atomic_write
 from util.distributed import pick_device
 from util.errors import UserError
 from util.tiling import SizeAdapter, check_tiling
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The array dtypes `translate` takes: integers by their full range, floats by the data range.
+ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
+
+DataRange = tuple[float, float]
 
 
 class Translator:
@@ -57,9 +69,12 @@ class Translator:
 
     def __init__(self, generator: nn.Module, netG: str, input_nc: int, output_nc: int, *,
                  device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
-                 seed: int = 0, source: str = "") -> None:
+                 seed: int = 0, source: str = "", input_range: DataRange | None = None,
+                 output_range: DataRange | None = None) -> None:
         """Wrap a generator built by `networks.define_G(input_nc, output_nc, ngf, netG, ...)` whose
-        weights are loaded; usually `Translator.load` does this."""
+        weights are loaded; usually `Translator.load` does this. `input_range` and `output_range` are
+        the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
+        integer data always map by their dtype's full range."""
         self.device = _resolve_device(device)
         if precision not in PRECISIONS:
             raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
@@ -74,33 +89,43 @@ class Translator:
         self.eval_mode = eval_mode
         self.seed = seed
         self.source = source
+        self.input_range = input_range
+        self.output_range = output_range
         self._lock = threading.Lock()  # serialises calls in training mode only
 
     @classmethod
     def load(cls, checkpoint: str | os.PathLike, direction: str | None = None, epoch: str = "latest",
              device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
-             seed: int = 0, **architecture: Any) -> "Translator":
+             seed: int = 0, data_range: Sequence[float] | None = None, **architecture: Any) -> "Translator":
         """The generator in `checkpoint` (a run folder, or one `<epoch>_net_<name>.pth` file).
 
         `direction` ("AtoB": trainA -> trainB, or "BtoA") picks CycleGAN's G_A or G_B; None means the
         direction the run was trained in (pix2pix has only that one). `epoch` is the file prefix:
-        "latest", "5", "iter_1000", or any other saved one. `architecture` keywords (netG, norm, ngf,
-        input_nc, output_nc, no_dropout, named like the flags) describe a generator whose folder has
-        no architecture.json when its weights alone do not say enough; they win over everything.
-        `device` is "auto" (CUDA when available), "cpu", "cuda" or e.g. "cuda:1"; `precision`
-        "fp32", "bf16" or "fp16" (CUDA only). See the module docstring for `eval_mode` and `seed`.
+        "latest", "5", "iter_1000", or any other saved one. `data_range` are the numbers of --data_range
+        (MIN MAX, or A_MIN A_MAX B_MIN B_MAX for the dataset's domains A and B): how float data map to
+        the network's [-1, 1]; None takes those the run trained with (its train_opt.json), and [0, 1]
+        when it has none. `architecture` keywords (netG, norm, ngf, input_nc, output_nc, no_dropout,
+        named like the flags) describe a generator whose folder has no architecture.json when its
+        weights alone do not say enough; they win over everything. `device` is "auto" (CUDA when
+        available), "cpu", "cuda" or e.g. "cuda:1"; `precision` "fp32", "bf16" or "fp16" (CUDA only).
+        See the module docstring for `eval_mode` and `seed`.
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
+        range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
+        input_range, output_range = (range_A, range_B) if found.direction == "AtoB" else (range_B, range_A)
         resolved = _resolve_device(device)  # before loading, so that a bad device fails fast
         arch = found.architecture
         net = load_generator(found.path, arch, resolved)
         return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
-                   eval_mode=eval_mode, seed=seed, source=found.path)
+                   eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
+                   output_range=output_range)
 
     def __repr__(self) -> str:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
-        return (f"Translator({self.source or self.netG}: {self.netG}, {self.input_nc} -> {self.output_nc} channels, "
-                f"{self.device}, {self.precision}, {mode} mode)")
+        ranges = "" if self.input_range is None and self.output_range is None else \
+            f", float data {_describe(self.input_range)} -> {_describe(self.output_range)}"
+        return (f"Translator({self.source or self.netG}: {self.netG}, {self.input_nc} -> {self.output_nc} channels"
+                f"{ranges}, {self.device}, {self.precision}, {mode} mode)")
 
     # ------------------------------------------------------------------ public API
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64) -> Any:
@@ -110,11 +135,11 @@ class Translator:
         if isinstance(image, (list, tuple)):
             return [self.translate(item, tile=tile, tile_overlap=tile_overlap) for item in image]
         if isinstance(image, (str, os.PathLike)):
-            return self._translate_array(_read_image_file(image, self.input_nc), tile, tile_overlap)
+            path = os.fspath(image)
+            return self._translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
+                                          tile, tile_overlap)[0]
         if isinstance(image, Image.Image):
-            array = np.asarray(convert_image(image, "L" if self.input_nc == 1 else "RGB"))
-            out = self._translate_array(array, tile, tile_overlap)
-            return Image.fromarray(out[..., 0] if out.ndim == 3 and out.shape[-1] == 1 else out)
+            return self._translate_pil(image, tile, tile_overlap)
         if isinstance(image, np.ndarray):
             return self._translate_array(image, tile, tile_overlap)
         if isinstance(image, torch.Tensor):
@@ -124,17 +149,58 @@ class Translator:
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
                        tile_overlap: int = 64) -> None:
-        """Translate an image file into `output_path`, in the format its extension names (written to a
-        temporary file first, so an interrupted call never leaves half a file)."""
-        _write_image_file(os.fspath(output_path), self.translate(os.fspath(input_path), tile=tile,
-                                                                  tile_overlap=tile_overlap))
+        """Translate an image file into `output_path` (its folder created if need be), in the format its
+        extension names, at the input's precision (a 16-bit PNG into a 16-bit PNG, float32 into .tif or .npy;
+        data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
+        half a file. Raises
+        `UserError` when the file cannot be read, or the output's format cannot hold the output."""
+        input_path, output_path = os.fspath(input_path), os.fspath(output_path)
+        output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap)
+        info = probe_image(input_path)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+            # An alpha channel stays marked as alpha where the output has the input's channels (as test.py).
+            write_image(output_path, output, alpha=info.alpha and output.shape[-1] == info.channels)
+        except (OSError, ValueError, ImportError) as err:
+            raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
 
     # ------------------------------------------------------------------ one kind each
+    def _translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,
+                          out_dtype: np.dtype | None = None) -> np.ndarray:
+        """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
+        (default: the input's dtype), values mapped as test.py maps a dataset's."""
+        spec = DomainSpec(self.input_nc, "input_nc", self.input_range)
+        inputs = [network_input(image, alpha, spec) for image in batch]
+        if inputs[0] is None:
+            raise self._channel_error(what, batch.shape[-1], alpha)
+        out = self._forward(torch.stack(inputs), tile, tile_overlap)
+        dtype = np.dtype(out_dtype or batch.dtype)
+        value_range = ValueRange.for_dtype(dtype, self.output_range)
+        return np.stack([from_network(image, value_range, dtype) for image in out])
+
+    def _translate_pil(self, image: Image.Image, tile: int, tile_overlap: int) -> Image.Image:
+        try:
+            array, alpha = array_from_pil(image)
+        except PIL_UNREADABLE as err:
+            reason = " ".join((str(err) or type(err).__name__).split())
+            raise UserError(f"cannot decode the {image.format or 'given'} image: it is damaged or truncated "
+                            f"({reason}).") from err
+        if self.output_nc > 4:
+            raise UserError(f"the generator gives {self.output_nc}-channel images, which PIL cannot hold (at most 4 "
+                            f"channels); pass np.asarray(image) to get a NumPy array back.")
+        # PIL holds 16-bit and float data only as one channel; colour from those comes back as 8 bits.
+        out_dtype = array.dtype if self.output_nc == 1 else np.dtype(np.uint8)
+        out = self._translate_images(array[None], alpha, "the image", tile, tile_overlap, out_dtype)[0]
+        return Image.fromarray(out[:, :, 0] if self.output_nc == 1 else out)
+
     def _translate_array(self, array: np.ndarray, tile: int, tile_overlap: int) -> np.ndarray:
         if array.ndim not in (2, 3, 4):
             raise UserError(f"cannot translate an array of shape {array.shape}: pass HxW, HxWxC or NxHxWxC.")
+        if array.dtype not in ARRAY_DTYPES:
+            raise UserError(f"cannot translate a {array.dtype} array: pass uint8, uint16, or float values (in the "
+                            f"data range {_describe(self.input_range)}).")
         batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
-        out = _from_network(self._forward(_to_network(batch), tile, tile_overlap), array.dtype)
+        out = self._translate_images(batch, False, "this array", tile, tile_overlap)
         if array.ndim == 4:
             return out
         return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
@@ -143,20 +209,27 @@ class Translator:
         if not x.is_floating_point() or x.ndim not in (3, 4):
             raise UserError(f"cannot translate a {x.dtype} tensor of shape {tuple(x.shape)}: pass a float tensor "
                             f"CxHxW or NxCxHxW in [-1, 1] (e.g. rgb_uint8.float() / 127.5 - 1).")
-        out = self._forward(x if x.ndim == 4 else x[None], tile, tile_overlap)
+        batch = x if x.ndim == 4 else x[None]
+        if batch.shape[1] != self.input_nc:
+            matched = [match_channels(image.float().cpu(), False, self.input_nc) for image in batch]
+            if matched[0] is None:
+                raise self._channel_error("this tensor", batch.shape[1], False)
+            batch = torch.stack(matched)
+        out = self._forward(batch, tile, tile_overlap)
         out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
         return out if x.ndim == 4 else out[0]
 
+    def _channel_error(self, what: str, channels: int, alpha: bool) -> UserError:
+        fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
+               else f"pass images with {self.input_nc} channels (bands)")
+        return UserError(f"the generator takes {self.input_nc}-channel images, {what} has {channels} channels"
+                         f"{' (the last one alpha)' if alpha else ''}; {fix}. Gray and RGB convert into each "
+                         f"other (alpha composited on white), other channel counts do not.")
+
     # ------------------------------------------------------------------ the network
     def _forward(self, batch: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
-        """NxCxHxW in [-1, 1] -> NxC'xHxW float32 in [-1, 1] on the device; one implementation for
-        every kind of input, so that they all give the same numbers."""
-        channels = batch.shape[1]
-        if channels != self.input_nc and not (channels == 1 and self.input_nc == 3):
-            raise UserError(f"the generator takes {self.input_nc}-channel images, this one has {channels} "
-                            f"channels; convert it (e.g. to {'grayscale' if self.input_nc == 1 else 'RGB'}) first.")
-        if channels != self.input_nc:  # gray into an RGB network, as load_image(path, "RGB") gives it
-            batch = batch.expand(-1, self.input_nc, -1, -1)
+        """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device; one
+        implementation for every kind of input, so that they all give the same numbers."""
         net = SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap)
         amp_dtype = PRECISIONS[self.precision]
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
@@ -181,6 +254,11 @@ class Translator:
             return net(x)
 
 
+def _describe(data_range: DataRange | None) -> str:
+    low, high = data_range or (0.0, 1.0)
+    return f"[{low:g}, {high:g}]"
+
+
 def _resolve_device(device: str | torch.device) -> torch.device:
     if isinstance(device, str) and device in ("auto", "cpu", "cuda"):
         return pick_device(device)
@@ -191,51 +269,3 @@ def _resolve_device(device: str | torch.device) -> torch.device:
     if resolved.type == "cuda":
         pick_device("cuda")  # the clear error when PyTorch sees no GPU
     return resolved
-
-
-# ---------------------------------------------------------------------- files and value ranges
-# Image files and the mapping of pixel values to the network's [-1, 1] live in these four
-# functions only (data/image_io.py is to replace them when it supports 16-bit and float files).
-_FULL_SCALE = {np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}
-
-
-def _read_image_file(path: str | os.PathLike, channels: int) -> np.ndarray:
-    """The image file decoded as test.py decodes it: HxWxC, 8 bits."""
-    array = np.asarray(load_image(os.fspath(path), "L" if channels == 1 else "RGB"))
-    return array[..., None] if array.ndim == 2 else array
-
-
-def _write_image_file(path: str, array: np.ndarray) -> None:
-    """HxWxC `array` into `path` in the format of its extension (JPEG at quality 95)."""
-    extension = os.path.splitext(path)[1].lower()
-    image_format = Image.registered_extensions().get(extension)
-    if image_format is None:
-        raise UserError(f"cannot write {path}: no image format is known for the extension {extension or '(none)'}; "
-                        f"name the output .png, .jpg, .tif, ...")
-    image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-    options = {"quality": 95} if image_format == "JPEG" else {}
-    try:
-        atomic_write(path, lambda f: image.save(f, format=image_format, **options))
-    except (OSError, KeyError, ValueError) as err:
-        raise UserError(f"cannot write {path} as {image_format}: {err}") from None
-
-
-def _to_network(batch: np.ndarray) -> torch.Tensor:
-    """NxHxWxC uint8/uint16 (full range) or float ([0, 1]) values -> NxCxHxW float32 in [-1, 1]."""
-    if batch.dtype in _FULL_SCALE:
-        scale = _FULL_SCALE[batch.dtype]
-    elif np.issubdtype(batch.dtype, np.floating):
-        scale = 1.0
-    else:
-        raise UserError(f"cannot translate a {batch.dtype} array: pass uint8, uint16, or float values in [0, 1].")
-    # x / (scale / 2) - 1: for 8 bits the very operations of data/base_dataset.py (x / 127.5 - 1).
-    tensor = torch.from_numpy(batch.transpose(0, 3, 1, 2).astype(np.float32, order="C"))
-    return tensor.div_(scale / 2).sub_(1.0)
-
-
-def _from_network(batch: torch.Tensor, dtype: np.dtype) -> np.ndarray:
-    """NxCxHxW in [-1, 1] -> NxHxWxC of `dtype`, rounded as util.util.tensor2im rounds 8-bit images."""
-    values = (batch.detach().float().cpu().clamp(-1.0, 1.0).permute(0, 2, 3, 1).numpy() + 1.0) / 2.0
-    if dtype in _FULL_SCALE:
-        return np.round(values * _FULL_SCALE[dtype]).astype(dtype)
-    return values.astype(dtype)

@@ -50,6 +50,7 @@ class BaseOptions:
         parser.add_argument("--amp", type=str, default="none", choices=["none", "bf16", "fp16"], help="mixed precision: bf16 autocast (CPU or GPU), or fp16 autocast with a gradient scaler (CUDA only)")
         parser.add_argument("--channels_last", action="store_true", help="store images and weights in channels-last memory format (often faster convolutions)")
         parser.add_argument("--compile", action="store_true", help="compile the networks with torch.compile (slow first steps, faster afterwards)")
+        parser.add_argument("--deterministic", action="store_true", help="bit-reproducible runs on a GPU too: deterministic kernels only (torch.use_deterministic_algorithms, cuDNN deterministic, no cuDNN autotuning, CUBLAS_WORKSPACE_CONFIG) and reflection padding built from slices; slower on a GPU (the CPU is deterministic already)")
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
@@ -89,6 +90,7 @@ class BaseOptions:
         parser.add_argument("--use_wandb", action="store_true", help="if specified, then init wandb logging")
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", help="specify wandb project name")
         # distributed parameters
+        parser.add_argument("--ddp_backend", type=str, default="auto", choices=["auto", "nccl", "gloo"], help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with --device cuda lets several processes share one GPU (for testing)")
         parser.add_argument("--ddp_timeout", type=float, default=600.0, help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 

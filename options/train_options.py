@@ -31,6 +31,7 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--save_epoch_freq", type=int, default=5, help="frequency of saving checkpoints at the end of epochs")
         parser.add_argument("--save_by_iter", action="store_true", help="whether saves model by iteration")
         parser.add_argument("--continue_train", action="store_true", help="continue training: load the latest model")
+        parser.add_argument("--auto_resume", action="store_true", help="continue from the newest training state in the run folder if there is one (as --continue_train), else start a new run: for jobs a scheduler restarts with the same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this by themselves)")
         parser.add_argument("--epoch_count", type=int, default=1, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", help="train, val, test, etc")
         # validation during training (util/validator.py, docs/evaluation.md)

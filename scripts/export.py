@@ -16,12 +16,16 @@ dropout), i.e. what `test.py --eval` computes.
 
 Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
 the PyTorch module; the largest absolute difference is printed, and the exit status is 1 if it exceeds --tolerance.
+Before exporting, the generator's float32 result at the first check size is compared with float64
+before its final tanh: weights whose output float32 arithmetic cannot pin down to --tolerance (any
+two float32 runtimes could disagree by more) are refused with exit status 2 and nothing written.
 ONNX goes through torch.onnx.export(dynamo=True) (needs the onnx and onnxscript packages, no
 network); the ONNX check needs onnxruntime, and is skipped with a note when it is not installed.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import warnings
@@ -89,6 +93,53 @@ def check_sizes(opt) -> list[tuple[int, int]]:
     return [(256, 256), (190, 318)]
 
 
+def _before_last_tanh(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What `module` feeds its last nn.Tanh for input `x` (its output if it has none)."""
+    tanhs = [m for m in module.modules() if isinstance(m, torch.nn.Tanh)]
+    if not tanhs:
+        return module(x)
+    seen = []
+    handle = tanhs[-1].register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
+    try:
+        module(x)
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
+def float32_rounding_error(module: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """(error, magnitude) before the last tanh of `module` (float32, eval mode) on `x`: the largest
+    difference between its float32 and float64 results, and the largest float64 value.
+
+    A float32 runtime (PyTorch, ONNX Runtime, the same one on another CPU) sums in its own order,
+    so it lands anywhere within about `error` of the exact value; tanh's slope is at most 1, so two
+    runtimes' outputs can differ by up to about 2 * `error` (and by 2, the whole range, when the
+    values are so large that their rounding crosses zero)."""
+    with torch.no_grad():
+        single = _before_last_tanh(module, x).double()
+        exact = _before_last_tanh(copy.deepcopy(module).double(), x.double())
+    return (single - exact).abs().max().item(), exact.abs().max().item()
+
+
+def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, size: tuple[int, int],
+                           tolerance: float) -> None:
+    """Raise UserError if float32 rounding alone can move `module`'s output by more than
+    `tolerance`: no check could then tell a faithful export from a broken one."""
+    x = torch.rand(1, channels, *size, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    error, magnitude = float32_rounding_error(module, x)
+    if 2 * error <= tolerance:
+        return
+    spread = min(2.0, 2 * error)
+    raise UserError(
+        f"{source}: float32 arithmetic cannot pin this generator's output down to --tolerance {tolerance:g}. "
+        f"Before its final tanh its values reach {magnitude:.2g}, and float32 rounding alone moves them by "
+        f"{error:.2g} (float32 against float64 at {size[0]}x{size[1]}), so two float32 runtimes (PyTorch, "
+        f"ONNX Runtime, the same one on another CPU) can disagree on an output pixel by up to {spread:.2g}. "
+        f"This happens when batch-norm running statistics do not match the activations (untrained, diverged "
+        f"or edited weights). Export the weights of a trained model, or pass --tolerance {spread:.2g} to "
+        f"export anyway.")
+
+
 def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptModule:
     with warnings.catch_warnings():  # torch.jit is deprecated upstream; the file format still loads everywhere
         warnings.simplefilter("ignore", FutureWarning)
@@ -138,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--check_sizes {opt.check_sizes}: --netG {opt.netG} exports take at least {min_size}x{min_size}.")
         net, stem = load_generator(opt)
         module = PadToMultiple(net, networks.size_multiple(opt.netG)).eval()
+        # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
+        in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+        source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
+        refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance)
         out_dir = opt.export_dir or (os.path.dirname(os.path.abspath(opt.weights)) if opt.weights
                                      else os.path.join(opt.checkpoints_dir, opt.name, "export"))
         os.makedirs(out_dir, exist_ok=True)
-        # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
-        in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
         runners = {}
         if "torchscript" in formats:
             path = os.path.join(out_dir, stem + ".pt")

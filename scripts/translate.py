@@ -5,9 +5,11 @@
         --output out/ --tile 512
 
 INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns.
-Each image is written to --output under its own name and extension (a .jpg gives a .jpg, at quality
-95). Files that are not images, cannot be decoded or cannot be written are skipped; the summary lists
-them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
+Each image is written to --output under its own name, in its own format and at its own precision (a
+.jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
+.npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
+map to the network's values by the --data_range the model trained with. Files that are not images,
+cannot be decoded or cannot be written are skipped; the summary lists them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
 when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
 docs/inference.md explains --direction, --no_eval and the architecture flags.
 """
@@ -18,10 +20,12 @@ import glob
 import os
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
+from data.image_io import output_extension, probe_image  # noqa: E402
 from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
@@ -41,6 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tile_overlap", type=int, default=64, help="pixels by which neighbouring tiles overlap")
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval")
+    parser.add_argument("--data_range", type=float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", choices=networks.GENERATORS, default=None)
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
@@ -51,9 +56,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def list_jobs(inputs: list[str], output_dir: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def keep_name(source: str, destination: str) -> str:
+    return destination
+
+
+def list_jobs(inputs: list[str], output_dir: str, output_name: Callable[[str, str], str] = keep_name,
+              ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(source, destination) pairs to translate, and (path, reason) pairs skipped before translating.
-    Hidden files and folders (".name") and anything inside `output_dir` are left out silently."""
+    `output_name(source, destination)` may change a destination's extension (`UserError`: skip the
+    source). Hidden files and folders (".name") and anything inside `output_dir` are left out silently."""
     jobs: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
     output_real = os.path.realpath(output_dir)
@@ -64,7 +75,11 @@ def list_jobs(inputs: list[str], output_dir: str) -> tuple[list[tuple[str, str]]
             extension = os.path.splitext(path)[1] or "no extension"
             skipped.append((path, f"not an image file ({extension})"))
             return
-        destination = os.path.join(output_dir, relative)
+        try:
+            destination = output_name(path, os.path.join(output_dir, relative))
+        except UserError as err:
+            skipped.append((path, describe(err).removeprefix("error: ")))
+            return
         key = os.path.realpath(destination)
         if key == os.path.realpath(path):
             skipped.append((path, "its output would overwrite it; choose another --output"))
@@ -97,6 +112,15 @@ def list_jobs(inputs: list[str], output_dir: str) -> tuple[list[tuple[str, str]]
     return jobs, skipped
 
 
+def output_name(translator: Translator, source: str, destination: str) -> str:
+    """`destination`, or with .tif for its extension where that format cannot hold the translation of
+    `source` (the file's dtype with the generator's output channels), as test.py names its outputs.
+    Raises `UserError` naming `source` when it cannot be read."""
+    stem, extension = os.path.splitext(destination)
+    kept = output_extension(extension, probe_image(source).dtype, translator.output_nc)
+    return destination if kept == extension.lower() else stem + kept
+
+
 def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int, tile_overlap: int,
                   skipped: list[tuple[str, str]]) -> int:
     """Translate each job with a progress bar (on a terminal); appends failures to `skipped`."""
@@ -116,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     architecture = {key: getattr(args, key) for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")}
     try:
-        jobs, skipped = list_jobs(args.inputs, args.output)
+        translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
+                                     eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
+                                     **architecture)
+        jobs, skipped = list_jobs(args.inputs, args.output,
+                                  lambda source, destination: output_name(translator, source, destination))
         if not jobs:
             raise UserError(nothing_to_translate(args.inputs, skipped))
-        translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
-                                     eval_mode=not args.no_eval, seed=args.seed, **architecture)
         total, start = len(jobs) + len(skipped), time.perf_counter()
         done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped)
         print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "

@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root, small datasets in the reference's layouts, CLI runners."""
+"""Shared fixtures: the repository root, small datasets in the reference's layouts, CLI runners,
+scripts loaded as modules, one compute thread; the opt-in `benchmark` marker."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,8 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -20,6 +23,44 @@ _spec.loader.exec_module(demo_data)
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
+    config.addinivalue_line("markers", "benchmark: timing run of minutes, deselected unless asked for "
+                                       "(pytest -m benchmark)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/test_gpu.py, run by scripts/gpu_check.sh); "
+                                       "skipped with the reason elsewhere")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the `benchmark` tests unless the -m expression names that marker."""
+    if "benchmark" in (config.getoption("markexpr") or ""):
+        return
+    deselected = [item for item in items if item.get_closest_marker("benchmark")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
+
+
+def load_script(relative_path: str) -> ModuleType:
+    """A script of the repository (e.g. "scripts/benchmark.py") imported as a module, as tests
+    need its functions; scripts/ is put on sys.path for the modules scripts import from there."""
+    path = ROOT / relative_path
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    name = "script_" + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test with one compute thread (steady timings beside other processes; small
+    networks gain nothing from more), restoring the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -1,109 +1,158 @@
-"""The benchmark harness (scripts/benchmark.py, scripts/bench_worker.py).
+"""The benchmark harness (scripts/benchmark.py, scripts/bench/, scripts/bench_worker.py).
 
-The slow tests run `scripts/benchmark.py --quick` once (a few minutes on 2 idle CPU cores, more on
-a busy machine) and check that its table and JSON carry every field with sane values, and that
-its FLOP counts agree with estimates computed here independently, from the layer shapes. The
-fast tests check the statistics and the FLOP counter on single layers.
+Default suite (seconds): the statistics, the FLOP counter on one layer, the derived numbers, and a
+run of the real harness - plan, worker processes, report - on small networks, whose FLOPs per
+network (forward and backward of each G and D in one training step) must match an analytic count
+made here from the layer shapes to 1%: a step missing one network pass fails it.
+Opt-in (`pytest -m benchmark`, minutes): `scripts/benchmark.py --quick` with its timings.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from conftest import ROOT
+from conftest import ROOT, load_script
+from models import networks
+
+benchmark = load_script("scripts/benchmark.py")
+from bench import derive, jobs, plan as plans, runner as runners, stats  # noqa: E402  (scripts/ is on sys.path now)
+from bench.flops import conv2d_flops, count_flops  # noqa: E402
+from bench.measure import measure  # noqa: E402
+
+SMALL = {"cycle_gan": 32, "pix2pix": 256}  # pix2pix's unet_256 takes multiples of 256 only
+SMALL_NETWORKS = ["--ngf", "8", "--ndf", "8"]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"scripts_{name}"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+# ----------------------------------------------------------------------------- analytic FLOP count
 
 
-benchmark = _load("benchmark")
-worker = _load("bench_worker")
-
-
-# ----------------------------------------------------------------------------- independent FLOP estimates
-
-
-def conv_forward_flops(net: nn.Module, shape: tuple[int, ...]) -> int:
-    """Forward FLOPs of every Conv2d/ConvTranspose2d in `net` for an input of `shape`, from the
-    layer shapes seen by forward hooks: 2 * (multiplies) per layer."""
-    total = 0
+def conv_layer_flops(net: nn.Module, shape: tuple[int, ...]) -> list[int]:
+    """Forward FLOPs of each Conv2d/ConvTranspose2d of `net`, in the order they run on an input
+    of `shape`: 2 x multiplies, from the layer's weight shape and the tensor shapes a hook sees."""
+    flops = []
 
     def hook(module, inputs, output):
-        nonlocal total
         k = module.kernel_size[0] * module.kernel_size[1]
-        if isinstance(module, nn.ConvTranspose2d):  # every input pixel scatters a kernel
-            x = inputs[0]
-            total += 2 * module.in_channels * (module.out_channels // module.groups) * k * x.shape[0] * x.shape[2] * x.shape[3]
-        else:
-            total += 2 * (module.in_channels // module.groups) * module.out_channels * k * output.numel() // module.out_channels
+        per_pixel = 2 * (module.in_channels // module.groups) * module.out_channels * k
+        # A conv computes every output pixel from a kernel window; a transposed conv scatters a
+        # kernel from every input pixel.
+        pixels = inputs[0] if isinstance(module, nn.ConvTranspose2d) else output
+        flops.append(per_pixel * pixels.shape[0] * pixels.shape[2] * pixels.shape[3])
+
     handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d))]
-    net.eval()
     with torch.no_grad():
-        net(torch.zeros(shape))
+        net.eval()(torch.zeros(shape))
     for handle in handles:
         handle.remove()
-    return total
+    return flops
 
 
-def estimated_step_flops(model: str, size: int) -> int:
-    """FLOPs of one training step (batch 1) from the networks' forward FLOPs.
+def expected_flops_by_network(model: str, size: int, ngf: int, ndf: int) -> dict[str, dict[str, int]]:
+    """Forward and backward FLOPs of each network in one training step at batch 1, from the
+    reference's algorithm. F is a network's forward; F1 its first conv's. Backward computes a
+    conv's input gradient if its input needs one and its weight gradient if its weights do, each
+    costing that conv's forward: a pass on a real image (no input gradient) costs 2F - F1, a pass
+    on another network's output 2F, a pass with frozen weights F.
 
-    A forward whose weights and input need gradients costs 3x its forward (forward, grad of the
-    input, grad of the weights); 2x when only one of the two is needed.
-    CycleGAN: 6 generator passes (fake, rec, idt for each direction), all back-propagated: 18 G;
-    the discriminators judge G's outputs twice with frozen weights (2 x 2 D) and real/fake
-    images four times with weight gradients (about 4 x 3 D): 16 D.
-    pix2pix: one generator pass back-propagated (3 G), two D passes with weight gradients (6 D),
-    one with frozen weights for G's loss (2 D): 3 G + 8 D.
-    """
-    from models import networks
+    CycleGAN (lambda_identity > 0): each G runs on a real image (fake), on the other G's fake
+    (reconstruction) and on a real image of its output domain (identity): forward 3F, backward
+    2(2F - F1) + 2F. Each D judges G's fake with frozen weights for G's loss, then a real and a
+    pooled (detached) fake for its own: forward 3F, backward F + 2(2F - F1).
+    pix2pix: G forward F, backward 2F - F1; D on the detached fake pair and the real pair, then
+    frozen on the fake pair for G's loss: forward 3F, backward 2(2F - F1) + F."""
     if model == "cycle_gan":
-        g = conv_forward_flops(networks.define_G(3, 3, 64, "resnet_9blocks", "instance"), (1, 3, size, size))
-        d = conv_forward_flops(networks.define_D(3, 64, "basic", 3, "instance"), (1, 3, size, size))
-        return 18 * g + 16 * d
-    g = conv_forward_flops(networks.define_G(3, 3, 64, "unet_256", "batch"), (1, 3, size, size))
-    d = conv_forward_flops(networks.define_D(6, 64, "basic", 3, "batch"), (1, 6, size, size))
-    return 3 * g + 8 * d
+        g = conv_layer_flops(networks.define_G(3, 3, ngf, "resnet_9blocks", "instance"), (1, 3, size, size))
+        d = conv_layer_flops(networks.define_D(3, ndf, "basic", 3, "instance"), (1, 3, size, size))
+        G, G1, D, D1 = sum(g), g[0], sum(d), d[0]
+        gen = {"forward": 3 * G, "backward": 2 * (2 * G - G1) + 2 * G}
+        dis = {"forward": 3 * D, "backward": D + 2 * (2 * D - D1)}
+        return {"G_A": gen, "G_B": gen, "D_A": dis, "D_B": dis}
+    g = conv_layer_flops(networks.define_G(3, 3, ngf, "unet_256", "batch"), (1, 3, size, size))
+    d = conv_layer_flops(networks.define_D(6, ndf, "basic", 3, "batch"), (1, 6, size, size))
+    G, G1, D, D1 = sum(g), g[0], sum(d), d[0]
+    return {"G": {"forward": G, "backward": 2 * G - G1},
+            "D": {"forward": 3 * D, "backward": 2 * (2 * D - D1) + D}}
+
+
+def assert_flops_match(row: dict, expected: dict[str, dict[str, int]]) -> None:
+    counted = row["flops_by_network"]
+    assert set(counted) == set(expected), counted  # every FLOP belongs to a network: no "other"
+    for net, phases in expected.items():
+        for phase, flops in phases.items():
+            assert counted[net][phase] == pytest.approx(flops * row["batch"], rel=0.01), (net, phase)
+    assert sum(sum(p.values()) for p in counted.values()) == row["flops_per_step"]
 
 
 # ----------------------------------------------------------------------------- fast tests
 
 
 def test_summarize_median_and_quartiles():
-    stats = worker.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
-    assert stats == {"median_s": 3.0, "q1_s": 2.0, "q3_s": 4.0, "min_s": 1.0, "max_s": 5.0, "steps": 5}
-    assert worker.summarize([2.5])["q1_s"] == 2.5
+    summary = stats.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert summary == {"median_s": 3.0, "q1_s": 2.0, "q3_s": 4.0, "min_s": 1.0, "max_s": 5.0, "steps": 5}
+    assert stats.summarize([2.5])["q1_s"] == 2.5
 
 
 def test_flop_counter_matches_textbook_conv_forward_and_backward():
     conv = nn.Conv2d(16, 32, 3, padding=1, bias=False)
     x = torch.randn(2, 16, 20, 20, requires_grad=True)
-    forward = worker.conv2d_flops(2, 16, 32, 3, 20, 20)
-    assert worker.count_flops(lambda: conv(x)) == forward
+    forward = conv2d_flops(2, 16, 32, 3, 20, 20)
+    assert count_flops(lambda: conv(x)) == forward
     # backward: the input's gradient and the weights' gradient, each as costly as the forward
-    assert worker.count_flops(lambda: conv(x).sum().backward()) == 3 * forward
+    assert count_flops(lambda: conv(x).sum().backward()) == 3 * forward
 
 
-def test_step_flops_of_a_small_model_match_the_estimate(tmp_path):
-    spec = {"model": "cycle_gan", "size": 32, "device": "cpu", "checkpoints_dir": str(tmp_path)}
-    opt = worker.build_options(spec)
-    model = worker.build_model(opt, worker._context("cpu"))
-    counted = worker.count_step_flops(model, opt)
-    assert counted == pytest.approx(estimated_step_flops("cycle_gan", 32), rel=0.2)
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The harness end to end on small networks: plan, a worker process (CycleGAN's plain fp32
+    step, FLOPs counted), derived numbers, report files."""
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["--quick", "--out", str(out), "--sections", "step", "--configs", "fp32", "--models", "cycle_gan",
+            "--threads", "1"]
+    args = benchmark.parse_args(argv)
+    plan = benchmark.make_plan(args)
+    plan.step_size, plan.network_args = dict(SMALL), SMALL_NETWORKS
+    plan.step = plans.Timing(warmup=1, min_steps=2, max_steps=2, budget_s=0.0)
+    started = time.perf_counter()
+    runner = runners.Runner(out, "cpu", 300, out / "scratch", threads=1)
+    results = measure(plan, runner, args.models, {}, out / "scratch")
+    report = benchmark.write_report(out, benchmark.describe_run(args, plan, "cpu", argv), results, started)
+    return {"out": out, "report": report, "failed": benchmark.failed_measurements(results)}
+
+
+def test_harness_writes_the_documented_tables_and_json(small_run):
+    out, report = small_run["out"], small_run["report"]
+    assert small_run["failed"] == []
+    assert json.loads((out / "benchmark.json").read_text()) == json.loads(json.dumps(report))
+    assert report["meta"]["mode"] == "quick plan, partial" and report["meta"]["plan"]["network_args"] == SMALL_NETWORKS
+    (row,) = report["results"]["step"]
+    assert row["model"] == "cycle_gan" and row["config"] == "fp32" and row["size"] == SMALL["cycle_gan"]
+    assert row["steps"] == 2 and len(row["times_s"]) == 2 and row["min_s"] <= row["median_s"] <= row["max_s"]
+    assert row["speedup_vs_fp32"] == 1.0 and row["images_per_s"] == pytest.approx(1 / row["median_s"])
+    assert row["achieved_flops_per_s"] == pytest.approx(row["flops_per_step"] / row["median_s"])
+    assert set(row["flops_by_network"]) == {"G_A", "G_B", "D_A", "D_B"}
+    assert sum(sum(p.values()) for p in row["flops_by_network"].values()) == row["flops_per_step"]
+    markdown = (out / "benchmark.md").read_text()
+    assert "### Training step: cycle_gan (resnet_9blocks), 32x32" in markdown
+    assert "FLOPs per network in one step" in markdown and "| G_A |" in markdown and "| D_B |" in markdown
+
+
+@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
+def test_step_flops_per_network_match_the_analytic_count(one_thread, tmp_path, model):
+    """What a step job reports with count_flops (forward and backward of each network), on small
+    networks, against the analytic count: a step missing one pass of any network fails."""
+    spec = {"kind": "step", "model": model, "size": SMALL[model], "batch": 1, "device": "cpu",
+            "checkpoints_dir": str(tmp_path), "extra_args": SMALL_NETWORKS, "warmup": 0, "min_steps": 1,
+            "max_steps": 1, "budget_s": 0, "count_flops": True}
+    result = jobs.job_step(spec)
+    row = {"batch": 1, "flops_per_step": result["flops_batch1"], "flops_by_network": result["flops_by_network_batch1"]}
+    assert_flops_match(row, expected_flops_by_network(model, SMALL[model], ngf=8, ndf=8))
 
 
 def test_derived_numbers_and_best_configuration():
@@ -116,10 +165,12 @@ def test_derived_numbers_and_best_configuration():
         ],
         "loop": [{"model": "pix2pix", "config": "fp32", "size": 256, "batch": 1, "median_s": 1.1,
                   "data_wait_fraction": 0.01, "loader_workers": 2}],
-        "scaling": [], "ddp": [{"model": "cycle_gan", "size": 128, "extra_args": [],
-                               "one_rank": {"median_s": 2.0}, "two_ranks": {"median_s": 2.5}}],
+        "scaling": [{"model": "pix2pix", "config": "fp32", "size": 256, "batch": 4, "median_s": 3.0}],
+        "ddp": [{"model": "cycle_gan", "size": 128, "extra_args": [],
+                 "one_rank": {"median_s": 2.0}, "two_ranks": {"median_s": 2.5}}],
     }
-    benchmark.derive(results, {("pix2pix", 256): 50e9})
+    by_network = {"G": {"forward": 10e9, "backward": 20e9}, "D": {"forward": 5e9, "backward": 15e9}}
+    derive.derive(results, {("pix2pix", 256): {"total": 50e9, "by_network": by_network}})
     fp32, bf16, compiled = results["step"]
     assert bf16["speedup_vs_fp32"] == pytest.approx(2.0)
     assert bf16["utilisation_of_conv_peak"] == pytest.approx(0.5)  # 100 GFLOP/s of a 200 GFLOP/s bf16 peak
@@ -128,8 +179,10 @@ def test_derived_numbers_and_best_configuration():
     assert fp32["data_wait_fraction"] == 0.01 and bf16["data_wait_fraction"] is None
     assert results["loop"][0]["loop_over_step"] == pytest.approx(1.1)
     assert results["ddp"][0]["efficiency"] == pytest.approx(0.8)
-    assert benchmark.best_config(results["step"], "pix2pix") == "bf16"
-    targets = benchmark.evaluate_targets(results)
+    (batch4,) = results["scaling"]  # FLOPs of a batch of 4: four times the batch-1 count
+    assert batch4["flops_per_step"] == 200e9 and batch4["flops_by_network"]["D"]["backward"] == 60e9
+    assert derive.best_config(results["step"], "pix2pix") == "bf16"
+    targets = derive.evaluate_targets(results)
     assert [t["met"] for t in targets] == [True, True, False]  # 2.0x >= 1.5x; 1% < 5%; 0.8 < 0.9
 
 
@@ -138,22 +191,22 @@ def test_passes_are_pooled():
              "warmup_s": [60.0, 1.1], "graphs_compiled": 4, "graphs_compiled_while_timed": 0}
     second = {"times_s": [1.3, 1.4, 1.5], "cpu_s": [2.0] * 3, "median_s": 1.4, "peak_mem_mb": 950.0,
               "warmup_s": [12.0, 1.4], "graphs_compiled": 4, "graphs_compiled_while_timed": 0}
-    merged = benchmark.merge_passes([first, second])
+    merged = derive.merge_passes([first, second])
     assert merged["steps"] == 6 and merged["median_s"] == pytest.approx(1.25)
     assert merged["pass_medians_s"] == [1.1, 1.4] and merged["peak_mem_mb"] == 950.0
     assert merged["compile_s"] == pytest.approx(61.1 - 2.2)  # the cold first pass
     assert merged["compile_s_per_pass"][1] == pytest.approx(13.4 - 2.8)
-    assert benchmark.merge_passes([first, {"error": "exit 1"}])["error"] == "exit 1"
+    assert derive.merge_passes([first, {"error": "exit 1"}])["error"] == "exit 1"
 
 
 def test_resume_keeps_finished_measurements(tmp_path):
-    runner = benchmark.Runner(tmp_path, "cpu", 10, tmp_path / "scratch", resume=True)
+    runner = runners.Runner(tmp_path, "cpu", 10, tmp_path / "scratch", resume=True)
     spec = {"device": "cpu", "checkpoints_dir": str(tmp_path / "scratch" / "checkpoints"), "kind": "peaks"}
     (tmp_path / "logs" / "peaks.json").write_text(json.dumps({"spec": spec, "conv_fp32_flops_per_s": 1e11}))
     assert runner.run("peaks", {"kind": "peaks"})["conv_fp32_flops_per_s"] == 1e11  # no process started
 
 
-# ----------------------------------------------------------------------------- the --quick run
+# ----------------------------------------------------------------------------- the --quick run (opt-in)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +235,7 @@ def _check_timing(row: dict) -> None:
     assert row["steps"] >= 3 and len(row["times_s"]) == row["steps"]
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_writes_table_and_json(quick):
     assert (quick["out"] / "benchmark.md").exists() and (quick["out"] / "benchmark.json").exists()
     assert quick["markdown"].strip() in quick["stdout"]  # the table is printed too
@@ -194,7 +247,7 @@ def test_quick_writes_table_and_json(quick):
         assert header in quick["markdown"], header
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_peaks(quick):
     peaks = quick["report"]["results"]["peaks"]
     assert "error" not in peaks
@@ -202,10 +255,10 @@ def test_quick_peaks(quick):
         assert _positive(peaks[key]) and peaks[key] < 1e16, key
     conv = peaks["conv"]
     textbook = 2 * conv["batch"] * conv["channels"] ** 2 * conv["kernel"] ** 2 * conv["size"] ** 2
-    assert conv["flops_counted"] == pytest.approx(textbook, rel=0.2)
+    assert conv["flops_counted"] == textbook
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_training_steps(quick):
     results = quick["report"]["results"]
     for model in ("cycle_gan", "pix2pix"):
@@ -220,19 +273,17 @@ def test_quick_training_steps(quick):
             # Above 100% is possible: the yardstick is one forward conv, and where bf16 is emulated
             # (no avx512_bf16/AMX) the model's bf16 backward kernels can beat it.
             assert 0 < row["utilisation_of_conv_peak"] < 10
+            assert config in quick["markdown"]
         assert rows["fp32"]["speedup_vs_fp32"] == 1.0
         assert 0 <= rows["fp32"]["data_wait_fraction"] <= 1
-        # FLOPs agree with the estimate from the layer shapes, and (CycleGAN) with the reference
-        # implementation's 1879 GFLOP per 256x256 step, scaled by the pixel count.
-        size = rows["fp32"]["size"]
-        assert rows["fp32"]["flops_per_step"] == pytest.approx(estimated_step_flops(model, size), rel=0.2)
-        reference = {"cycle_gan": 1879e9, "pix2pix": 87e9}[model] * (size / 256) ** 2
-        assert rows["fp32"]["flops_per_step"] == pytest.approx(reference, rel=0.2)
-        for config in rows:
-            assert config in quick["markdown"]
+        # The default networks' FLOPs per network match the analytic count, and in all (CycleGAN)
+        # the reference implementation's 1879 GFLOP per 256x256 step, scaled by the pixel count.
+        assert_flops_match(rows["fp32"], expected_flops_by_network(model, rows["fp32"]["size"], ngf=64, ndf=64))
+        reference = {"cycle_gan": 1879e9, "pix2pix": 87e9}[model] * (rows["fp32"]["size"] / 256) ** 2
+        assert rows["fp32"]["flops_per_step"] == pytest.approx(reference, rel=0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_loop_with_real_data(quick):
     loops = quick["report"]["results"]["loop"]
     assert {r["model"] for r in loops} == {"cycle_gan", "pix2pix"}
@@ -245,7 +296,7 @@ def test_quick_loop_with_real_data(quick):
     assert any(r["config"] == "fp32" for r in loops)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_scaling(quick):
     rows = quick["report"]["results"]["scaling"]
     points = {(r["model"], r["size"], r["batch"]) for r in rows}
@@ -253,13 +304,10 @@ def test_quick_scaling(quick):
     for row in rows:
         _check_timing(row)
         assert _positive(row["flops_per_step"]) and _positive(row["time_vs_smallest"])
-    cycle = {(r["size"], r["batch"]): r for r in rows if r["model"] == "cycle_gan"}
-    # FLOPs grow with the pixels (4x from 32 to 64 px, give or take the discriminator's borders)
-    assert cycle[(64, 1)]["flops_per_step"] / cycle[(32, 1)]["flops_per_step"] == pytest.approx(4, rel=0.1)
-    assert cycle[(64, 2)]["flops_per_step"] == 2 * cycle[(64, 1)]["flops_per_step"]
+        assert_flops_match(row, expected_flops_by_network(row["model"], row["size"], ngf=64, ndf=64))
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_quick_ddp_and_targets(quick):
     report = quick["report"]
     (ddp,) = report["results"]["ddp"]

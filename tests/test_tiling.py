@@ -166,10 +166,10 @@ def resnet_checkpoint(tmp_path_factory):
     return ckpt
 
 
-def run_test_py(images, ckpt, results, *extra):
+def run_test_py(images, ckpt, results, *extra, env: dict | None = None):
     return run_script("test.py", "--dataroot", str(images), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
                       "--norm", "batch", "--ngf", "8", "--no_dropout", "--num_threads", "0", "--eval",
-                      "--checkpoints_dir", str(ckpt), "--results_dir", str(results), *extra)
+                      "--checkpoints_dir", str(ckpt), "--results_dir", str(results), *extra, env=env)
 
 
 def png_size(path) -> tuple[int, int]:

@@ -18,9 +18,11 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, run_script
+from data.image_io import read_image, write_image
 from models import create_model, networks
 from models.saved_generator import infer_architecture
 from models.translator import Translator
+from options.base_options import save_options
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.errors import UserError
@@ -47,9 +49,11 @@ translate_py = load_script(ROOT / "scripts" / "translate.py", "translate_py")
 
 
 def save_run(checkpoints: Path, name: str, flags: list[str]) -> Path:
-    """A run folder as train.py writes it (weights + architecture.json), from the model's own code."""
+    """A run folder as train.py writes it (weights, architecture.json, train_opt.json), from the model's
+    own code."""
     opt = TrainOptions().parse(["--dataroot", "unused", "--name", name, "--checkpoints_dir", str(checkpoints),
                                 "--ndf", "8", "--display_id", "0", *INIT, *flags])
+    save_options(opt)
     torch.manual_seed(0)
     model = create_model(opt, DistContext())
     for name, net in model.named_networks().items():
@@ -61,10 +65,11 @@ def save_run(checkpoints: Path, name: str, flags: list[str]) -> Path:
 
 def give_batch_norm_running_statistics(net: torch.nn.Module) -> None:
     """Running statistics unlike the per-image ones, so that eval and training mode differ."""
+    channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
     with torch.no_grad():
         net.train()
         for _ in range(3):
-            net(torch.rand(2, 3, 32, 32) * 1.6 - 0.4)
+            net(torch.rand(2, channels, 32, 32) * 1.6 - 0.4)
 
 
 def random_png(path: Path, size: tuple[int, int], rng: np.random.Generator) -> None:
@@ -204,6 +209,98 @@ def test_bf16_runs_on_the_cpu_close_to_fp32_and_fp16_asks_for_a_gpu(work):
     assert 0 < np.abs(bf16 - fp32).mean() < 8
     with pytest.raises(UserError, match="fp16 needs a CUDA GPU"):
         Translator.load(work / "ckpt" / "c", device="cpu", precision="fp16")
+
+
+# ---------------------------------------------------------------------------------- 16-bit, float, bands
+GRAY16 = ["--model", "cycle_gan", "--ngf", "8", "--input_nc", "1", "--output_nc", "1"]
+# Domain A: 6-band float32 TIFFs in [-50, 50]; domain B: 2-band .npy in [-25, 25]; trained B -> A.
+BANDS = ["--model", "pix2pix", "--ngf", "8", "--netG", "resnet_6blocks", "--direction", "BtoA", "--input_nc", "2",
+         "--output_nc", "6", "--data_range", "-50", "50", "-25", "25"]
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory) -> Path:
+    """Data beyond 8 bits and runs for them, each with test.py's results: `g16`, a gray CycleGAN on 16-bit
+    PNGs (unaligned), and `bands`, a pix2pix trained BtoA from 2-band .npy to 6-band float TIFFs with
+    per-domain --data_range (two folders paired by name)."""
+    root = tmp_path_factory.mktemp("deep")
+    rng = np.random.default_rng(0)
+    for domain in "AB":
+        (root / "g16" / f"test{domain}").mkdir(parents=True)
+        write_image(str(root / "g16" / f"test{domain}" / "x.png"),
+                    rng.integers(20000, 40000, (28, 36, 1)).astype(np.uint16))
+    (root / "bands" / "testA").mkdir(parents=True)
+    (root / "bands" / "testB").mkdir(parents=True)
+    bands = (rng.random((28, 36, 6)) * 100 - 50).astype(np.float32)
+    write_image(str(root / "bands" / "testA" / "0000.tif"), bands)
+    np.save(root / "bands" / "testB" / "0000.npy", bands[:, :, :2] * 0.5)
+    for name, flags in (("g16", GRAY16), ("bands", BANDS)):
+        save_run(root / "ckpt", name, flags)
+        run_test_py("--dataroot", str(root / name), "--name", name, *flags, "--eval", "--checkpoints_dir",
+                    str(root / "ckpt"), "--results_dir", str(root / "results"))
+    return root
+
+
+def full_precision(deep: Path, name: str, file: str) -> np.ndarray:
+    return read_image(str(deep / "results" / name / "test_latest" / "full_precision" / file))
+
+
+def test_16bit_png_translates_at_16_bits_equal_to_test_py_full_precision_output(deep):
+    image = deep / "g16" / "testA" / "x.png"
+    forward = Translator.load(deep / "ckpt" / "g16", device="cpu")
+    backward = Translator.load(deep / "ckpt" / "g16", direction="BtoA", device="cpu")
+    fake_B = forward.translate(image)
+    assert fake_B.dtype == np.uint16 and fake_B.shape == (28, 36, 1)
+    assert np.array_equal(fake_B, full_precision(deep, "g16", "x_fake_B.png"))
+    assert np.array_equal(backward.translate(deep / "g16" / "testB" / "x.png"),
+                          full_precision(deep, "g16", "x_fake_A.png"))
+    assert (fake_B % 257 != 0).mean() > 0.9 and fake_B.std() > 1000  # not 8-bit values, and they vary
+    # A uint16 array is the same data as its file; a 16-bit PIL image gives a 16-bit PIL image.
+    assert np.array_equal(forward.translate(read_image(str(image))), fake_B)
+    pil = forward.translate(Image.open(image))
+    assert pil.mode == "I;16" and np.array_equal(np.asarray(pil), fake_B[:, :, 0])
+
+
+def test_multiband_float_run_translates_through_its_trained_data_range_equal_to_test_py(deep):
+    translator = Translator.load(deep / "ckpt" / "bands", device="cpu")  # BtoA and the ranges from the run
+    source = deep / "bands" / "testB" / "0000.npy"
+    fake = translator.translate(source)
+    expected = full_precision(deep, "bands", "0000_fake_B.tif")  # test.py names the model's output fake_B
+    assert fake.dtype == np.float32 and fake.shape == (28, 36, 6) and expected.shape == fake.shape
+    assert np.array_equal(fake, expected)
+    assert np.abs(fake).max() > 1  # not [0, 1]
+    assert np.array_equal(translator.translate(np.load(source)), fake)  # a float array: values in that range
+    # BtoA: the output scales with domain A's range; domain B's maps the input.
+    def with_range(*data_range: float) -> np.ndarray:
+        return Translator.load(deep / "ckpt" / "bands", device="cpu", data_range=data_range).translate(source)
+    assert np.allclose(with_range(-100, 100, -25, 25), 2 * fake, rtol=1e-6, atol=1e-4)
+    assert np.abs(with_range(-50, 50, -50, 50) - fake).max() > 0.1
+
+
+def test_translate_command_keeps_dtype_band_count_and_format_of_each_file(deep, tmp_path, capsys):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    two_bands = np.load(deep / "bands" / "testB" / "0000.npy")
+    np.save(inputs / "a.npy", two_bands)
+    write_image(str(inputs / "b.tif"), two_bands[:20, :24])
+    write_image(str(inputs / "c.png"), np.full((16, 20, 2), 30000, np.uint16))  # 16-bit gray + alpha
+    status = translate_py.main([str(inputs), "--checkpoint", str(deep / "ckpt" / "bands"), "--output",
+                                str(tmp_path / "out"), "--device", "cpu"])
+    assert status == 0, capsys.readouterr()
+    assert "translated 3 of 3 files" in capsys.readouterr().out
+    translator = Translator.load(deep / "ckpt" / "bands", device="cpu")
+    assert np.array_equal(np.load(tmp_path / "out" / "a.npy"), translator.translate(inputs / "a.npy"))
+    b = read_image(str(tmp_path / "out" / "b.tif"))
+    assert b.dtype == np.float32 and b.shape == (20, 24, 6)
+    c = read_image(str(tmp_path / "out" / "c.tif"))  # a PNG cannot hold 6 bands: a TIFF instead
+    assert c.dtype == np.uint16 and c.shape == (16, 20, 6)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.npy", "b.tif", "c.tif"]
+    # 16 bits in, 16-bit PNG out, equal to test.py's full-precision output
+    assert translate_py.main([str(deep / "g16" / "testA" / "x.png"), "--checkpoint", str(deep / "ckpt" / "g16"),
+                              "--output", str(tmp_path / "out16"), "--device", "cpu"]) == 0
+    with Image.open(tmp_path / "out16" / "x.png") as written:
+        assert written.format == "PNG" and written.mode.startswith("I;16")
+    assert np.array_equal(read_image(str(tmp_path / "out16" / "x.png")), full_precision(deep, "g16", "x_fake_B.png"))
 
 
 # ---------------------------------------------------------------------------------- threads

@@ -388,6 +388,28 @@ def test_missing_optional_packages_are_user_errors_with_the_pip_command(tmp_path
     assert not (tmp_path / "ck" / "v" / "loss_log.txt").exists()  # stopped before writing anything
 
 
+def test_train_and_test_run_without_dominate_and_visdom_and_say_what_is_missing(paired_root, tmp_path):
+    # As on many GPU machines (scripts/gpu_check.sh relies on it): both imports fail.
+    for name in ("dominate", "visdom"):
+        (tmp_path / "blocked" / name).mkdir(parents=True)
+        (tmp_path / "blocked" / name / "__init__.py").write_text("raise ImportError('blocked by the test')")
+    env = {"PYTHONPATH": str(tmp_path / "blocked")}
+    common = ["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path / "ck"), "--name", "n", "--model", "pix2pix",
+              "--netG", "resnet_6blocks", "--load_size", "32", "--crop_size", "32", "--max_dataset_size", "4",
+              "--ngf", "8", "--ndf", "8", "--num_threads", "0"]
+    trained = run_script("train.py", *common, "--n_epochs", "1", "--n_epochs_decay", "0", "--display_id", "0",
+                         "--display_freq", "1", env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "dominate package, which is not installed" in trained.stdout + trained.stderr
+    assert not (tmp_path / "ck" / "n" / "web" / "index.html").exists()
+    tested = run_script("test.py", *common, "--results_dir", str(tmp_path / "results"), env=env)
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "no results page" in tested.stderr
+    results = tmp_path / "results" / "n" / "test_latest"
+    assert len(list((results / "images").glob("*_fake_B.png"))) == 4 and (results / "metrics.json").exists()
+    assert not (results / "index.html").exists()
+
+
 # ---------------------------------------------------------------------------------- progress, in process
 class FakeClock:
     def __init__(self):

@@ -1,18 +1,22 @@
 """Everything that touches `torch.distributed` lives here: start-up and collectives.
 
-`init_distributed` reads the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE), picks the
-device and backend (NCCL + cuda:LOCAL_RANK when CUDA is used, gloo + CPU otherwise) and returns
-a `DistContext` that the caller passes on. The collectives below ask torch.distributed itself
-whether a process group exists, so they are no-ops in a single process and the training loop has
-no rank branches beyond "only the main process writes".
+`init_distributed` asks `launch_environment` who this process is (torchrun's RANK, LOCAL_RANK,
+WORLD_SIZE; or, for `srun` with one task per GPU, SLURM_PROCID, SLURM_LOCALID and the step's task
+count), picks the device and backend (NCCL + cuda:LOCAL_RANK when CUDA is used, gloo + CPU
+otherwise; `--ddp_backend gloo` for processes sharing one GPU) and returns a `DistContext` that the
+caller passes on. The collectives below ask torch.distributed itself whether a process group
+exists, so they are no-ops in a single process and the training loop has no rank branches beyond
+"only the main process writes".
 """
 from __future__ import annotations
 
 import datetime
 import os
 import random
+import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +26,68 @@ from torch.distributed.elastic.multiprocessing.errors import record as record_er
 from torch import nn
 
 from util.errors import UserError
+
+
+# The rendezvous port of an srun-launched job unless MASTER_PORT is set: derived from the job id,
+# so that every task computes the same one without talking to the others, and below Linux's
+# ephemeral range (32768 and up), so that no outgoing connection on the host already holds it.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 10000, 20000
+_RANGE = r"\d+(?:-\d+)?"
+_HOST = rf"(?:[^,\[\]]|\[{_RANGE}(?:,{_RANGE})*\])+"  # e.g. gpu[01-04,09]-ib
+
+
+@dataclass(frozen=True)
+class LaunchEnvironment:
+    """Who this process is among its peers, as its launcher told it."""
+
+    launcher: str                   # "torchrun", or "srun" (one task per GPU, no torchrun)
+    rank: int
+    local_rank: int
+    world_size: int
+    master_addr: str | None = None  # srun only: torchrun's workers find its store through env://
+    master_port: int | None = None
+
+    @property
+    def rendezvous_url(self) -> str:
+        return "env://" if self.launcher == "torchrun" else f"tcp://{self.master_addr}:{self.master_port}"
+
+
+def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnvironment | None:
+    """This process's place in a multi-process launch, or None when it runs on its own.
+
+    torchrun: RANK, LOCAL_RANK and WORLD_SIZE; they win when present (e.g. srun starting one
+    torchrun per node). srun with one task per process: SLURM_PROCID, SLURM_LOCALID and
+    SLURM_STEP_NUM_TASKS, which srun sets in every task of a job step; the rendezvous is at
+    MASTER_ADDR or else the first host of SLURM_STEP_NODELIST (SLURM_JOB_NODELIST), port
+    MASTER_PORT or else SLURM_PORT_BASE + SLURM_JOB_ID % SLURM_PORT_SPAN. A batch script's own
+    shell has SLURM_NTASKS and SLURM_PROCID=0 but no step variables, so `python train.py` run
+    there stays a single process, as does a one-task step. Malformed values raise a UserError.
+    """
+    def number(name: str, default: str | None = None) -> int:
+        value = environ.get(name, default)
+        if value is None or not value.strip().isdigit():
+            raise UserError(f"environment variable {name}={value!r} is not a non-negative integer; it should "
+                            f"be set by the launcher (torchrun or srun): unset it, or launch the job again.")
+        return int(value)
+
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return LaunchEnvironment("torchrun", number("RANK"), number("LOCAL_RANK", "0"), number("WORLD_SIZE"))
+    if "SLURM_STEP_NUM_TASKS" not in environ or number("SLURM_STEP_NUM_TASKS") <= 1:
+        return None
+    if environ.get("MASTER_ADDR"):
+        master_addr = environ["MASTER_ADDR"]
+    else:
+        nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST", "")
+        if not re.fullmatch(rf"{_HOST}(?:,{_HOST})*", nodelist):
+            raise UserError(f"cannot read the first host of the SLURM node list {nodelist!r} "
+                            f"(SLURM_STEP_NODELIST / SLURM_JOB_NODELIST) to meet the other tasks there; set "
+                            f"MASTER_ADDR to the host name of the node that runs task 0.")
+        first = re.match(_HOST, nodelist).group(0)               # "gpu[07-09,12]-ib"
+        master_addr = re.sub(r"\[(\d+)[^\]]*\]", r"\1", first)  # "gpu07-ib", as scontrol lists it first
+    master_port = (number("MASTER_PORT") if environ.get("MASTER_PORT")
+                   else SLURM_PORT_BASE + number("SLURM_JOB_ID", "0") % SLURM_PORT_SPAN)
+    return LaunchEnvironment("srun", number("SLURM_PROCID"), number("SLURM_LOCALID", "0"),
+                             number("SLURM_STEP_NUM_TASKS"), master_addr, master_port)
 
 
 @dataclass(frozen=True)
@@ -43,47 +109,63 @@ class DistContext:
         return self.rank == 0
 
 
-def launched_by_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    """`--device auto|cpu|cuda` to a concrete device (cuda:LOCAL_RANK under torchrun)."""
+    """`--device auto|cpu|cuda` to a concrete device: cuda:LOCAL_RANK when processes share a node's
+    GPUs, cuda:0 when each process sees a single GPU (srun --gpus-per-task=1, or one GPU shared)."""
     if requested == "cpu":
         return torch.device("cpu")
     if requested == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda was given but PyTorch sees no CUDA GPU on this machine; "
                         "use --device cpu (or --device auto) to train on the CPU.")
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", local_rank)
+        visible = torch.cuda.device_count()
+        if visible > 1 and local_rank >= visible:
+            raise UserError(f"process {local_rank} on this node would use cuda:{local_rank}, but only {visible} GPUs "
+                            f"are visible: start at most {visible} processes per node (--nproc_per_node, "
+                            f"--ntasks-per-node), or give each process one GPU (CUDA_VISIBLE_DEVICES).")
+        return torch.device("cuda", local_rank if visible > 1 else 0)
     return torch.device("cpu")
 
 
-def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
-    """Start this process: under torchrun join the process group, otherwise run alone.
+def pick_backend(requested: str, device: torch.device) -> str:
+    """`--ddp_backend auto|nccl|gloo` to a backend: auto is NCCL on CUDA and gloo on the CPU. NCCL
+    needs a GPU of its own per process; gloo also runs with CUDA tensors, so several processes
+    can share one GPU (slower; meant for testing the multi-process path on one GPU)."""
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise UserError(f"--ddp_backend nccl needs CUDA GPUs, but this run uses the {device.type}; use "
+                        f"--ddp_backend gloo (or auto), or --device cuda on a GPU machine.")
+    return requested
 
-    The device is set before the process group is created, and given to it, so that NCCL
+
+def init_distributed(device: str = "auto", timeout_s: float = 1800.0, backend: str = "auto") -> DistContext:
+    """Start this process: when launched as one of several, join the process group; otherwise run alone.
+
+    The device is set before the process group is created, and given to NCCL, so that its
     barriers know their device instead of guessing.
     """
-    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+    launch = launch_environment()
+    if launch is None or launch.world_size == 1:
         alone = DistContext(device=pick_device(device))
         if alone.device.type == "cuda":
             torch.cuda.set_device(alone.device)
         return alone
 
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    world = int(os.environ["WORLD_SIZE"])
+    rank, local_rank, world = launch.rank, launch.local_rank, launch.world_size
     chosen = pick_device(device, local_rank)
-    backend = "nccl" if chosen.type == "cuda" else "gloo"
+    backend = pick_backend(backend, chosen)
     timeout = datetime.timedelta(seconds=timeout_s)
     # torchrun may hand restarted workers the same key-value store as the workers they replace;
     # without a fresh key prefix per restart, the new processes read the dead ones' addresses
     # and fail to connect. (Seen with gloo and --max-restarts on torch 2.14.)
-    store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+    store, _, _ = next(dist.rendezvous(launch.rendezvous_url, rank, world, timeout=timeout))
     store = dist.PrefixStore(f"img2img/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
     if chosen.type == "cuda":
         torch.cuda.set_device(chosen)
+    if backend == "nccl":
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
                                 device_id=chosen)
     else:
@@ -211,13 +293,17 @@ def unwrap(module: nn.Module) -> nn.Module:
 def report_user_error(message: str) -> None:
     """Print a user error once: every rank hits most of them alike, so only rank 0 speaks,
     except when this rank alone failed (e.g. an unreadable image only it loaded)."""
-    env_rank = dist.get_rank() if is_distributed() else int(os.environ.get("RANK", "0"))
+    try:  # the launcher's rank: the error may come before the process group exists
+        launch = launch_environment()
+    except UserError:
+        launch = None
+    env_rank = launch.rank if launch is not None else 0
     if env_rank == 0:
         print(message, file=sys.stderr, flush=True)
     else:
-        # Most user errors (flags, dataset folder) hit every rank alike; torchrun stops the other
-        # ranks as soon as rank 0 exits with the same message, so waiting a moment keeps it to one
-        # copy. If rank 0 is fine (this rank alone read a bad file), we say who failed.
+        # Most user errors (flags, dataset folder) hit every rank alike; the launcher (torchrun,
+        # srun --kill-on-bad-exit) stops the other ranks as soon as rank 0 exits with the same
+        # message, so waiting a moment keeps it to one copy. If rank 0 is fine (this rank alone read a bad file), we say who failed.
         time.sleep(3.0)
         print(f"[rank {env_rank}] {message}", file=sys.stderr, flush=True)
 

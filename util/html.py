@@ -10,9 +10,14 @@ from __future__ import annotations
 import os
 from urllib.parse import quote
 
-import dominate
-from dominate.util import raw
-from dominate.tags import a, div, h1, h3, img, meta, p, style, table, td, tr
+try:  # needed only for the pages: without it train.py and test.py run on and say that no page is written
+    import dominate
+    from dominate.tags import a, div, h1, h3, img, meta, p, style, table, td, tr
+    from dominate.util import raw
+except ImportError:
+    dominate = None
+
+MISSING = "the HTML pages are written with the dominate package, which is not installed (`pip install dominate`)"
 
 PAGE_CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; color: #222; }
@@ -26,13 +31,18 @@ img { display: block; margin: 0 auto; background: #eee; }
 """
 
 
+def available() -> bool:
+    """Whether pages can be written (dominate is installed)."""
+    return dominate is not None
+
+
 def image_href(name: str) -> str:
     """The relative URL of `images/<name>`, quoted so that spaces, '#' or '?' in file names work."""
     return "images/" + quote(name.replace(os.sep, "/"))
 
 
 class HTML:
-    """A page in `web_dir/index.html` with images stored in `web_dir/images/`."""
+    """A page in `web_dir/index.html` with images stored in `web_dir/images/` (needs `available()`)."""
 
     def __init__(self, web_dir: str, title: str, refresh: int = 0):
         self.title = title

@@ -17,33 +17,27 @@ import numpy as np
 import torch
 
 from data.base_dataset import data_ranges
-from data.image_io import NUMPY_EXTENSIONS, TIFF_EXTENSIONS, ValueRange, from_network, probe_image, write_image
+from data.image_io import NUMPY_EXTENSIONS, ValueRange, from_network, output_extension, probe_image, write_image
 
 FOLDER = "full_precision"  # beside images/ in the results folder
 
 
-def visual_domain(label: str) -> str:
-    """The domain ("A" or "B") whose data a visual holds: real_A, rec_A, fake_A -> A; real_B, fake_B,
-    rec_B -> B; identity images idt_A = G_A(B) -> B and idt_B -> A; the test model's real -> A (its
-    input) and fake -> B."""
+def visual_domain(label: str, direction: str = "AtoB") -> str:
+    """The dataset's domain ("A" or "B") whose data a visual holds: real_A, rec_A, fake_A -> A; real_B,
+    fake_B, rec_B -> B; identity images idt_A = G_A(B) -> B and idt_B -> A; the test model's real -> A
+    (its input) and fake -> B. The models' A is their input side (models/base_model.paired_input), so
+    with `direction` BtoA labels ending in _A hold domain B and those ending in _B domain A."""
     if label.startswith("idt_"):
-        return "B" if label.endswith("_A") else "A"
-    if label.endswith(("_A", "_B")):
-        return label[-1]
-    return "B" if label.startswith("fake") else "A"
+        side = "B" if label.endswith("_A") else "A"
+    elif label.endswith(("_A", "_B")):
+        side = label[-1]
+    else:  # the test model's real and fake (it reads one folder as domain A), colorization's *_rgb
+        return "B" if label.startswith("fake") else "A"
+    return side if direction != "BtoA" else {"A": "B", "B": "A"}[side]
 
 
 def _needs_full_precision(ext: str, dtype: np.dtype, channels: int) -> bool:
     return dtype != np.uint8 or channels not in (1, 3) or ext in NUMPY_EXTENSIONS
-
-
-def _extension_for(source_ext: str, dtype: np.dtype, channels: int) -> str:
-    """The source's extension when its format holds `channels` channels of `dtype`, else .tif."""
-    if source_ext in NUMPY_EXTENSIONS + TIFF_EXTENSIONS:
-        return source_ext
-    if source_ext == ".png" and dtype in (np.uint8, np.uint16) and channels <= 4:
-        return source_ext
-    return ".tif"
 
 
 def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sample: Mapping[str, list[str]],
@@ -55,7 +49,7 @@ def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sampl
     name = os.path.splitext(os.path.basename(sources["A"]))[0]
     written = []
     for label, tensor in visuals.items():
-        domain = visual_domain(label)
+        domain = visual_domain(label, opt.direction)
         source = sources[domain] if label not in ("real", "fake") else sources["A"]
         info = probe_image(source)
         ext = os.path.splitext(source)[1].lower()
@@ -63,7 +57,7 @@ def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sampl
         if not _needs_full_precision(ext, info.dtype, channels):
             continue
         value_range = ValueRange.for_dtype(info.dtype, ranges[domain])
-        path = os.path.join(folder, f"{name}_{label}{_extension_for(ext, info.dtype, channels)}")
+        path = os.path.join(folder, f"{name}_{label}{output_extension(ext, info.dtype, channels)}")
         os.makedirs(folder, exist_ok=True)
         write_image(path, from_network(tensor[0], value_range, info.dtype),
                     alpha=info.alpha and channels == info.channels)

@@ -99,6 +99,10 @@ class Visualizer:
         self.tb_writer = self._start_tensorboard() if getattr(opt, "use_tensorboard", False) else None
         self.wandb_run = self._start_wandb() if opt.use_wandb else None
         self.vis = self._connect_visdom() if self.display_id > 0 else None
+        if self.use_html and not html.available():  # a display, like visdom: training goes on without it
+            self._say(f"warning: {html.MISSING}; training goes on without web/index.html. Pass --no_html to "
+                      f"silence this.")
+            self.use_html = False
         self.web_dir = os.path.join(self.run_dir, "web")
         self.img_dir = os.path.join(self.web_dir, "images")
         if self.use_html:

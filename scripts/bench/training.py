@@ -1,0 +1,89 @@
+"""The model, options and batches of a measurement, built as train.py builds them."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import torch
+
+from bench.environment import ROOT
+from bench.flops import count_network_flops
+
+
+def load_size_for(size: int) -> int:
+    """The reference's 286/256 ratio between --load_size and --crop_size."""
+    return round(size * 286 / 256)
+
+
+def build_options(spec: dict, dataroot: str | None = None):
+    """train.py's options for a job spec (model, size, batch, device, speed settings, extra_args)."""
+    from options.train_options import TrainOptions
+    size = int(spec["size"])
+    argv = ["--dataroot", dataroot or str(ROOT), "--model", spec["model"], "--name", "benchmark",
+            "--checkpoints_dir", spec.get("checkpoints_dir") or tempfile.mkdtemp(prefix="bench_ckpt_"),
+            "--crop_size", str(size), "--load_size", str(load_size_for(size)),
+            "--batch_size", str(spec.get("batch", 1)), "--seed", "0", "--device", spec.get("device", "auto"),
+            "--display_id", "0", "--amp", spec.get("amp", "none")]
+    argv += [flag for key, flag in (("channels_last", "--channels_last"), ("compile", "--compile"),
+                                    ("fused_adam", "--fused_adam")) if spec.get(key)]
+    argv += list(spec.get("extra_args", []))
+    return TrainOptions().parse(argv)
+
+
+def build_model(opt, ctx, straightforward: bool = False):
+    """The model as train.py builds it, or (`straightforward`) the step written plainly."""
+    from models import create_model
+    from util.seeding import seed_everything
+    seed_everything(0)
+    if straightforward:
+        from straightforward_step import build_straightforward
+        return build_straightforward(opt, ctx.device)
+    model = create_model(opt, ctx, 0)
+    model.setup(opt)
+    return model
+
+
+def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
+    """Images in [-1, 1] shaped as the datasets deliver them (on the CPU, as from the loader)."""
+    generator = torch.Generator().manual_seed(seed)
+    size = opt.crop_size
+
+    def images(channels: int) -> torch.Tensor:
+        return torch.rand(batch, channels, size, size, generator=generator) * 2 - 1
+
+    a_nc, b_nc = (opt.input_nc, opt.output_nc) if opt.direction == "AtoB" else (opt.output_nc, opt.input_nc)
+    return {"A": images(a_nc), "B": images(b_nc),
+            "A_paths": [f"synthetic_A_{i}" for i in range(batch)],
+            "B_paths": [f"synthetic_B_{i}" for i in range(batch)]}
+
+
+def count_step_flops(model, opt) -> tuple[int, dict]:
+    """FLOPs of one optimize_parameters() with a batch of one image: the total and
+    {network: {"forward": .., "backward": ..}} (conv and matmul FLOPs are per image, so a batch
+    of b costs exactly b times this)."""
+    model.set_input(synthetic_batch(opt, 1, seed=1))
+    return count_network_flops(model.optimize_parameters, model.named_networks())
+
+
+def check_losses_finite(model) -> None:
+    """A configuration that trains on NaN is broken, not fast: fail its measurement."""
+    losses = {name: float(value) for name, value in model.get_current_losses().items()}
+    broken = [name for name, value in losses.items() if not math.isfinite(value)]
+    if broken:
+        raise RuntimeError(f"non-finite losses after the timed steps ({', '.join(broken)}): this configuration "
+                           f"does not train correctly, so its time is not reported")
+
+
+def make_context(device: str, threads: int | None = None):
+    """A single-process DistContext on the device train.py would pick; `threads` compute threads."""
+    from util.distributed import DistContext, pick_device
+    if threads:
+        torch.set_num_threads(int(threads))
+    return DistContext(device=pick_device(device))
+
+
+def common_fields(device: torch.device) -> dict:
+    """Fields every job's result carries."""
+    return {"device": str(device), "threads": torch.get_num_threads(),
+            "load_avg_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
