@@ -306,8 +306,17 @@ class BaseModel(ABC):
         }
 
     def load_shared_training_state(self, state: dict) -> None:
+        where = os.path.join(self.save_dir, "*_train_state.pth")
+        saved = state["networks"]
+        if set(saved) != set(self.model_names):
+            raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved))}, but "
+                            f"--model {self.opt.model} has {', '.join(self.model_names)}: it was saved by another "
+                            f"model; pass the --model it was trained with, or choose another --name.")
         for name, net in self.named_networks().items():
-            distributed.unwrap(net).load_state_dict(state["networks"][name])
+            try:
+                distributed.unwrap(net).load_state_dict(saved[name])
+            except RuntimeError as err:
+                raise UserError(self._mismatch_message(where, err)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
