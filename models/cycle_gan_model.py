@@ -65,14 +65,24 @@ class CycleGANModel(BaseModel):
             self.optimizer_D = self.make_adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()))
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
-    def rank_training_state(self) -> dict:
-        state = super().rank_training_state()
+    # The image pools are global under DDP (util/image_pool.py): identical on every rank, so they are
+    # saved once with the shared state and a run resumes exactly with any number of processes.
+    def shared_training_state(self) -> dict:
+        state = super().shared_training_state()
         if self.isTrain:
-            state.update(fake_A_pool=self.fake_A_pool.state_dict(), fake_B_pool=self.fake_B_pool.state_dict())
+            state["image_pools"] = {"fake_A_pool": self.fake_A_pool.state_dict(),
+                                    "fake_B_pool": self.fake_B_pool.state_dict()}
         return state
+
+    def load_shared_training_state(self, state: dict) -> None:
+        super().load_shared_training_state(state)
+        self._load_pools(state.get("image_pools", {}))
 
     def load_rank_training_state(self, state: dict) -> None:
         super().load_rank_training_state(state)
+        self._load_pools(state)  # training states written before the pools became global kept them per rank
+
+    def _load_pools(self, state: dict) -> None:
         if self.isTrain and "fake_A_pool" in state:
             self.fake_A_pool.load_state_dict(state["fake_A_pool"], self.device)
             self.fake_B_pool.load_state_dict(state["fake_B_pool"], self.device)
