@@ -307,14 +307,14 @@ class BaseModel(ABC):
 
     def load_shared_training_state(self, state: dict) -> None:
         where = os.path.join(self.save_dir, "*_train_state.pth")
-        saved = state["networks"]
-        if set(saved) != set(self.model_names):
-            raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved))}, but "
-                            f"--model {self.opt.model} has {', '.join(self.model_names)}: it was saved by another "
-                            f"model; pass the --model it was trained with, or choose another --name.")
+        saved_networks = state["networks"]
+        if set(saved_networks) != set(self.model_names):
+            raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved_networks))}, "
+                            f"but --model {self.opt.model} has {', '.join(self.model_names)}: it was saved by "
+                            f"another model; pass the --model it was trained with, or choose another --name.")
         for name, net in self.named_networks().items():
             try:
-                distributed.unwrap(net).load_state_dict(saved[name])
+                distributed.unwrap(net).load_state_dict(saved_networks[name])
             except RuntimeError as err:
                 raise UserError(self._mismatch_message(where, err)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):

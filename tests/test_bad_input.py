@@ -10,6 +10,8 @@ background of the test session (see `corpus`), so the whole table takes about a 
 refused by the option parser (`parse_only`) run its `parse(argv)` -- the scripts' first step --
 in the test process instead: the same exit status and output, without 3 s of interpreter start-up
 each; a few such refusals also run as full subprocesses to keep the scripts' path covered.
+What a case is and how it runs: tests/bad_input_kit.py; the flag and path cases:
+tests/bad_flags_and_paths.py; the image cases are here.
 """
 from __future__ import annotations
 
@@ -21,9 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +31,10 @@ import pytest
 import torch
 from PIL import Image
 
+from bad_flags_and_paths import FLAG_AND_PATH_CASES
+from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
+                           run_args)
 from conftest import FAST_FLAGS, ROOT, run_script
-
-SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0"]
-PIX = ["--model", "pix2pix", "--netG", "resnet_6blocks"]
 
 
 def assert_user_error(result, *must_name: str) -> str:
@@ -75,76 +75,7 @@ def preexisting_checkpoint(ckpt: Path, name: str = "bad", net: str = "G") -> tup
 
 
 # ================================================================================== the corpus
-NAME = "corpus"  # --name of every corpus run
-CYCLE = ["--model", "cycle_gan"]  # reads trainA/trainB
-
-
-@dataclass
-class Setup:
-    """What a case built: the arguments after the script name and what to look for afterwards."""
-    args: list[str]
-    stderr_has: tuple = ()    # fragments the (error or warning) output must contain
-    stdout_has: tuple = ()    # e.g. proof that training had started before a file failed
-    stderr_lacks: tuple = ()  # e.g. a convertible image: no message about it at all
-    after: Callable[[], None] | None = None  # more checks once the run is over (raise to fail)
-    env: dict[str, str] = field(default_factory=dict)  # extra environment of the run
-    cleanup: list[Callable[[], None]] = field(default_factory=list)  # always run, even on failure
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str                               # reads as the spec: "<input> is refused naming <what>"
-    build: Callable[[Path], Setup]        # makes the input in an empty folder; run folder is <folder>/ck/corpus
-    exit: int                             # 2 refused (one "error: ..." line), 0 proceeds
-    script: str = "train.py"
-    heavy: bool = False                   # trains a model; started first so the table finishes sooner
-    parse_only: bool = False              # refused by the option parser: run in-process (module docstring)
-
-    def __repr__(self) -> str:
-        return self.id
-
-
-@dataclass
-class Outcome:
-    result: subprocess.CompletedProcess
-    setup: Setup
-    guards: dict[Path, bytes]             # checkpoints in the run folder before the run, and their bytes
-
-
-# ---------------------------------------------------------------------------------- input builders
-def _pixels(seed: int, h: int = 32, w: int = 64, channels: int = 3) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (h, w, channels), dtype=np.uint8)
-
-
-def aligned(folder: Path, count: int = 2, make: Callable[[int], Image.Image] | None = None,
-            ext: str = ".png") -> list[Path]:
-    """`count` A|B images (32x64, A and B 32x32) named 0000.png, 0001.png, ..."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(count):
-        img = make(i) if make else Image.fromarray(_pixels(i))
-        path = folder / f"{i:04d}{ext}"
-        img.save(path)
-        paths.append(path)
-    return paths
-
-
-def mode_of(path: Path) -> str:
-    with Image.open(path) as img:
-        return img.mode
-
-
-def run_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
-    return ["--dataroot", str(data or work / "data"), "--name", NAME, "--checkpoints_dir", str(work / "ck"),
-            *FAST_FLAGS, *SMALL, *extra]
-
-
-def eval_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
-    return ["--dataroot", str(data or work / "data"), "--name", NAME, "--checkpoints_dir", str(work / "ck"),
-            "--results_dir", str(work / "results"), *PIX, "--ngf", "8", "--num_threads", "0",
-            "--load_size", "32", "--crop_size", "32", *extra]
-
-
+# ---------------------------------------------------------------------------------- image inputs
 def with_bad_file(work: Path, content: bytes, index: int = 0, count: int = 3) -> Path:
     paths = aligned(work / "data" / "train", count)
     paths[index].write_bytes(content)
@@ -168,7 +99,7 @@ def b_empty_dataroot(work):
 def b_missing_trainB(work):
     for i in range(2):
         (work / "data" / "trainA").mkdir(parents=True, exist_ok=True)
-        Image.fromarray(_pixels(i, 32, 32)).save(work / "data" / "trainA" / f"{i}.png")
+        Image.fromarray(random_pixels(i, 32, 32)).save(work / "data" / "trainA" / f"{i}.png")
     return Setup(run_args(work, *CYCLE), stderr_has=(work / "data" / "trainB", "--dataroot"))
 
 
@@ -189,7 +120,7 @@ def b_git_lfs_pointer(work):
 
 def b_unreadable_header(work):
     png = (work / "probe.png")
-    Image.fromarray(_pixels(0)).save(png)
+    Image.fromarray(random_pixels(0)).save(png)
     bad = with_bad_file(work, png.read_bytes()[:40], index=1)  # signature and part of the IHDR chunk
     return Setup(run_args(work, *PIX), stderr_has=(bad, "cannot read image"))
 
@@ -231,20 +162,20 @@ def b_one_pixel_preprocess_none(work):
 
 def b_mixed_sizes_in_a_batch(work):
     paths = aligned(work / "data" / "train", 3)
-    Image.fromarray(_pixels(9, 48, 96)).save(paths[2])  # A and B 48x48 instead of 32x32
+    Image.fromarray(random_pixels(9, 48, 96)).save(paths[2])  # A and B 48x48 instead of 32x32
     return Setup(run_args(work, *PIX, "--preprocess", "none", "--batch_size", "2"),
                  stderr_has=(paths[0], paths[2], "--batch_size 2", "32x32", "48x48"))
 
 
 def b_odd_width(work):
     paths = aligned(work / "data" / "train", 3)
-    Image.fromarray(_pixels(5, 32, 63)).save(paths[1])
+    Image.fromarray(random_pixels(5, 32, 63)).save(paths[1])
     return Setup(run_args(work, *PIX), stderr_has=(paths[1], "63x32", "even width", f"re-save {paths[1]} as A|B"))
 
 
 def b_rgba(work):
     def make(i):
-        px = _pixels(i, channels=4)
+        px = random_pixels(i, channels=4)
         px[:8, :, 3] = 0  # a fully transparent band
         return Image.fromarray(px)
     paths = aligned(work / "data" / "train", 2, make)
@@ -261,17 +192,17 @@ def b_16bit(work):
 
 
 def b_gray_with_input_nc_3(work):
-    paths = aligned(work / "data" / "train", 2, lambda i: Image.fromarray(_pixels(i)).convert("L"))
+    paths = aligned(work / "data" / "train", 2, lambda i: Image.fromarray(random_pixels(i)).convert("L"))
     return Setup(run_args(work, *PIX, "--input_nc", "3", "--output_nc", "3"), stderr_lacks=(paths[0],))
 
 
 def b_other_modes(work):
-    makers = [lambda i: Image.fromarray(_pixels(i)).convert("P"),     # palette
-              lambda i: Image.fromarray(_pixels(i, channels=4)).convert("LA"),  # gray + alpha
-              lambda i: Image.fromarray(_pixels(i)).convert("1")]     # 1 bit
+    makers = [lambda i: Image.fromarray(random_pixels(i)).convert("P"),     # palette
+              lambda i: Image.fromarray(random_pixels(i, channels=4)).convert("LA"),  # gray + alpha
+              lambda i: Image.fromarray(random_pixels(i)).convert("1")]     # 1 bit
     paths = aligned(work / "data" / "train", 3, lambda i: makers[i](i))
     cmyk = work / "data" / "train" / "0003.jpg"
-    Image.fromarray(_pixels(3)).convert("CMYK").save(cmyk)
+    Image.fromarray(random_pixels(3)).convert("CMYK").save(cmyk)
     return Setup(run_args(work, *PIX, "--input_nc", "1"), stderr_lacks=(*paths, cmyk))
 
 
@@ -343,103 +274,6 @@ def b_second_concurrent_run(work):
                  after=after, cleanup=[stop_first])
 
 
-# ---------------------------------------------------------------------------------- flags and paths
-def flag_refused(*flags: str, names: tuple = (), script: str = "train.py") -> Callable[[Path], Setup]:
-    """Valid input except `flags`; the refusal must name the flag (and `names`)."""
-    def build(work: Path) -> Setup:
-        aligned(work / "data" / ("train" if script == "train.py" else "test"), 2)
-        args = run_args(work, *PIX, *flags) if script == "train.py" else eval_args(work, *flags)
-        return Setup(args, stderr_has=(flags[0], *names))
-    return build
-
-
-def flag_case(*flags: str, names: tuple = (), script: str = "train.py", parse_only: bool = True) -> Case:
-    return Case(f"{' '.join(flags)} is refused by {script} naming {flags[0]}",
-                flag_refused(*flags, names=names, script=script), 2, script=script, parse_only=parse_only)
-
-
-def a_file(work: Path) -> Path:
-    path = work / "notes.txt"
-    path.write_text("a regular file where a folder is expected\n")
-    return path
-
-
-def b_checkpoints_dir_under_a_file(work):
-    aligned(work / "data" / "train", 2)
-    args = run_args(work, *PIX) + ["--checkpoints_dir", str(a_file(work) / "ck")]
-    return Setup(args, stderr_has=("--checkpoints_dir", a_file(work), "is a file"))
-
-
-def b_results_dir_under_a_file(work):
-    aligned(work / "data" / "test", 1)
-    args = eval_args(work) + ["--results_dir", str(a_file(work) / "results")]
-    return Setup(args, stderr_has=("--results_dir", a_file(work), "is a file"))
-
-
-def b_dataroot_is_a_file(work):
-    return Setup(run_args(work, *PIX, data=a_file(work)), stderr_has=("--dataroot", a_file(work), "is a file"))
-
-
-def b_gpu_ids_without_cuda(work):
-    aligned(work / "data" / "train", 2)
-    setup = Setup(run_args(work, *PIX, "--gpu_ids", "0"), stderr_has=("--gpu_ids 0", "no CUDA GPU"),
-                  stderr_lacks=("--device cuda",), env={"CUDA_VISIBLE_DEVICES": ""})  # no GPU on any machine
-    return setup
-
-
-def b_continue_train_without_checkpoint(work):
-    aligned(work / "data" / "train", 2)
-    return Setup(run_args(work, *PIX, "--continue_train", "--name", "never_trained"),
-                 stderr_has=("--continue_train", work / "ck" / "never_trained"))
-
-
-def trained_pix2pix(work: Path) -> None:
-    """A real (tiny) pix2pix run in the case's run folder: weights, training state, architecture.json."""
-    aligned(work / "data" / "train", 2)
-    first = run_script("train.py", *run_args(work, *PIX))
-    assert first.returncode == 0, first.stderr[-3000:]
-
-
-def b_resume_with_another_model(work):
-    from util.training_state import FORMAT_VERSION, STATE_SUFFIX
-    run_dir = work / "ck" / NAME
-    run_dir.mkdir(parents=True)
-    torch.save({"format": FORMAT_VERSION, "progress": {"epoch": 1, "images_done": 1, "total_iters": 1}, "seed": 0,
-                "world_size": 1, "model": {"networks": {"G": {}, "D": {}}}, "ranks": []},  # a pix2pix run's
-               run_dir / f"latest{STATE_SUFFIX}")
-    for domain in ("trainA", "trainB"):
-        (work / "data" / domain).mkdir(parents=True)
-        for i in range(2):
-            Image.fromarray(_pixels(i, 32, 32)).save(work / "data" / domain / f"{i}.png")
-    return Setup(run_args(work, *CYCLE, "--continue_train"), stderr_has=("--model cycle_gan", "D, G", "another model"))
-
-
-def b_resume_with_another_netG(work):
-    trained_pix2pix(work)
-    return Setup(run_args(work, "--model", "pix2pix", "--netG", "resnet_9blocks", "--continue_train"),
-                 stderr_has=("train_state.pth", "--netG resnet_6blocks", "--netG resnet_9blocks"))
-
-
-def b_checkpoint_saved_from_ddp_wrapper(work):
-    from models import networks  # here, not at import: the corpus builds it in its own folder
-    aligned(work / "data" / "test", 1)
-    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", True)  # eval_args: pix2pix's defaults
-    ckpt = work / "ck" / NAME / "latest_net_G.pth"
-    ckpt.parent.mkdir(parents=True)
-    torch.save({f"module.{key}": value for key, value in net.state_dict().items()}, ckpt)
-    return Setup(eval_args(work), stdout_has=(f"note: {ckpt}", "'module.'"))
-
-
-def b_reference_norm_name(norm: str) -> Callable[[Path], Setup]:
-    def build(work):
-        aligned(work / "data" / "train", 2)
-        return Setup(run_args(work, *PIX, "--norm", norm), stdout_has=(f"norm: {NORM_MEANS[norm]}",))
-    return build
-
-
-NORM_MEANS = {"sync_batch": "syncbatch", "sync_instance": "instance"}  # what opt.txt shows
-
-
 CASES = [
     # dataset folders
     Case("empty dataroot folder is refused naming it", b_empty_dataroot, 2),
@@ -476,90 +310,8 @@ CASES = [
     # the run folder
     Case("second concurrent run on the same --name is refused by the run lock naming the folder",
          b_second_concurrent_run, 2, heavy=True),
-    # numbers out of range, refused when parsed, naming the flag and the allowed range
-    flag_case("--batch_size", "0", names=(">= 1",), parse_only=False),
-    flag_case("--max_dataset_size", "0", names=(">= 1",)),
-    flag_case("--load_size", "0", "--crop_size", "0", names=(">= 1",)),
-    flag_case("--crop_size", "-32", names=(">= 1",)),
-    flag_case("--ngf", "0"),
-    flag_case("--num_threads", "-1", names=(">= 0",)),
-    flag_case("--lr", "-1", names=("> 0",)),
-    flag_case("--beta1", "1.5", names=("< 1",)),
-    flag_case("--save_epoch_freq", "0"),
-    flag_case("--lr_decay_iters", "0", "--lr_policy", "step"),
-    flag_case("--display_port", "70000", names=("65535",)),
-    flag_case("--display_ncols", "-1"),
-    flag_case("--ddp_timeout", "0"),
-    flag_case("--lambda_L1", "-100"),
-    flag_case("--n_epochs", "0", "--n_epochs_decay", "0", names=("no epoch",)),
-    flag_case("--epoch_count", "5", names=("past the last epoch",)),
-    flag_case("--suffix", "{nosuch}", names=("nosuch",)),
-    flag_case("--gpu_ids", "zero"),
-    flag_case("--dataset_mode", "single", names=("aligned", "unaligned")),
-    flag_case("--display_winsize", "0", script="test.py"),
-    flag_case("--num_test", "0", script="test.py", parse_only=False),
-    flag_case("--aspect_ratio", "0", script="test.py"),
-    flag_case("--load_iter", "-1", script="test.py"),
-    flag_case("--tile", "-5", script="test.py"),
-    Case("--gpu_ids 0 without a GPU is refused naming --gpu_ids, not --device", b_gpu_ids_without_cuda, 2),
-    # paths
-    Case("--checkpoints_dir under a regular file is refused naming it", b_checkpoints_dir_under_a_file, 2,
-         parse_only=True),
-    Case("--results_dir under a regular file is refused by test.py naming it", b_results_dir_under_a_file, 2,
-         script="test.py", parse_only=True),
-    Case("--dataroot naming a regular file is refused saying it is a file", b_dataroot_is_a_file, 2),
-    Case("--continue_train without any checkpoint is refused naming the run folder", b_continue_train_without_checkpoint,
-         2),
-    Case("--continue_train with another --model is refused naming the models", b_resume_with_another_model, 2),
-    Case("--continue_train with another --netG is refused naming the --netG it was trained with",
-         b_resume_with_another_netG, 2, heavy=True),
-    # what the reference writes or documents, accepted
-    Case("checkpoint saved from a DDP wrapper (module. keys) loads in test.py with a note",
-         b_checkpoint_saved_from_ddp_wrapper, 0, script="test.py"),
-    Case("--norm sync_batch from the reference README trains (as syncbatch)", b_reference_norm_name("sync_batch"), 0,
-         heavy=True),
-    Case("--norm sync_instance from the reference README trains (as instance)", b_reference_norm_name("sync_instance"),
-         0, heavy=True),
+    *FLAG_AND_PATH_CASES,
 ]
-
-
-def parse_in_process(script: str, args: list[str], capsys) -> subprocess.CompletedProcess:
-    """What `script` does with `args` up to the end of option parsing, as a finished process."""
-    from options.test_options import TestOptions
-    from options.train_options import TrainOptions
-
-    capsys.readouterr()
-    try:
-        (TrainOptions if script == "train.py" else TestOptions)().parse(args)
-        code = 0  # accepted: the script would go on to run
-    except SystemExit as stop:
-        code = stop.code
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
-
-
-def execute(case: Case, work: Path, capsys=None) -> Outcome:
-    """Build the case's input in `work`, run it (in-process with `capsys` for parse_only cases)."""
-    setup = case.build(work)
-    try:
-        guards = {}
-        for net in ("G", "G_A"):  # a pix2pix and a cycle_gan checkpoint from an earlier run
-            path = work / "ck" / NAME / f"latest_net_{net}.pth"
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"weight": torch.arange(6.0)}, path)
-            guards[path] = path.read_bytes()
-        if case.parse_only:
-            assert not setup.env, "parse_only cases run in the test process, whose environment stays"
-            result = parse_in_process(case.script, setup.args, capsys)
-        else:
-            result = run_script(case.script, *setup.args, timeout=240, env=setup.env)
-        if setup.after is not None:
-            setup.after()
-    finally:
-        for cleanup in setup.cleanup:
-            cleanup()
-    return Outcome(result, setup, guards)
 
 
 def _selected_cases(session: pytest.Session) -> list[Case]:
