@@ -263,14 +263,16 @@ def gather_objects(obj: Any) -> list[Any]:
 
 
 def all_gather_tensor(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """Every rank's `tensor`, in rank order, on every rank (`[tensor]` in a single process).
+    """Every rank's `tensor`, in rank order, on every rank, on `tensor`'s device (`[tensor]` in a
+    single process).
 
     The shapes may differ between ranks (same number of dimensions): they are exchanged first,
     which waits for the device. No gradient flows back through the result.
     """
     if not is_distributed():
         return [tensor]
-    tensor = tensor.detach().contiguous()
+    home = tensor.device
+    tensor = tensor.detach().to(_collective_device()).contiguous()  # gloo gathers CPU tensors only
     shape = torch.tensor(tensor.shape, dtype=torch.int64, device=tensor.device)
     shapes = [torch.empty_like(shape) for _ in range(dist.get_world_size())]
     dist.all_gather(shapes, shape)
@@ -282,13 +284,16 @@ def all_gather_tensor(tensor: torch.Tensor) -> list[torch.Tensor]:
         padded[tuple(slice(0, n) for n in tensor.shape)] = tensor
     gathered = [torch.empty_like(padded) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, padded)
-    return [part[tuple(slice(0, n) for n in size)] for part, size in zip(gathered, sizes)]
+    return [part[tuple(slice(0, n) for n in size)].to(home) for part, size in zip(gathered, sizes)]
 
 
 def broadcast_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """Rank 0's values of `tensor` (same shape on every rank), in place; `tensor` in a single process."""
     if is_distributed():
-        dist.broadcast(tensor, src=0)
+        moved = tensor.to(_collective_device())
+        dist.broadcast(moved, src=0)
+        if moved is not tensor:
+            tensor.copy_(moved)
     return tensor
 
 
