@@ -10,6 +10,7 @@ Checkpoints, logs and the HTML page go to --checkpoints_dir/--name.
 """
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import time
@@ -62,6 +63,10 @@ def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
     found = find_resume_state(run_dir) if ctx.is_main else None  # rank 0 picks; every rank loads it
     path = distributed.broadcast_object(found[0] if found else None)
     if path is None:
+        if opt.continue_train and not glob.glob(os.path.join(run_dir, f"{opt.epoch}_net_*.pth")):
+            raise UserError(f"--continue_train: {run_dir} holds no checkpoint to continue from (no *_train_state.pth, "
+                            f"no {opt.epoch}_net_*.pth); check --name and --checkpoints_dir, or leave out "
+                            f"--continue_train to start a new run.")
         if opt.continue_train:
             warn0(f"no training state (*_train_state.pth) in {run_dir}: loading the weights of --epoch "
                   f"{opt.epoch} only; optimizers and the learning-rate schedule start afresh.")

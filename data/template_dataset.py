@@ -25,6 +25,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
+from options.flag_types import finite_float
 
 
 class TemplateDataset(BaseDataset):
@@ -36,7 +37,7 @@ class TemplateDataset(BaseDataset):
     @staticmethod
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
         """Add `--new_dataset_option` (an example flag, stored as `self.new_option`)."""
-        parser.add_argument("--new_dataset_option", type=float, default=1.0,
+        parser.add_argument("--new_dataset_option", type=finite_float, default=1.0,
                             help="example flag of the template dataset (unused)")
         return parser
 

@@ -68,6 +68,9 @@ def check_dataset_root(opt: argparse.Namespace) -> None:
     read (`check_image_files`).
     """
     root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
+    if root and os.path.exists(root) and not os.path.isdir(root):
+        raise UserError(f"--dataroot {root} is a file, not a folder; set --dataroot to the dataset folder "
+                        f"(unpack it first if it is an archive).")
     if not root or not os.path.isdir(root):
         raise UserError(f"dataset root {root} does not exist; set --dataroot to the dataset folder.")
     if mode == "unaligned":

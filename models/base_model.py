@@ -229,11 +229,7 @@ class BaseModel(ABC):
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         self._make_grad_scalers()
-        if self.isTrain and getattr(opt, "ema_decay", 0.0) != 0:
-            if not 0 < opt.ema_decay < 1:
-                raise UserError(f"--ema_decay {opt.ema_decay} is not a decay: use a number between 0 and 1 "
-                                f"(e.g. 0.999: the average moves 0.1% of the way to the weights each step), "
-                                f"or 0 for no moving average.")
+        if self.isTrain and getattr(opt, "ema_decay", 0.0) > 0:  # the parser keeps it in [0, 1)
             self.ema = GeneratorEMA(self.generators(), opt.ema_decay)
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
@@ -321,8 +317,17 @@ class BaseModel(ABC):
         }
 
     def load_shared_training_state(self, state: dict) -> None:
+        where = os.path.join(self.save_dir, "*_train_state.pth")
+        saved_networks = state["networks"]
+        if set(saved_networks) != set(self.model_names):
+            raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved_networks))}, "
+                            f"but --model {self.opt.model} has {', '.join(self.model_names)}: it was saved by "
+                            f"another model; pass the --model it was trained with, or choose another --name.")
         for name, net in self.named_networks().items():
-            distributed.unwrap(net).load_state_dict(state["networks"][name])
+            try:
+                distributed.unwrap(net).load_state_dict(saved_networks[name])
+            except RuntimeError as err:
+                raise UserError(self._mismatch_message(where, err)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):

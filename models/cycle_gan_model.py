@@ -12,6 +12,7 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
+from options.flag_types import non_negative_float
 from util import distributed
 from util.errors import UserError
 from util.image_pool import ImagePool
@@ -22,9 +23,9 @@ class CycleGANModel(BaseModel):
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(no_dropout=True)  # default CycleGAN did not use dropout
         if is_train:
-            parser.add_argument("--lambda_A", type=float, default=10.0, help="weight for cycle loss (A -> B -> A)")
-            parser.add_argument("--lambda_B", type=float, default=10.0, help="weight for cycle loss (B -> A -> B)")
-            parser.add_argument("--lambda_identity", type=float, default=0.5,
+            parser.add_argument("--lambda_A", type=non_negative_float, default=10.0, help="weight for cycle loss (A -> B -> A)")
+            parser.add_argument("--lambda_B", type=non_negative_float, default=10.0, help="weight for cycle loss (B -> A -> B)")
+            parser.add_argument("--lambda_identity", type=non_negative_float, default=0.5,
                                 help="use identity mapping. Setting lambda_identity other than 0 has an effect of scaling the weight of the identity mapping loss. For example, if the weight of the identity loss should be 10 times smaller than the weight of the reconstruction loss, please set lambda_identity = 0.1")
         return parser
 
@@ -64,14 +65,24 @@ class CycleGANModel(BaseModel):
             self.optimizer_D = self.make_adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()))
             self.optimizers = [self.optimizer_G, self.optimizer_D]
 
-    def rank_training_state(self) -> dict:
-        state = super().rank_training_state()
+    # The image pools are global under DDP (util/image_pool.py): identical on every rank, so they are
+    # saved once with the shared state and a run resumes exactly with any number of processes.
+    def shared_training_state(self) -> dict:
+        state = super().shared_training_state()
         if self.isTrain:
-            state.update(fake_A_pool=self.fake_A_pool.state_dict(), fake_B_pool=self.fake_B_pool.state_dict())
+            state["image_pools"] = {"fake_A_pool": self.fake_A_pool.state_dict(),
+                                    "fake_B_pool": self.fake_B_pool.state_dict()}
         return state
+
+    def load_shared_training_state(self, state: dict) -> None:
+        super().load_shared_training_state(state)
+        self._load_pools(state.get("image_pools", {}))
 
     def load_rank_training_state(self, state: dict) -> None:
         super().load_rank_training_state(state)
+        self._load_pools(state)  # training states written before the pools became global kept them per rank
+
+    def _load_pools(self, state: dict) -> None:
         if self.isTrain and "fake_A_pool" in state:
             self.fake_A_pool.load_state_dict(state["fake_A_pool"], self.device)
             self.fake_B_pool.load_state_dict(state["fake_B_pool"], self.device)

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import init
 from torch.optim import lr_scheduler
 
+from util import distributed
 from util.errors import UserError
 
 GENERATORS = ("resnet_9blocks", "resnet_6blocks", "unet_256", "unet_128")
@@ -277,7 +278,7 @@ def cal_gradient_penalty(netD: nn.Module, real_data: torch.Tensor, fake_data: to
     elif type == "fake":
         interpolates = fake_data
     elif type == "mixed":
-        alpha = torch.rand(real_data.shape[0], 1, device=real_data.device)
+        alpha = _interpolation_weights(real_data.shape[0], real_data.device)
         alpha = alpha.expand(real_data.shape[0], real_data.nelement() // real_data.shape[0])
         alpha = alpha.contiguous().view(*real_data.shape)
         interpolates = alpha * real_data + (1 - alpha) * fake_data
@@ -291,6 +292,14 @@ def cal_gradient_penalty(netD: nn.Module, real_data: torch.Tensor, fake_data: to
     gradients = gradients.view(real_data.size(0), -1)
     penalty = (((gradients + 1e-16).norm(2, dim=1) - constant) ** 2).mean() * lambda_gp
     return penalty, gradients
+
+
+def _interpolation_weights(count: int, device: torch.device) -> torch.Tensor:
+    """`count` x 1 uniform weights for this process's samples, the ones one process with the whole
+    global batch would draw for them: under DDP rank 0's draws, shared, each rank taking its own."""
+    world = distributed.world_size()
+    weights = distributed.broadcast_tensor(torch.rand(count * world, 1, device=device))
+    return weights[distributed.global_batch_positions(count)]
 
 
 ##############################################################################

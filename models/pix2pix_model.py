@@ -5,6 +5,7 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
+from options.flag_types import non_negative_float
 from util import distributed
 
 
@@ -16,7 +17,7 @@ class Pix2PixModel(BaseModel):
         parser.set_defaults(norm="batch", netG="unet_256", dataset_mode="aligned")
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
-            parser.add_argument("--lambda_L1", type=float, default=100.0, help="weight for L1 loss")
+            parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
         return parser
 
     def __init__(self, opt, ctx, seed: int = 0):

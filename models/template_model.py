@@ -16,6 +16,7 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
+from options.flag_types import non_negative_float
 
 
 class TemplateModel(BaseModel):
@@ -23,7 +24,7 @@ class TemplateModel(BaseModel):
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(dataset_mode="aligned")
         if is_train:
-            parser.add_argument("--lambda_regression", type=float, default=1.0, help="weight for the regression loss")
+            parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, help="weight for the regression loss")
         return parser
 
     def __init__(self, opt, ctx, seed: int = 0):

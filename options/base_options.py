@@ -13,9 +13,13 @@ import os
 import sys
 from typing import Any
 
+import torch
+
 import data
 import models
 from models import networks
+from options.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
+                                positive_int)
 
 
 class FrozenOptions(argparse.Namespace):
@@ -54,35 +58,35 @@ class BaseOptions:
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
-        parser.add_argument("--input_nc", type=int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--output_nc", type=int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--ngf", type=int, default=64, help="# of gen filters in the last conv layer")
-        parser.add_argument("--ndf", type=int, default=64, help="# of discrim filters in the first conv layer")
+        parser.add_argument("--input_nc", type=positive_int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
+        parser.add_argument("--output_nc", type=positive_int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
+        parser.add_argument("--ngf", type=positive_int, default=64, help="# of gen filters in the last conv layer")
+        parser.add_argument("--ndf", type=positive_int, default=64, help="# of discrim filters in the first conv layer")
         parser.add_argument("--netD", type=str, default="basic", choices=networks.DISCRIMINATORS, help="basic: 70x70 PatchGAN; n_layers: set --n_layers_D; pixel: 1x1 PatchGAN")
         parser.add_argument("--netG", type=str, default="resnet_9blocks", choices=networks.GENERATORS, help="specify generator architecture")
-        parser.add_argument("--n_layers_D", type=int, default=3, help="only used if netD==n_layers")
-        parser.add_argument("--norm", type=str, default="instance", choices=networks.NORMS, help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes")
+        parser.add_argument("--n_layers_D", type=non_negative_int, default=3, help="only used if netD==n_layers")
+        parser.add_argument("--norm", type=norm_name, default="instance", choices=networks.NORMS, help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes (the reference README's sync_batch means syncbatch, its sync_instance plain instance norm)")
         parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, help="network initialization")
-        parser.add_argument("--init_gain", type=float, default=0.02, help="scaling factor for normal, xavier and orthogonal.")
+        parser.add_argument("--init_gain", type=positive_float, default=0.02, help="scaling factor for normal, xavier and orthogonal.")
         parser.add_argument("--no_dropout", action="store_true", help="no dropout for the generator")
         # dataset parameters
         parser.add_argument("--dataset_mode", type=str, default="unaligned", choices=sorted(data.DATASETS), help="chooses how datasets are loaded")
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], help="AtoB or BtoA")
         parser.add_argument("--serial_batches", action="store_true", help="if true, takes images in order to make batches, otherwise takes them randomly")
-        parser.add_argument("--num_threads", default=4, type=int, help="# threads for loading data")
-        parser.add_argument("--batch_size", type=int, default=1, help="input batch size (per process under torchrun)")
-        parser.add_argument("--load_size", type=int, default=286, help="scale images to this size")
-        parser.add_argument("--crop_size", type=int, default=256, help="then crop to this size")
-        parser.add_argument("--max_dataset_size", type=int, default=float("inf"), help="Maximum number of samples allowed per dataset.")
+        parser.add_argument("--num_threads", default=4, type=non_negative_int, help="# threads for loading data")
+        parser.add_argument("--batch_size", type=positive_int, default=1, help="input batch size (per process under torchrun)")
+        parser.add_argument("--load_size", type=positive_int, default=286, help="scale images to this size")
+        parser.add_argument("--crop_size", type=positive_int, default=256, help="then crop to this size")
+        parser.add_argument("--max_dataset_size", type=positive_int, default=float("inf"), help="Maximum number of samples allowed per dataset.")
         parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], help="scaling and cropping of images at load time")
         parser.add_argument("--no_flip", action="store_true", help="if specified, do not flip the images for data augmentation")
         parser.add_argument("--skip_bad_images", action="store_true", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
-        parser.add_argument("--data_range", type=float, nargs="+", default=None, metavar="V", help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX B_MIN B_MAX; integer data use their type's full range. Default for float data: 0 1. scripts/data_range.py computes it")
+        parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX B_MIN B_MAX; integer data use their type's full range. Default for float data: 0 1. scripts/data_range.py computes it")
         parser.add_argument("--display_channels", type=str, default="", help="comma-separated channels (from 0) shown in the 8-bit previews of images with more channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, otherwise the first 3 (2 channels: the first)")
-        parser.add_argument("--display_winsize", type=int, default=256, help="display window size for both visdom and HTML")
+        parser.add_argument("--display_winsize", type=positive_int, default=256, help="display window size for both visdom and HTML")
         # additional parameters
         parser.add_argument("--epoch", type=str, default="latest", help="which epoch to load? set to latest to use latest cached model")
-        parser.add_argument("--load_iter", type=int, default=0, help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
+        parser.add_argument("--load_iter", type=non_negative_int, default=0, help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
         parser.add_argument("--verbose", action="store_true", help="if specified, print more debugging information")
         parser.add_argument("--suffix", default="", type=str, help="customized suffix: opt.name = opt.name + suffix: e.g., {model}_{netG}_size{load_size}")
         parser.add_argument("--inception_weights", type=str, default="", help="Inception weights file for FID/KID (validation, test.py --eval_metrics) (default: $IMG2IMG_INCEPTION_WEIGHTS, else torch-fidelity's weights-inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
@@ -91,12 +95,12 @@ class BaseOptions:
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", help="specify wandb project name")
         # distributed parameters
         parser.add_argument("--ddp_backend", type=str, default="auto", choices=["auto", "nccl", "gloo"], help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with --device cuda lets several processes share one GPU (for testing)")
-        parser.add_argument("--ddp_timeout", type=float, default=600.0, help="seconds a process waits for its peers before the whole run is stopped with an error")
+        parser.add_argument("--ddp_timeout", type=positive_float, default=600.0, help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 
     def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
         """The full parser: base flags, then the chosen model's and dataset's own flags."""
-        parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parser = OneParagraphParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         parser = self.initialize(parser)
         known, _ = parser.parse_known_args(argv)
         parser = models.get_option_setter(known.model)(parser, self.isTrain)
@@ -106,28 +110,62 @@ class BaseOptions:
         return parser
 
     def parse(self, argv: list[str] | None = None) -> FrozenOptions:
-        """Parse `argv` (default: sys.argv[1:]) into read-only options and print them."""
+        """Parse `argv` (default: sys.argv[1:]) into read-only options and print them.
+
+        Besides each flag's own type and range, flags that only make sense together are checked
+        here (a bad combination exits 2 with one paragraph, like a bad value)."""
         parser = self.build_parser(argv)
         opt = parser.parse_args(argv, namespace=FrozenOptions())
         opt.isTrain = self.isTrain
         if opt.suffix:
-            opt.name = opt.name + "_" + opt.suffix.format(**vars(opt))
+            opt.name = opt.name + "_" + self._expand_suffix(parser, opt)
         if opt.gpu_ids is not None:
-            opt.device = self._device_from_gpu_ids(opt.gpu_ids, opt.device)
+            opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
+        self.check_combinations(parser, opt)
         defaults = {key: parser.get_default(key) for key in vars(opt)}
         object.__setattr__(opt, "_defaults", defaults)
         return opt.freeze()
 
+    def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""
+
     @staticmethod
-    def _device_from_gpu_ids(gpu_ids: str, device: str) -> str:
-        ids = [int(i) for i in gpu_ids.split(",") if i.strip() != ""]
+    def _expand_suffix(parser: argparse.ArgumentParser, opt: FrozenOptions) -> str:
+        try:
+            return opt.suffix.format(**vars(opt))
+        except (KeyError, IndexError, ValueError, AttributeError) as err:
+            parser.error(f"argument --suffix: {opt.suffix!r} cannot be filled in ({type(err).__name__}: {err}); "
+                         f"put flag names in braces, e.g. --suffix {{model}}_{{netG}}_size{{load_size}}")
+
+    @staticmethod
+    def _device_from_gpu_ids(parser: argparse.ArgumentParser, gpu_ids: str, device: str) -> str:
+        try:
+            ids = [int(i) for i in gpu_ids.split(",") if i.strip() != ""]
+        except ValueError:
+            parser.error(f"argument --gpu_ids: expected GPU numbers separated by commas (e.g. 0 or 0,1; -1 for "
+                         f"the CPU), got {gpu_ids!r}; better, pass --device cuda or --device cpu")
         chosen = "cpu" if not ids or ids[0] < 0 else "cuda"
         if device != "auto":
             chosen = device
+        elif chosen == "cuda" and not torch.cuda.is_available():
+            parser.error(f"argument --gpu_ids: --gpu_ids {gpu_ids} asks for a GPU, but PyTorch sees no CUDA GPU on "
+                         f"this machine; drop --gpu_ids (or pass --gpu_ids -1) to run on the CPU")
         extra = " (for several GPUs launch with torchrun --nproc_per_node=N)" if len(ids) > 1 else ""
         print(f"warning: --gpu_ids is replaced by --device; --gpu_ids {gpu_ids} now means --device {chosen}{extra}.",
               file=sys.stderr)
         return chosen
+
+
+def unwritable_folder_reason(path: str) -> str | None:
+    """Why the folder `path` cannot be created or written to, or None if it can (nothing is created)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
 
 
 def format_options(opt: FrozenOptions) -> str:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from options.base_options import BaseOptions
+from options.base_options import BaseOptions, unwritable_folder_reason
+from options.flag_types import non_negative_int, positive_float, positive_int
 
 
 class TestOptions(BaseOptions):
@@ -12,13 +13,13 @@ class TestOptions(BaseOptions):
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
         parser.add_argument("--results_dir", type=str, default="./results/", help="saves results here.")
-        parser.add_argument("--aspect_ratio", type=float, default=1.0, help="aspect ratio of result images")
+        parser.add_argument("--aspect_ratio", type=positive_float, default=1.0, help="aspect ratio of result images")
         parser.add_argument("--phase", type=str, default="test", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", help="use eval mode during test time.")
-        parser.add_argument("--num_test", type=int, default=50, help="how many test images to run")
+        parser.add_argument("--num_test", type=positive_int, default=50, help="how many test images to run")
         # Large and non-square images (util/tiling.py, docs/evaluation.md).
-        parser.add_argument("--tile", type=int, default=0, help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
-        parser.add_argument("--tile_overlap", type=int, default=64, help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
+        parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
+        parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
         # Metrics (util/metrics.py, util/metrics_report.py, docs/evaluation.md).
         parser.add_argument("--eval_metrics", action="store_true", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
         parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")
@@ -28,3 +29,9 @@ class TestOptions(BaseOptions):
         # The reference hard-codes these for testing; as defaults they keep its behaviour.
         parser.set_defaults(num_threads=0, batch_size=1, serial_batches=True, no_flip=True, display_id=-1)
         return parser
+
+    def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
+        reason = unwritable_folder_reason(opt.results_dir)
+        if reason:
+            parser.error(f"argument --results_dir: cannot create {opt.results_dir} ({reason}); "
+                         f"choose another --results_dir")

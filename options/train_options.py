@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from models import networks
-from options.base_options import BaseOptions
+from options.base_options import BaseOptions, unwritable_folder_reason
+from options.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 
 
 class TrainOptions(BaseOptions):
@@ -13,42 +15,61 @@ class TrainOptions(BaseOptions):
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
         # visdom and HTML visualization parameters
-        parser.add_argument("--display_freq", type=int, default=400, help="frequency of showing training results on screen")
-        parser.add_argument("--display_ncols", type=int, default=4, help="if positive, display all images in a single visdom web panel with certain number of images per row.")
+        parser.add_argument("--display_freq", type=non_negative_int, default=400, help="frequency (in images) of showing training results on screen; 0: never")
+        parser.add_argument("--display_ncols", type=non_negative_int, default=4, help="if positive, display all images in a single visdom web panel with certain number of images per row; 0: one window per image.")
         parser.add_argument("--display_id", type=int, default=1, help="window id of the web display; 0 or less disables visdom")
         parser.add_argument("--display_server", type=str, default="http://localhost", help="visdom server of the web display")
         parser.add_argument("--display_env", type=str, default="main", help='visdom display environment name (default is "main")')
-        parser.add_argument("--display_port", type=int, default=8097, help="visdom port of the web display")
-        parser.add_argument("--update_html_freq", type=int, default=1000, help="frequency of saving training results to html")
-        parser.add_argument("--print_freq", type=int, default=100, help="frequency of showing training results on console")
+        parser.add_argument("--display_port", type=port_number, default=8097, help="visdom port of the web display")
+        parser.add_argument("--update_html_freq", type=non_negative_int, default=1000, help="frequency (in images) of saving training results to html; 0: never")
+        parser.add_argument("--print_freq", type=non_negative_int, default=100, help="frequency (in images) of showing training results on console; 0: never")
         parser.add_argument("--no_html", action="store_true", help="do not save intermediate training results to [opt.checkpoints_dir]/[opt.name]/web/")
         # further displays (not in the reference): see docs/visualization.md
         parser.add_argument("--use_tensorboard", action="store_true", help="log losses, learning rate, images/s and image grids for TensorBoard to [opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
         parser.add_argument("--no_progress", action="store_true", help="no progress bar (or, when stdout is not a terminal, no periodic progress lines)")
-        parser.add_argument("--progress_interval", type=float, default=60.0, help="seconds between plain progress lines when stdout is not a terminal (a CI log, nohup); 0: after every step")
+        parser.add_argument("--progress_interval", type=non_negative_float, default=60.0, help="seconds between plain progress lines when stdout is not a terminal (a CI log, nohup); 0: after every step")
         # network saving and loading parameters
-        parser.add_argument("--save_latest_freq", type=int, default=5000, help="frequency of saving the latest results")
-        parser.add_argument("--save_epoch_freq", type=int, default=5, help="frequency of saving checkpoints at the end of epochs")
+        parser.add_argument("--save_latest_freq", type=non_negative_int, default=5000, help="frequency (in images) of saving the latest results; 0: only at the end of epochs")
+        parser.add_argument("--save_epoch_freq", type=positive_int, default=5, help="frequency of saving checkpoints at the end of epochs")
         parser.add_argument("--save_by_iter", action="store_true", help="whether saves model by iteration")
         parser.add_argument("--continue_train", action="store_true", help="continue training: load the latest model")
         parser.add_argument("--auto_resume", action="store_true", help="continue from the newest training state in the run folder if there is one (as --continue_train), else start a new run: for jobs a scheduler restarts with the same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this by themselves)")
-        parser.add_argument("--epoch_count", type=int, default=1, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
+        parser.add_argument("--epoch_count", type=positive_int, default=1, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", help="train, val, test, etc")
         # validation during training (util/validator.py, docs/evaluation.md)
-        parser.add_argument("--val_freq", type=int, default=0, help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
+        parser.add_argument("--val_freq", type=non_negative_int, default=0, help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
         parser.add_argument("--val_phase", type=str, default=None, help="the held-out split to validate on (a folder like --phase); default: val, else test")
-        parser.add_argument("--val_max_images", type=int, default=100, help="validate on at most this many held-out images (the first ones in sorted order)")
+        parser.add_argument("--val_max_images", type=positive_int, default=100, help="validate on at most this many held-out images (the first ones in sorted order)")
         parser.add_argument("--val_mode", type=str, default="eval", choices=["eval", "train"], help="eval: generators in eval mode (batch norm's running statistics, no dropout), as test.py --eval; train: as test.py without --eval (batch statistics, dropout)")
         parser.add_argument("--save_best", type=str, default="", help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay also best_ema_net_*.pth)")
         # training parameters
-        parser.add_argument("--n_epochs", type=int, default=100, help="number of epochs with the initial learning rate")
-        parser.add_argument("--n_epochs_decay", type=int, default=100, help="number of epochs to linearly decay learning rate to zero")
-        parser.add_argument("--beta1", type=float, default=0.5, help="momentum term of adam")
-        parser.add_argument("--lr", type=float, default=0.0002, help="initial learning rate for adam")
+        parser.add_argument("--n_epochs", type=non_negative_int, default=100, help="number of epochs with the initial learning rate")
+        parser.add_argument("--n_epochs_decay", type=non_negative_int, default=100, help="number of epochs to linearly decay learning rate to zero")
+        parser.add_argument("--beta1", type=fraction_below_one, default=0.5, help="momentum term of adam")
+        parser.add_argument("--lr", type=positive_float, default=0.0002, help="initial learning rate for adam")
         parser.add_argument("--fused_adam", action="store_true", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
         parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper.")
-        parser.add_argument("--pool_size", type=int, default=50, help="the size of image buffer that stores previously generated images")
+        parser.add_argument("--pool_size", type=non_negative_int, default=50, help="the size of image buffer that stores previously generated images")
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, help="learning rate policy. [linear | step | plateau | cosine]")
-        parser.add_argument("--ema_decay", type=float, default=0.0, help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
-        parser.add_argument("--lr_decay_iters", type=int, default=50, help="multiply by a gamma every lr_decay_iters iterations")
+        parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
+        parser.add_argument("--lr_decay_iters", type=positive_int, default=50, help="multiply by a gamma every lr_decay_iters iterations")
         return parser
+
+    def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
+        last_epoch = opt.n_epochs + opt.n_epochs_decay
+        if last_epoch == 0:
+            parser.error("argument --n_epochs: --n_epochs 0 with --n_epochs_decay 0 trains for no epoch at all; "
+                         "give at least one of them a positive value")
+        if opt.epoch_count > last_epoch:
+            parser.error(f"argument --epoch_count: --epoch_count {opt.epoch_count} is past the last epoch "
+                         f"(--n_epochs {opt.n_epochs} + --n_epochs_decay {opt.n_epochs_decay} = {last_epoch}), so "
+                         f"nothing would be trained; raise --n_epochs or lower --epoch_count")
+        if opt.dataset_mode == "single":
+            parser.error("argument --dataset_mode: single reads one folder of input images without targets, which "
+                         "test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
+                         "(--dataset_mode unaligned)")
+        run_dir = os.path.join(opt.checkpoints_dir, opt.name)
+        reason = unwritable_folder_reason(run_dir)
+        if reason:
+            parser.error(f"argument --checkpoints_dir: cannot create the run folder {run_dir} ({reason}); "
+                         f"choose another --checkpoints_dir (or --name)")

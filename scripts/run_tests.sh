@@ -10,4 +10,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "run_tests: could not install chromium; the HTML rendering tests will be skipped"
 fi
-exec .venv/bin/python -m pytest tests -q "$@"
+# -rs lists every skipped test with its reason; in CI (.ci/run) a skip fails (tests/skip_policy.py).
+exec .venv/bin/python -m pytest tests -q -rs "$@"

@@ -256,12 +256,38 @@ def test_pix2pix_BtoA_takes_the_right_half_of_the_AB_image_as_input(pix_run, pai
 
 
 @pytest.mark.slow
-def test_eval_flag_runs_and_switches_networks_to_eval_mode(pix_run, paired_root, tmp_path):
+def test_eval_flag_puts_every_module_in_eval_mode_and_outputs_the_eval_forward(pix_run, paired_root, tmp_path,
+                                                                              monkeypatch):
+    import test as test_script
+    from models import networks
+    from models.base_model import BaseModel
+    from util.util import tensor2im
+
+    training_modules = []  # per model.test() call: the modules still in training mode
+
+    def recording_test(model):
+        training_modules.append([f"{name}.{sub}" for name, net in model.named_networks().items()
+                                 for sub, module in net.named_modules() if module.training])
+        original_test(model)
+
+    original_test = BaseModel.test
+    monkeypatch.setattr(BaseModel, "test", recording_test)
     ckpt, out = pix_run
-    ok(run_pix2pix_test(paired_root, ckpt, tmp_path, "--eval"))
-    eval_fake = png(tmp_path / "p" / "test_latest" / "images" / "0000_fake_B.png")
-    # pix2pix uses batch norm and dropout: in eval mode they use running statistics / no dropout,
-    # so the output differs from the default (train-mode) output of the same checkpoint.
+    assert test_script.main(["--dataroot", str(paired_root), "--name", "p", *PIX_FLAGS, *TEST_SMALL, "--eval",
+                             "--checkpoints_dir", str(ckpt), "--results_dir", str(tmp_path)]) == 0
+    assert training_modules and all(found == [] for found in training_modules), training_modules
+
+    # The same checkpoint run by hand in eval mode gives the saved output, pixel for pixel.
+    images = tmp_path / "p" / "test_latest" / "images"
+    netG = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", use_dropout=True)  # pix2pix: dropout on
+    netG.load_state_dict(torch.load(ckpt / "p" / "latest_net_G.pth", weights_only=True))
+    netG.eval()
+    real_A = torch.from_numpy(png(images / "0000_real_A.png").transpose(2, 0, 1).copy())[None]
+    with torch.no_grad():
+        expected = tensor2im(netG(real_A.float().div_(127.5).sub_(1.0)))
+    eval_fake = png(images / "0000_fake_B.png")
+    assert np.array_equal(eval_fake, expected)
+    # batch norm and dropout make eval mode matter: the default (train-mode) output differs
     assert not np.array_equal(eval_fake, png(out / "images" / "0000_fake_B.png"))
 
 

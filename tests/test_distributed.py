@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,10 +29,18 @@ def free_port() -> int:
 
 def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
              env: dict | None = None) -> subprocess.CompletedProcess:
+    """torchrun as a user starts it; past `timeout` it and all its workers are killed (then TimeoutExpired)."""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the workers too, not only torchrun itself
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -60,23 +68,24 @@ def assert_same_weights(a: dict, b: dict, rtol: float = 1e-6, atol: float = 1e-7
                 assert torch.equal(value, b[net][key]), f"{net} {key}"
 
 
-# Deterministic data order and no randomness in the losses, so both runs see the same batches.
 # float64: in float32 the runs agree to rounding (~1e-7) after a step, but Adam turns rounding
 # noise in near-zero gradients (e.g. conv biases before instance norm, whose true gradient is 0)
 # into full-size steps, and GAN training amplifies those; float64 leaves only true differences.
-EQUIVALENCE = ["--dtype", "float64", "--serial_batches", "--no_flip", "--pool_size", "0", "--n_epochs", "1", "--n_epochs_decay", "1",
-               "--load_size", "32", "--crop_size", "32", "--print_freq", "2", "--save_epoch_freq", "1"]
+EQUIVALENCE = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--load_size", "32",
+               "--crop_size", "32", "--print_freq", "2", "--save_epoch_freq", "1"]
+# Deterministic data order and no randomness in the losses: the plainest case.
+PLAIN = ["--serial_batches", "--no_flip", "--pool_size", "0"]
 
 
-def cycle_gan_args(root: Path, ckpt: Path, name: str, batch: int) -> list[str]:
+def cycle_gan_args(root: Path, ckpt: Path, name: str, batch: int, *variant: str) -> list[str]:
     return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "cycle_gan",
-            "--batch_size", str(batch), *EQUIVALENCE, *FAST_FLAGS]
+            "--batch_size", str(batch), *EQUIVALENCE, *(variant or PLAIN), *FAST_FLAGS]
 
 
 def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> list[str]:
     return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "pix2pix",
             "--netG", "resnet_6blocks", "--no_dropout", "--norm", norm, "--batch_size", str(batch),
-            *EQUIVALENCE, *FAST_FLAGS]
+            *EQUIVALENCE, *PLAIN, *FAST_FLAGS]
 
 
 def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch(unpaired_root, tmp_path):
@@ -91,6 +100,28 @@ def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch
     assert log.count("================ Training Loss") == 1
     assert "global batch = 2 (1 per process x 2 processes)" in log
     assert ddp.stdout.count("saving the model at the end of epoch 2") == 1
+
+
+# Randomness that must not depend on how the global batch is split: the shuffle, flips and crops
+# (drawn per sample), CycleGAN's image pool (one pool for all ranks, util/image_pool.py) and the
+# interpolation weights of the WGAN-GP gradient penalty (rank 0's draws, shared).
+# (flags, batch per process, atol); with 2 images per process the ranks' images interleave in
+# the global batch (rank 0 has its images 0 and 2), which the pool must follow.
+RANDOM_VARIANTS = {
+    "image_pool_and_shuffled_data": (["--pool_size", "3", "--load_size", "36"], 2, 1e-7),
+    # The penalty is differentiated twice: the rounding noise that reaches the conv biases before
+    # instance norm (true gradient 0, no effect on any output) grows to ~1.3e-7 there; every other
+    # weight agrees to 2e-10. Interpolation weights drawn per process move the weights by ~2e-3.
+    "wgangp_gradient_penalty": (["--gan_mode", "wgangp", *PLAIN], 1, 1e-6),
+}
+
+
+@pytest.mark.parametrize("variant", RANDOM_VARIANTS, ids=list(RANDOM_VARIANTS))
+def test_two_processes_equal_one_with_double_batch_whatever_is_drawn_at_random(variant, unpaired_root, tmp_path):
+    flags, batch, atol = RANDOM_VARIANTS[variant]
+    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2 * batch, *flags)))
+    ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", batch, *flags)))
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"), atol=atol)
 
 
 def test_synchronised_batch_norm_on_cpu_matches_batch_norm_of_the_whole_batch(paired_root, tmp_path):
@@ -111,14 +142,17 @@ def test_logged_losses_are_averaged_over_all_ranks(paired_root, tmp_path):
     assert loss_lines("one") == loss_lines("two")
 
 
+# A rank left waiting for a peer that has stopped would wait --ddp_timeout seconds. The tests below
+# set it far beyond torchrun()'s own time limit, so a run that ends at all ended without waiting.
+NEVER = ["--ddp_timeout", "3600"]
+
+
 def test_batch_norm_under_ddp_is_refused_with_advice_on_every_rank(paired_root, tmp_path):
-    start = time.time()
-    result = torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "bn", 1, "batch"))
+    result = torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "bn", 1, "batch"), *NEVER)
     assert result.returncode != 0
     assert "--norm syncbatch" in result.stderr and "--norm instance" in result.stderr
     assert result.stderr.count("error: --norm batch") == 1
     assert "Traceback" not in result.stderr.split("error: --norm batch")[0]
-    assert time.time() - start < 60
     assert not list((tmp_path / "bn").glob("*.pth"))
 
 
@@ -141,8 +175,8 @@ def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_
 
 
 def assert_a_failing_rank_ends_every_rank_quickly(unpaired_root: Path, tmp_path: Path, *flags: str) -> None:
-    """2 processes (with `flags`) where only rank 1 meets a broken image: all end within 90 s,
-    and the error names the file once."""
+    """2 processes (with `flags`) where only rank 1 meets a broken image: all end without waiting
+    for --ddp_timeout (NEVER: beyond torchrun()'s limit), and the error names the file once."""
     root = tmp_path / "data"
     shutil.copytree(unpaired_root, root)
     # With --serial_batches rank 1 reads the odd indices: only it meets the broken image.
@@ -150,11 +184,8 @@ def assert_a_failing_rank_ends_every_rank_quickly(unpaired_root: Path, tmp_path:
     # cut short: its header still reads, so only the rank that decodes it fails, mid-epoch
     data = victims[3].read_bytes()
     victims[3].write_bytes(data[: len(data) // 2])
-    start = time.time()
-    result = torchrun("train.py", *cycle_gan_args(root, tmp_path, "crash", 1), "--ddp_timeout", "60", *flags)
-    elapsed = time.time() - start
+    result = torchrun("train.py", *cycle_gan_args(root, tmp_path, "crash", 1), *NEVER, *flags)
     assert result.returncode != 0
-    assert elapsed < 90
     assert str(victims[3]) in result.stderr
     assert result.stderr.count(f"cannot read image {victims[3]}") == 1
 

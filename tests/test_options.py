@@ -8,7 +8,10 @@ import json
 import math
 
 import pytest
+import torch
 
+import data
+import models
 from options.base_options import save_options
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
@@ -29,7 +32,7 @@ BASE_FLAGS = [
     ("init_type", "normal", str, "xavier"),
     ("init_gain", 0.02, float, "0.5"),
     ("no_dropout", False, "flag", None),
-    ("dataset_mode", "unaligned", str, "single"),
+    ("dataset_mode", "unaligned", str, "aligned"),
     ("direction", "AtoB", str, "BtoA"),
     ("serial_batches", False, "flag", None),
     ("num_threads", 4, int, "2"),
@@ -259,6 +262,48 @@ def test_unknown_flag_exits_2(capsys):
     assert "--lamda_A" in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------- ranges
+# Numeric flags whose every value means something; all others are range-checked when parsed.
+UNBOUNDED = {"seed": "any integer seeds the generators", "display_id": "0 or less disables visdom"}
+
+
+def numeric_flags_without_range(options_cls) -> set[str]:
+    unchecked = set()
+    for model in models.MODELS:
+        for dataset in data.DATASETS:
+            try:
+                parser = options_cls().build_parser(["--dataroot", "x", "--model", model, "--dataset_mode", dataset])
+            except SystemExit:  # e.g. --model test cannot be trained
+                continue
+            unchecked |= {action.option_strings[0] for action in parser._actions
+                          if action.type in (int, float) and action.dest not in UNBOUNDED}
+    return unchecked
+
+
+@pytest.mark.parametrize("options_cls", [TrainOptions, TestOptions], ids=["train", "test"])
+def test_every_numeric_flag_of_every_model_and_dataset_is_range_checked(options_cls):
+    assert numeric_flags_without_range(options_cls) == set()
+
+
+@pytest.mark.parametrize("flag,value,allowed", [
+    ("--batch_size", "0", "an integer >= 1"), ("--lr", "nan", "a number > 0"), ("--beta1", "1", "< 1"),
+    ("--display_port", "70000", "<= 65535"), ("--n_epochs", "-1", "an integer >= 0"),
+    ("--max_dataset_size", "2.5", "expected an integer >= 1"), ("--lambda_A", "-1", "a number >= 0"),
+])
+def test_value_out_of_range_exits_2_with_one_line_naming_flag_and_range(capsys, flag, value, allowed):
+    with pytest.raises(SystemExit) as exc:
+        parse_train(flag, value)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: argument {flag}: ")
+    assert allowed in err and repr(value) in err
+
+
+def test_reference_readme_norm_names_for_ddp_are_accepted():
+    assert parse_train("--norm", "sync_batch").norm == "syncbatch"
+    assert parse_train("--norm", "sync_instance").norm == "instance"  # no cross-image statistics to share
+
+
 # ---------------------------------------------------------------- deprecated --gpu_ids
 def test_gpu_ids_minus_one_means_cpu_with_one_line_warning(capsys):
     opt = parse_train("--gpu_ids", "-1")
@@ -268,13 +313,19 @@ def test_gpu_ids_minus_one_means_cpu_with_one_line_warning(capsys):
     assert "--device" in err and "--gpu_ids" in err
 
 
-def test_gpu_ids_several_gpus_points_to_torchrun(capsys):
+@pytest.fixture
+def cuda_machine(monkeypatch):
+    """As on a machine with a GPU (without one, --gpu_ids 0 is refused: tests/test_bad_input.py)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def test_gpu_ids_several_gpus_points_to_torchrun(capsys, cuda_machine):
     opt = parse_train("--gpu_ids", "0,1")
     assert opt.device == "cuda"
     assert "torchrun" in capsys.readouterr().err
 
 
-def test_gpu_ids_single_gpu_means_cuda_without_torchrun_hint(capsys):
+def test_gpu_ids_single_gpu_means_cuda_without_torchrun_hint(capsys, cuda_machine):
     assert parse_train("--gpu_ids", "0").device == "cuda"
     err = capsys.readouterr().err
     assert "--device" in err and "torchrun" not in err

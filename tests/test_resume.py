@@ -7,6 +7,7 @@ compared with torch.equal against a run that was never interrupted.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,13 +122,22 @@ def test_resume_continues_mid_epoch_instead_of_restarting_it(unpaired_root, tmp_
     assert first_resumed_step.startswith(("(epoch: 1, iters: 4,", "(epoch: 1, iters: 7,")), first_resumed_step
 
 
-def test_sigterm_saves_a_checkpoint_that_resumes_exactly(uninterrupted, unpaired_root, tmp_path):
+def test_sigterm_saves_a_checkpoint_that_resumes_exactly_where_it_stopped(uninterrupted, unpaired_root, tmp_path):
     args = cycle_gan(unpaired_root, tmp_path, "cycle_gan")
-    stopped = interrupt_when_logged(train_command(args), tmp_path / "cycle_gan" / "loss_log.txt",
-                                    "(epoch: 1, iters: 5,", sig=signal.SIGTERM)
+    log = tmp_path / "cycle_gan" / "loss_log.txt"
+    stopped = interrupt_when_logged(train_command(args), log, "(epoch: 1, iters: 5,", sig=signal.SIGTERM)
     assert stopped.returncode == 128 + signal.SIGTERM
-    assert "stopped by a signal" in stopped.output and "--continue_train" in stopped.output
-    run(train_command(args + ["--continue_train"]))
+    where = re.search(r"stopped by a signal at epoch (\d+), (\d+) images into it; saved", stopped.output)
+    assert where and "--continue_train" in stopped.output, stopped.output[-3000:]
+    epoch, images_done = int(where[1]), int(where[2])
+    resumed = run(train_command(args + ["--continue_train"]))
+    # The checkpoint written at the signal, not an older periodic one (after images 3 and 6), is
+    # where the run goes on: the next image is the first one trained.
+    assert f"latest_train_state.pth: epoch {epoch}, {images_done} images into it" in resumed.stdout
+    first_resumed_step = next(line for line in log.read_text().split("================ Training Loss")[-1].splitlines()
+                              if line.startswith("(epoch"))
+    expected = f"(epoch: {epoch}, iters: {images_done + 1}," if images_done < 8 else f"(epoch: {epoch + 1}, iters: 1,"
+    assert first_resumed_step.startswith(expected), first_resumed_step
     assert_identical(final_weights(tmp_path / "cycle_gan"), uninterrupted["cycle_gan"])
 
 

@@ -172,8 +172,24 @@ def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server,
     assert re.search(r"<td>real_A</td><td>fake_B</td><td>real_B</td>", labels["content"])
 
 
+class ConnectionAttempts:
+    """Records every TCP connect of this process to `port`, with the socket's timeout."""
+
+    def __init__(self, monkeypatch, port: int):
+        self.timeouts: list[float | None] = []
+        original = socket.socket.connect
+
+        def connect(sock, address):
+            if isinstance(address, tuple) and address[1] == port:
+                self.timeouts.append(sock.gettimeout())
+            return original(sock, address)
+
+        monkeypatch.setattr(socket.socket, "connect", connect)
+
+
 @pytest.mark.slow
-def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(visdom_server, tmp_path, capsys):
+def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(visdom_server, tmp_path, capsys,
+                                                                                monkeypatch):
     from util.visualizer import Visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
                               "--display_env", "dies", "--no_progress", "--n_epochs", "1", "--n_epochs_decay", "0")
@@ -184,38 +200,46 @@ def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(
     vis.plot_current_losses(1, 0.1, losses)
     assert vis.vis is not None and visdom_server.client("dies").win_exists("1", env="dies")
     visdom_server.stop()
-    start = time.monotonic()
+    attempts = ConnectionAttempts(monkeypatch, visdom_server.port)
     for step in range(2, 7):
         vis.display_current_results(fake_visuals(step), 1, False)
         vis.plot_current_losses(1, step / 10, losses)
         vis.print_current_losses(1, step, losses, 0.01, 0.0)
         vis.end_iteration(step, step)
     vis.close()
-    assert time.monotonic() - start < 5  # no retries, no stalls
+    # No retries and no stall: one connection attempt, with a time limit, finds the server gone.
+    assert len(attempts.timeouts) == 1 and attempts.timeouts[0] is not None, attempts.timeouts
     out = capsys.readouterr().out
     assert len(re.findall("lost the visdom server", out)) == 1, out
     assert vis.vis is None
     assert len(logged_losses(tmp_path / "ck" / "v")) == 5  # the log goes on
 
 
+def test_no_visdom_server_costs_one_bounded_connection_attempt(tmp_path, monkeypatch, capsys):
+    from util.visualizer import Visualizer
+    port = free_port()  # nothing listens there
+    attempts = ConnectionAttempts(monkeypatch, port)
+    vis = Visualizer(parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(port), "--no_progress"))
+    assert vis.vis is None
+    losses = OrderedDict((k, 0.5) for k in LOSS_NAMES)
+    for step in range(1, 4):  # training goes on without asking again
+        vis.display_current_results(fake_visuals(step), 1, True)
+        vis.plot_current_losses(1, step / 10, losses)
+    vis.close()
+    assert len(attempts.timeouts) == 1 and attempts.timeouts[0] is not None, attempts.timeouts
+    assert capsys.readouterr().out.count("warning") == 1
+
+
 @pytest.mark.slow
-def test_no_visdom_server_costs_little_time_and_warns_once_with_the_start_command(paired_root, tmp_path):
+def test_no_visdom_server_warns_once_with_the_start_command_and_training_goes_on(paired_root, tmp_path):
     port = free_port()
-    common = ["--display_freq", "1", "--print_freq", "1", "--no_progress"]
-    start = time.monotonic()
-    ok(train(paired_root, tmp_path / "off", *common, "--display_id", "0"))
-    without = time.monotonic() - start
-    start = time.monotonic()
-    result = ok(train(paired_root, tmp_path / "on", *common, "--display_id", "1", "--display_port", str(port)))
-    with_display = time.monotonic() - start
-    assert with_display - without < 3.0, (with_display, without)
+    result = ok(train(paired_root, tmp_path, "--display_freq", "1", "--print_freq", "1", "--no_progress",
+                      "--display_id", "1", "--display_port", str(port)))
     lines = (result.stdout + result.stderr).splitlines()
     warnings = [line for line in lines if "warning" in line.lower()]
     assert len(warnings) == 1, warnings
     assert f"python -m visdom.server -port {port}" in warnings[0]
-    assert "Traceback" not in result.stderr
-    assert len(logged_losses(tmp_path / "on" / "p")) == 8
-    assert not any(line.startswith("[progress]") for line in lines)  # --no_progress
+    assert len(logged_losses(tmp_path / "p")) == 8  # 2 epochs x 4 images, printed after each
 
 
 # ---------------------------------------------------------------------------------- one run, every file display
@@ -332,7 +356,10 @@ def test_render_html_without_chromium_says_how_to_install_it(tmp_path):
 
 # ---------------------------------------------------------------------------------- wandb, offline
 def read_wandb_history(run_file: Path) -> list[dict[str, str]]:
-    """The history rows of an offline run file (LevelDB-style log of protobuf records)."""
+    """The history rows of an offline run file: a LevelDB-style log (32 KiB blocks of chunks with a
+    7-byte header) of wandb's own protobuf `Record`s. wandb >= 0.2x reads these files only in its Go
+    core (its Python `datastore` reader is gone), so the framing is unpacked here and each record
+    is decoded by wandb's protobuf classes."""
     from wandb.proto import wandb_internal_pb2 as pb
     data = run_file.read_bytes()
     block, pos, chunk, rows = 32768, 7, b"", []  # after the 7-byte ":W&B" header
@@ -359,7 +386,7 @@ def read_wandb_history(run_file: Path) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path):
-    pytest.importorskip("wandb", reason="wandb is optional and not installed")
+    # wandb is optional for users but a test requirement (requirements-dev.txt): no skip here.
     result = ok(train(paired_root, tmp_path, "--use_wandb", "--print_freq", "2", "--display_freq", "4",
                       "--no_progress", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true",
                                             "WANDB_DIR": str(tmp_path / "wb")}))

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO, Callable
 
 import torch
 
+from util.console import print0
 from util.errors import UserError
 
 
@@ -73,4 +74,25 @@ def load_state_dict_file(path: str, map_location: torch.device | str = "cpu") ->
                         f"pass a <epoch>_net_<name>.pth file written by train.py.")
     state = dict(state)
     state.pop("_metadata", None)
+    return strip_wrapper_prefixes(state, path)
+
+
+# Key prefixes added by wrappers when a checkpoint is saved from the wrapper instead of the network:
+# DataParallel / DistributedDataParallel ("module.") and torch.compile ("_orig_mod.").
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def strip_wrapper_prefixes(state: dict, path: str) -> dict:
+    """`state` without the prefixes that every key carries when it was saved from a wrapper
+    (one line says so); unchanged otherwise."""
+    stripped = []
+    while state:
+        prefix = next((p for p in WRAPPER_PREFIXES if all(key.startswith(p) for key in state)), None)
+        if prefix is None:
+            break
+        state = {key[len(prefix):]: value for key, value in state.items()}
+        stripped.append(prefix)
+    if stripped:
+        print0(f"note: {path} was saved from a wrapped network (keys start with {''.join(stripped)!r}); "
+               f"loading it without that prefix")
     return state

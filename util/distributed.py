@@ -266,6 +266,52 @@ def gather_objects(obj: Any) -> list[Any]:
     return gathered
 
 
+def all_gather_tensor(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's `tensor`, in rank order, on every rank, on `tensor`'s device (`[tensor]` in a
+    single process).
+
+    The shapes may differ between ranks (same number of dimensions): they are exchanged first,
+    which waits for the device. No gradient flows back through the result.
+    """
+    if not is_distributed():
+        return [tensor]
+    home = tensor.device
+    tensor = tensor.detach().to(_collective_device()).contiguous()  # gloo gathers CPU tensors only
+    shape = torch.tensor(tensor.shape, dtype=torch.int64, device=tensor.device)
+    shapes = [torch.empty_like(shape) for _ in range(dist.get_world_size())]
+    dist.all_gather(shapes, shape)
+    sizes = [tuple(s.tolist()) for s in shapes]
+    largest = tuple(max(dims) for dims in zip(*sizes))
+    padded = tensor
+    if tensor.shape != largest:
+        padded = tensor.new_zeros(largest)
+        padded[tuple(slice(0, n) for n in tensor.shape)] = tensor
+    gathered = [torch.empty_like(padded) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, padded)
+    return [part[tuple(slice(0, n) for n in size)].to(home) for part, size in zip(gathered, sizes)]
+
+
+def broadcast_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """Rank 0's values of `tensor` (same shape on every rank), in place; `tensor` in a single process."""
+    if is_distributed():
+        moved = tensor.to(_collective_device())
+        dist.broadcast(moved, src=0)
+        if moved is not tensor:
+            tensor.copy_(moved)
+    return tensor
+
+
+def global_batch_positions(local_count: int) -> list[int]:
+    """Where this rank's `local_count` samples sit in the global batch of one step.
+
+    The training sampler deals the global order out round-robin, so sample j of rank r is
+    sample j * world_size + r of the batch one process with the whole global batch would load.
+    """
+    if not is_distributed():
+        return list(range(local_count))
+    return [j * dist.get_world_size() + dist.get_rank() for j in range(local_count)]
+
+
 def shared_seed(requested: int | None) -> int:
     """The run's seed: `--seed` if given, else one drawn by rank 0 and shared with all ranks."""
     seed = requested if requested is not None else random.SystemRandom().randrange(2**31)

@@ -25,8 +25,12 @@ class RunLock:
         self.file = None
 
     def acquire(self) -> "RunLock":
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        handle = open(self.path, "a+")
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            handle = open(self.path, "a+")
+        except OSError as err:
+            raise UserError(f"cannot write to the run folder {os.path.dirname(self.path)} ({err.strerror}); choose "
+                            f"another --checkpoints_dir (or --name).") from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

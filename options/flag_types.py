@@ -1,0 +1,80 @@
+"""Argument types that check a flag's range when it is parsed, and the parser that reports them.
+
+A value out of range (`--batch_size 0`, `--lr nan`, `--display_port 70000`) is refused by
+argparse before anything runs, in one paragraph that names the flag, the allowed range and the
+value given, with exit status 2 -- the same form as every other bad input (util/errors.py).
+
+    parser.add_argument("--batch_size", type=positive_int, default=1)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import NoReturn
+
+
+class Bounded:
+    """An argparse `type`: parse the text as `kind` and require `low <= value <= high` (either
+    bound optional, `low` exclusive with `low_open`); floats must also be finite."""
+
+    def __init__(self, kind: type, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, name: str = "") -> None:
+        self.kind, self.low, self.high = kind, low, high
+        self.low_open, self.high_open = low_open, high_open
+        self.__name__ = name or kind.__name__  # argparse names the type in some messages
+
+    def describe(self) -> str:
+        noun = "an integer" if self.kind is int else "a number"
+        bounds = []
+        if self.low is not None:
+            bounds.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            bounds.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        return f"{noun} {' and '.join(bounds)}" if bounds else f"{noun}"
+
+    def __call__(self, text: str) -> int | float:
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if too_low or too_high or (self.kind is float and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be {self.describe()}, got {text!r}")
+        return value
+
+
+positive_int = Bounded(int, low=1, name="positive_int")
+non_negative_int = Bounded(int, low=0, name="non_negative_int")
+positive_float = Bounded(float, low=0, low_open=True, name="positive_float")
+non_negative_float = Bounded(float, low=0, name="non_negative_float")
+finite_float = Bounded(float, name="finite_float")
+port_number = Bounded(int, low=1, high=65535, name="port_number")
+fraction_below_one = Bounded(float, low=0, high=1, high_open=True, name="fraction_below_one")  # 0 <= x < 1
+
+# Names the reference's README gives for DDP (`--norm sync_batch`, `--norm sync_instance`) that its
+# code never accepted. Instance norm has no statistics across images to synchronise: under DDP it
+# already equals one process, so sync_instance is plain instance norm.
+NORM_ALIASES = {"sync_batch": "syncbatch", "sync_instance": "instance"}
+
+
+def norm_name(text: str) -> str:
+    """An argparse `type` for --norm: the reference README's spellings mapped to ours."""
+    return NORM_ALIASES.get(text, text)
+
+
+class OneParagraphParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one paragraph, "error: argument --flag: ...", exit 2.
+
+    argparse's own form (a usage line listing every flag, then the error) is dozens of lines
+    here; the one paragraph matches the errors raised later (util/errors.py). Under torchrun
+    every rank parses the same command line, so only rank 0 speaks.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {' '.join(message.split()).rstrip('.')}. `python {self.prog} --help` lists every flag.",
+                  file=sys.stderr, flush=True)
+        sys.exit(2)

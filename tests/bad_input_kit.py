@@ -1,0 +1,126 @@
+"""The corpus of tests/test_bad_input.py: what a case is, the inputs every case builds on, and
+how a case is run (a subprocess, as a user would; in-process for option-parser refusals)."""
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from conftest import FAST_FLAGS, run_script
+
+SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0"]
+PIX = ["--model", "pix2pix", "--netG", "resnet_6blocks"]
+NAME = "corpus"  # --name of every corpus run
+CYCLE = ["--model", "cycle_gan"]  # reads trainA/trainB
+
+
+@dataclass
+class Setup:
+    """What a case built: the arguments after the script name and what to look for afterwards."""
+    args: list[str]
+    stderr_has: tuple = ()    # fragments the (error or warning) output must contain
+    stdout_has: tuple = ()    # e.g. proof that training had started before a file failed
+    stderr_lacks: tuple = ()  # e.g. a convertible image: no message about it at all
+    after: Callable[[], None] | None = None  # more checks once the run is over (raise to fail)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of the run
+    cleanup: list[Callable[[], None]] = field(default_factory=list)  # always run, even on failure
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str                               # reads as the spec: "<input> is refused naming <what>"
+    build: Callable[[Path], Setup]        # makes the input in an empty folder; run folder is <folder>/ck/corpus
+    exit: int                             # 2 refused (one "error: ..." line), 0 proceeds
+    script: str = "train.py"
+    heavy: bool = False                   # trains a model; started first so the table finishes sooner
+    parse_only: bool = False              # refused by the option parser: run in-process (module docstring)
+
+    def __repr__(self) -> str:
+        return self.id
+
+
+@dataclass
+class Outcome:
+    result: subprocess.CompletedProcess
+    setup: Setup
+    guards: dict[Path, bytes]             # checkpoints in the run folder before the run, and their bytes
+
+
+# ---------------------------------------------------------------------------------- input builders
+def random_pixels(seed: int, h: int = 32, w: int = 64, channels: int = 3) -> np.ndarray:
+    """Seeded random 8-bit pixels (h x w x channels)."""
+    return np.random.default_rng(seed).integers(0, 256, (h, w, channels), dtype=np.uint8)
+
+
+def aligned(folder: Path, count: int = 2, make: Callable[[int], Image.Image] | None = None,
+            ext: str = ".png") -> list[Path]:
+    """`count` A|B images (32x64, A and B 32x32) named 0000.png, 0001.png, ..."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        img = make(i) if make else Image.fromarray(random_pixels(i))
+        path = folder / f"{i:04d}{ext}"
+        img.save(path)
+        paths.append(path)
+    return paths
+
+
+def mode_of(path: Path) -> str:
+    with Image.open(path) as img:
+        return img.mode
+
+
+def run_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
+    return ["--dataroot", str(data or work / "data"), "--name", NAME, "--checkpoints_dir", str(work / "ck"),
+            *FAST_FLAGS, *SMALL, *extra]
+
+
+def eval_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
+    return ["--dataroot", str(data or work / "data"), "--name", NAME, "--checkpoints_dir", str(work / "ck"),
+            "--results_dir", str(work / "results"), *PIX, "--ngf", "8", "--num_threads", "0",
+            "--load_size", "32", "--crop_size", "32", *extra]
+
+
+# ---------------------------------------------------------------------------------- running a case
+def parse_in_process(script: str, args: list[str], capsys) -> subprocess.CompletedProcess:
+    """What `script` does with `args` up to the end of option parsing, as a finished process."""
+    from options.test_options import TestOptions
+    from options.train_options import TrainOptions
+
+    capsys.readouterr()
+    try:
+        (TrainOptions if script == "train.py" else TestOptions)().parse(args)
+        code = 0  # accepted: the script would go on to run
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+
+
+def execute(case: Case, work: Path, capsys=None) -> Outcome:
+    """Build the case's input in `work`, run it (in-process with `capsys` for parse_only cases)."""
+    setup = case.build(work)
+    try:
+        guards = {}
+        for net in ("G", "G_A"):  # a pix2pix and a cycle_gan checkpoint from an earlier run
+            path = work / "ck" / NAME / f"latest_net_{net}.pth"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torch.save({"weight": torch.arange(6.0)}, path)
+            guards[path] = path.read_bytes()
+        if case.parse_only:
+            assert not setup.env, "parse_only cases run in the test process, whose environment stays"
+            result = parse_in_process(case.script, setup.args, capsys)
+        else:
+            result = run_script(case.script, *setup.args, timeout=240, env=setup.env)
+        if setup.after is not None:
+            setup.after()
+    finally:
+        for cleanup in setup.cleanup:
+            cleanup()
+    return Outcome(result, setup, guards)
