@@ -93,10 +93,6 @@ class DatasetLoader:
         served = self.dataloader.dataset
         return served[(0, 0)] if isinstance(served, EpochIndexedDataset) else served[0]
 
-    def load_data(self) -> DatasetLoader:
-        """Return self (kept for scripts written against the original API)."""
-        return self
-
     def set_epoch(self, epoch: int, images_done: int = 0) -> None:
         """Select the order and augmentations of `epoch`, skipping its first `images_done` samples
         (counted over all ranks) when resuming in the middle of it."""
@@ -104,11 +100,6 @@ class DatasetLoader:
             self.sampler.set_epoch(epoch, images_done)
         self.generator.manual_seed(hash((self.seed, epoch, self.rank)) & 0xFFFF_FFFF)
         self.dataset.set_epoch(epoch)
-
-    @property
-    def batches_per_epoch(self) -> int:
-        """Number of batches this process's DataLoader yields per epoch (before the cap)."""
-        return len(self.dataloader)
 
     def __len__(self) -> int:
         """Number of samples in the dataset, capped at --max_dataset_size."""

@@ -28,7 +28,7 @@ from util.errors import UserError
 
 BICUBIC = Image.Resampling.BICUBIC
 
-PREPROCESS_MODES = ("resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none", "resize")
+PREPROCESS_MODES = ("resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none")
 
 
 class BaseDataset(data.Dataset, abc.ABC):
@@ -36,8 +36,9 @@ class BaseDataset(data.Dataset, abc.ABC):
 
     Subclasses implement `__init__(opt)` (call super first), `__len__`, `__getitem__`, and
     optionally `modify_commandline_options`. `create_dataset` calls `set_seed` once and the
-    loader calls `set_epoch` before each epoch (before the DataLoader starts its workers, which
-    is why workers see the new epoch: they are not persistent).
+    loader calls `set_epoch` before each epoch. The DataLoader's workers persist across epochs;
+    they learn the epoch from the training sampler's (epoch, index) keys (data/samplers.py), so a
+    worker sets its copy's epoch before loading a sample.
     """
 
     def __init__(self, opt: argparse.Namespace) -> None:

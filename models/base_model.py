@@ -14,7 +14,6 @@ network (`<epoch>_net_<name>.pth`, the reference's format), so they load anywher
 """
 from __future__ import annotations
 
-import json
 import os
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -24,21 +23,14 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from models import networks
+from models import checkpoint_files, networks
 from models.ema import GeneratorEMA
 from models.loss_watch import LossWatch
 from models.sync_batchnorm import convert_sync_batchnorm
 from util import distributed
-from util.checkpoint import atomic_torch_save, load_state_dict_file
 from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
-
-# Options that decide a network's shape; saved beside the weights so that loading with other
-# flags can say exactly which flags to pass.
-ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
-                        "input_nc", "output_nc", "direction")
-
 
 class BaseModel(ABC):
     """Base class of all models (see the module docstring for the contract)."""
@@ -327,7 +319,7 @@ class BaseModel(ABC):
             try:
                 distributed.unwrap(net).load_state_dict(saved_networks[name])
             except RuntimeError as err:
-                raise UserError(self._mismatch_message(where, err)) from None
+                raise UserError(checkpoint_files.mismatch_message(where, err, self.opt, self.save_dir)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
@@ -367,48 +359,16 @@ class BaseModel(ABC):
     def _save(self, label: str, nets: dict[str, nn.Module]) -> None:
         for name, net in nets.items():
             distributed.check_in_sync(name, net)
-        if not self.ctx.is_main:
-            return
-        os.makedirs(self.save_dir, exist_ok=True)
-        for name, net in nets.items():
-            state = {k: v.detach().cpu() for k, v in distributed.unwrap(net).state_dict().items()}
-            atomic_torch_save(state, os.path.join(self.save_dir, f"{label}_net_{name}.pth"))
-        architecture = {key: getattr(self.opt, key) for key in ARCHITECTURE_OPTIONS if hasattr(self.opt, key)}
-        with open(os.path.join(self.save_dir, "architecture.json"), "wt") as f:
-            json.dump(architecture, f, indent=1)
+        if self.ctx.is_main:
+            plain = {name: distributed.unwrap(net) for name, net in nets.items()}
+            checkpoint_files.write_networks(self.save_dir, label, plain, self.opt)
 
     def load_networks(self, epoch) -> None:
         """Load `<epoch>_net_<name>.pth` into each network, with a clear message on mismatch."""
         for name, net in self.named_networks().items():
             path = os.path.join(self.save_dir, f"{epoch}_net_{name}.pth")
-            state = load_state_dict_file(path, self.device)
-            net = distributed.unwrap(net)
-            _drop_old_instance_norm_stats(state, net)
-            try:
-                net.load_state_dict(state)
-            except RuntimeError as err:
-                raise UserError(self._mismatch_message(path, err)) from None
+            checkpoint_files.read_network(path, distributed.unwrap(net), self.device, self.opt, self.save_dir)
             print0(f"loaded the model from {path}")
-
-    def _mismatch_message(self, path: str, err: RuntimeError) -> str:
-        flags = ""
-        saved = os.path.join(self.save_dir, "architecture.json")
-        if os.path.exists(saved):
-            with open(saved) as f:
-                arch = json.load(f)
-            parts = []
-            for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
-                if key in arch and arch[key] != getattr(self.opt, key, arch[key]):
-                    parts.append(f"--{key} {arch[key]}")
-            if arch.get("no_dropout") != getattr(self.opt, "no_dropout", None):
-                parts.append("--no_dropout" if arch.get("no_dropout") else "(without --no_dropout)")
-            if parts:
-                flags = " It was trained with " + " ".join(parts) + "; pass the same flags."
-        first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
-        return (f"checkpoint {path} does not fit the network built from your flags "
-                f"(--netG {self.opt.netG} --norm {self.opt.norm} --ngf {self.opt.ngf}"
-                f"{' --no_dropout' if self.opt.no_dropout else ''}).{flags} "
-                f"PyTorch says: {first}")
 
     def print_networks(self, verbose: bool) -> None:
         print0("---------- Networks initialized -------------")
@@ -434,14 +394,3 @@ def _all_finite(net: nn.Module) -> bool:
     """No NaN or infinity in the network's floating-point weights (one host sync)."""
     checks = [torch.isfinite(p.detach()).all() for p in net.parameters() if p.is_floating_point()]
     return bool(torch.stack(checks).all()) if checks else True
-
-
-def _drop_old_instance_norm_stats(state: dict, net: nn.Module) -> None:
-    """Checkpoints from PyTorch < 0.4 store InstanceNorm running stats that today's modules lack."""
-    expected = set(net.state_dict().keys())
-    for key in list(state.keys()):
-        if key not in expected and key.rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked"):
-            module_name = key.rsplit(".", 1)[0]
-            module = dict(net.named_modules()).get(module_name)
-            if isinstance(module, nn.InstanceNorm2d):
-                del state[key]

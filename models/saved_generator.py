@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from models import networks
-from models.base_model import _drop_old_instance_norm_stats
+from models.checkpoint_files import drop_old_instance_norm_stats
 from util.checkpoint import load_state_dict_file
 from util.errors import UserError
 
@@ -94,7 +94,7 @@ def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") ->
     state = load_state_dict_file(path, device)
     net = networks.define_G(arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"], arch["norm"],
                             not arch["no_dropout"])
-    _drop_old_instance_norm_stats(state, net)
+    drop_old_instance_norm_stats(state, net)
     try:
         net.load_state_dict(state)
     except RuntimeError as err:

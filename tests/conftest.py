@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,8 +61,10 @@ def load_script(relative_path: str) -> ModuleType:
 
 @pytest.fixture
 def one_thread():
-    """Run the test with one compute thread (steady timings beside other processes; small
-    networks gain nothing from more), restoring the previous count."""
+    """Run the test's in-process torch code on one thread, restoring the count after: small
+    networks gain nothing from a second thread on a shared 2-core machine (steadier, often faster),
+    and FID's 2048x2048 eigenvalue step is several times slower with two. Modules whose every test
+    wants it say `pytestmark = pytest.mark.usefixtures("one_thread")`."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -85,6 +89,35 @@ def run_script(script: str, *args: str, timeout: float = 300, env: dict | None =
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd or ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for torchrun, test servers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
+    """The command line `torchrun --nproc_per_node=N [extra] script args` on a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
+
+
+def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
+    `timeout` it and all its workers are killed (then TimeoutExpired)."""
+    command = torchrun_command(script, *args, nproc=nproc, extra=extra)
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the workers too, not only torchrun itself
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 # Small networks and no display, so that a few iterations take seconds on a CPU.
@@ -125,15 +158,3 @@ def inception_torch_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("torch_home")
     write_inception_weights(home / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME)
     return home
-
-
-@pytest.fixture
-def one_torch_thread():
-    """Run the test's in-process torch code on one thread: on the shared 2-core machine a second thread
-    makes FID's 2048x2048 eigenvalue step about 6 times slower, not faster."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

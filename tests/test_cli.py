@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_script
+from conftest import FAST_FLAGS, free_port, run_script
 
 # Training for a handful of iterations at 32x32 pixels.
 SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0",
@@ -53,12 +52,6 @@ def png(path: Path) -> np.ndarray:
 def result_rows(page: Path) -> int:
     """Rows of result images on a test.py page: one <table> per test image."""
     return page.read_text().count("<table")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------- CycleGAN

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from options.train_options import TrainOptions
-from test_distributed import free_port
 from test_resume import ENV, assert_identical, cycle_gan, final_weights, run, train_command
 from util import distributed
 from util.distributed import SLURM_PORT_BASE, SLURM_PORT_SPAN, launch_environment

@@ -156,7 +156,6 @@ def test_unknown_dataset_mode_error_lists_valid_names():
     ("scale_width", (20, 30)),  # width = load_size, height keeps the 2:3 aspect
     ("scale_width_and_crop", (16, 16)),
     ("none", (24, 36)),  # 26x37 rounded to multiples of 4
-    ("resize", (20, 20)),
 ])
 def test_preprocess_mode_output_size(tmp_path, preprocess, expected_wh):
     img = Image.new("RGB", (26, 37) if preprocess == "none" else (40, 60))

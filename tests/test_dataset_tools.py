@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, ROOT, run_script
+from conftest import FAST_FLAGS, ROOT, free_port, run_script
 
 TRAIN_SMALL = [*FAST_FLAGS, "--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0",
                "--max_dataset_size", "4", "--netG", "resnet_6blocks"]
@@ -173,12 +173,6 @@ def test_split_is_reproducible_and_refuses_to_mix_into_a_filled_folder(tmp_path,
 
 
 # ---------------------------------------------------------------------------- download scripts
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """python -m http.server on 127.0.0.1 serving tiny archives in the reference's URL layout."""

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from models.networks import SlicedReflectionPad2d
-from test_fast_path import batches, first_losses, model, one_thread  # noqa: F401 (one_thread: autouse fixture)
+from test_fast_path import batches, first_losses, model
 from util.seeding import enable_determinism
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

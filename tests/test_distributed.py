@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,31 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT
+from conftest import FAST_FLAGS, ROOT, free_port, torchrun
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
-             env: dict | None = None) -> subprocess.CompletedProcess:
-    """torchrun as a user starts it; past `timeout` it and all its workers are killed (then TimeoutExpired)."""
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the workers too, not only torchrun itself
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

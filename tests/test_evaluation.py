@@ -111,7 +111,7 @@ def pix_checkpoint(tmp_path_factory):
 @pytest.mark.slow
 def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers(pix_checkpoint, paired_root, tmp_path,
                                                                                  inception_torch_home, monkeypatch,
-                                                                                 one_torch_thread):
+                                                                                 one_thread):
     env = {"TORCH_HOME": str(inception_torch_home), OFFLINE_ENV: "1"}
     result = run_script("test.py", "--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir",
                         str(pix_checkpoint), "--results_dir", str(tmp_path), "--eval_metrics", env=env)

@@ -23,12 +23,7 @@ from util.seeding import seed_everything
 EVERY_SPEED_FLAG = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gradients(net: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:

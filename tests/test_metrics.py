@@ -179,7 +179,7 @@ def test_an_unreachable_download_gives_up_at_once_and_leaves_no_file(empty_torch
 
 @pytest.mark.slow
 def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_are_tiled(inception_torch_home, monkeypatch,
-                                                                                         tmp_path, one_torch_thread):
+                                                                                         tmp_path, one_thread):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     real, fake = smooth_images(5, channels=1, size=(32, 32)), smooth_images(6, channels=1, size=(32, 32))
     metrics = TranslationMetrics({"G": ("fake_G", "real_G"), "M": ("fake_M", "real_M")}, paired=False, distribution=True)
@@ -203,7 +203,8 @@ def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_ar
 # ---------------------------------------------------------------------------- several processes
 @pytest.mark.slow
 def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inception_torch_home, tmp_path):
-    from test_distributed import ok, torchrun
+    from conftest import torchrun
+    from test_distributed import ok
 
     env = {"TORCH_HOME": str(inception_torch_home), inception.OFFLINE_ENV: "1", "OMP_NUM_THREADS": "1"}
     ok(run_script("tests/metrics_ddp_script.py", str(tmp_path / "one.json"), env=env))

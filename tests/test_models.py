@@ -21,13 +21,7 @@ from util.errors import UserError
 from util.seeding import seed_everything
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Small convolutions run fastest (and steadiest on a shared machine) on one thread.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small convolutions: fastest and steadiest on one
 
 
 SMALL = ["--ngf", "8", "--ndf", "8"]

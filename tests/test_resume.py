@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
-from test_distributed import free_port
+from conftest import ROOT, torchrun_command
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +42,7 @@ def pix2pix(root: Path, ckpt: Path, name: str) -> list[str]:
 
 def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
     if nproc:
-        return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                f"--master_port={free_port()}", *extra, str(ROOT / "train.py"), *args]
+        return torchrun_command("train.py", *args, nproc=nproc, extra=extra)
     return [sys.executable, str(ROOT / "train.py"), *args]
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT, demo_data, run_script
+from conftest import FAST_FLAGS, demo_data, run_script, torchrun
 
 TINY = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "--no_html", "--no_progress"]
 
@@ -37,12 +35,7 @@ def metrics_rows(run_dir: Path) -> list[dict]:
 def train(data: Path, ckpt: Path, name: str, *extra: str, nproc: int = 0, env: dict | None = None):
     args = ["--dataroot", str(data), "--checkpoints_dir", str(ckpt), "--name", name, *FAST_FLAGS, *TINY, *extra]
     if nproc:
-        from test_distributed import free_port
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                   f"--master_port={free_port()}", str(ROOT / "train.py"), *args]
-        import subprocess
-        full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-        return subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300)
+        return torchrun("train.py", *args, nproc=nproc, env=env, timeout=300)
     return run_script("train.py", *args, env=env)
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_script
+from conftest import FAST_FLAGS, free_port, run_script
 
 SMALL = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks", "--load_size", "32",
          "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4"]
@@ -56,12 +56,6 @@ def logged_losses(run_dir: Path) -> list[tuple[int, int, dict[str, float]]]:
             pairs = re.findall(r"(\S+): (\S+)", m.group(3))
             rows.append((int(m.group(1)), int(m.group(2)), {k: float(v) for k, v in pairs}))
     return rows
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parse_train_options(tmp_path: Path, *argv: str):

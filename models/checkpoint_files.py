@@ -1,0 +1,77 @@
+"""Networks to and from checkpoint files in the reference's format.
+
+`<label>_net_<name>.pth` holds one plain state_dict (written from the unwrapped module, so it loads
+anywhere: one process, the CPU, the reference's test.py). `architecture.json` beside the weights
+records the options that decide the networks' shapes, so that loading with other flags can say
+exactly which flags to pass, and models/saved_generator.py can rebuild a generator without flags.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from torch import nn
+
+from util.checkpoint import atomic_torch_save, load_state_dict_file
+from util.errors import UserError
+
+ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
+                        "input_nc", "output_nc", "direction")
+ARCHITECTURE_FILE = "architecture.json"
+
+
+def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -> None:
+    """`<label>_net_<name>.pth` for each of `nets` (plain modules) and architecture.json, in `save_dir`."""
+    os.makedirs(save_dir, exist_ok=True)
+    for name, net in nets.items():
+        state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+        atomic_torch_save(state, os.path.join(save_dir, f"{label}_net_{name}.pth"))
+    architecture = {key: getattr(opt, key) for key in ARCHITECTURE_OPTIONS if hasattr(opt, key)}
+    with open(os.path.join(save_dir, ARCHITECTURE_FILE), "wt") as f:
+        json.dump(architecture, f, indent=1)
+
+
+def read_network(path: str, net: nn.Module, device: torch.device, opt, save_dir: str) -> None:
+    """Load the state_dict file `path` into the plain module `net`; a UserError naming the file
+    and the flags to pass when it does not fit."""
+    state = load_state_dict_file(path, device)
+    drop_old_instance_norm_stats(state, net)
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as err:
+        raise UserError(mismatch_message(path, err, opt, save_dir)) from None
+
+
+def mismatch_message(path: str, err: RuntimeError, opt, save_dir: str) -> str:
+    """Which file does not fit the networks the flags build, and (from architecture.json) the flags
+    it was trained with."""
+    flags = ""
+    saved = os.path.join(save_dir, ARCHITECTURE_FILE)
+    if os.path.exists(saved):
+        with open(saved) as f:
+            arch = json.load(f)
+        parts = []
+        for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
+            if key in arch and arch[key] != getattr(opt, key, arch[key]):
+                parts.append(f"--{key} {arch[key]}")
+        if arch.get("no_dropout") != getattr(opt, "no_dropout", None):
+            parts.append("--no_dropout" if arch.get("no_dropout") else "(without --no_dropout)")
+        if parts:
+            flags = " It was trained with " + " ".join(parts) + "; pass the same flags."
+    first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
+    return (f"checkpoint {path} does not fit the network built from your flags "
+            f"(--netG {opt.netG} --norm {opt.norm} --ngf {opt.ngf}"
+            f"{' --no_dropout' if opt.no_dropout else ''}).{flags} "
+            f"PyTorch says: {first}")
+
+
+def drop_old_instance_norm_stats(state: dict, net: nn.Module) -> None:
+    """Checkpoints from PyTorch < 0.4 store InstanceNorm running stats that today's modules lack."""
+    expected = set(net.state_dict().keys())
+    for key in list(state.keys()):
+        if key not in expected and key.rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked"):
+            module_name = key.rsplit(".", 1)[0]
+            module = dict(net.named_modules()).get(module_name)
+            if isinstance(module, nn.InstanceNorm2d):
+                del state[key]
