@@ -276,16 +276,16 @@ def ramp_root(root: Path, bits: int) -> list[np.ndarray]:
     return targets
 
 
-def ramp_error(tmp_path: Path, bits: int) -> tuple[float, float]:
-    """Train pix2pix on the ramp task at `bits`, translate the test ramps; returns (mean absolute error of
-    the outputs in 16-bit units, the least error any 8-bit output can have)."""
+def ramp_error(tmp_path: Path, bits: int, epochs: int = 100) -> tuple[float, float]:
+    """Train pix2pix on the ramp task at `bits` (`epochs` + `epochs` of decay), translate the test ramps;
+    returns (mean absolute error of the outputs in 16-bit units, the least error any 8-bit output can have)."""
     root = tmp_path / f"ramps{bits}"
     targets = ramp_root(root, bits)
     flags = ["--dataroot", str(root), "--name", "r", "--model", "pix2pix", "--input_nc", "1", "--output_nc", "1",
              "--netG", "resnet_6blocks", "--netD", "n_layers", "--n_layers_D", "1", "--norm", "none", "--no_dropout",
              "--preprocess", "none", "--ngf", "8", "--ndf", "8", "--checkpoints_dir", str(tmp_path / f"ck{bits}")]
-    ok(run_script("train.py", *flags, *FAST_FLAGS, "--no_flip", "--lr", "0.0005", "--n_epochs", "100",
-                  "--n_epochs_decay", "100", "--no_html", "--no_progress", "--print_freq", "100000"))
+    ok(run_script("train.py", *flags, *FAST_FLAGS, "--no_flip", "--lr", "0.0005", "--n_epochs", str(epochs),
+                  "--n_epochs_decay", str(epochs), "--no_html", "--no_progress", "--print_freq", "100000"))
     ok(run_script("test.py", *flags, "--results_dir", str(tmp_path / f"res{bits}")))
     out = tmp_path / f"res{bits}" / "r" / "test_latest"
     errors, floors = [], []
@@ -302,7 +302,9 @@ def ramp_error(tmp_path: Path, bits: int) -> tuple[float, float]:
 @pytest.mark.slow
 def test_16bit_task_below_8bit_resolution_is_learned_far_below_one_8bit_step_which_8_bits_cannot_reach(tmp_path):
     error_16, floor_8 = ramp_error(tmp_path, 16)
-    error_8, _ = ramp_error(tmp_path, 8)
+    # Through 8 bits no training can beat the floor (every output is a multiple of one 8-bit step),
+    # so a shorter run shows the same: the data lost the signal before training began.
+    error_8, _ = ramp_error(tmp_path, 8, epochs=20)
     print(f"mean absolute error of the outputs, in units of 1/65535: 16-bit data {error_16:.1f}, the same task "
           f"through 8 bits {error_8:.1f} (no 8-bit output can be below {floor_8:.1f}; one 8-bit step is {STEP_16})")
     assert error_16 < STEP_16 / 10  # far below one 8-bit step
