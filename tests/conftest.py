@@ -15,7 +15,7 @@ import pytest
 import torch
 
 # In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
-from skip_policy import (pytest_make_collect_report, pytest_runtest_makereport,  # noqa: F401 (hooks)
+from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
                          pytest_sessionfinish, pytest_terminal_summary)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,37 +124,12 @@ def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (
 FAST_FLAGS = ["--ngf", "8", "--ndf", "8", "--display_id", "0", "--num_threads", "0", "--seed", "0"]
 
 
-def write_inception_weights(path: Path, seed: int = 0) -> Path:
-    """A state dict for torch-fidelity's Inception-v3 with exactly the keys of the real weights file,
-    but seeded random values (He-normal convolutions, so features are not vanishingly small): the real
-    loading and feature code runs, deterministically, and nothing is downloaded."""
-    import torch
-    from torch import nn
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
-
-    class Unloaded(FeatureExtractorInceptionV3):
-        def load_state_dict(self, *args, **kwargs):  # keep the fresh initialisation
-            return None
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({}, path)  # read by the constructor, then ignored
-    network = Unloaded("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(path))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in network.modules():
-            if isinstance(module, nn.Conv2d):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * (2.0 / fan_in) ** 0.5)
-    torch.save(network.state_dict(), path)
-    return path
-
-
 @pytest.fixture(scope="session")
 def inception_torch_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TORCH_HOME whose hub cache holds deterministic Inception weights under the file name
     torch-fidelity downloads (util/inception.py): set TORCH_HOME to it to run FID/KID offline."""
-    from util.inception import INCEPTION_WEIGHTS_NAME
+    from util.inception import INCEPTION_WEIGHTS_NAME, write_seeded_inception_weights
 
     home = tmp_path_factory.mktemp("torch_home")
-    write_inception_weights(home / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME)
+    write_seeded_inception_weights(home / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME)
     return home

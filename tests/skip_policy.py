@@ -36,16 +36,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 # A module skipped while it is imported has no test to fail; it is reported at the end, and the
-# run fails then (failing its collection instead would interrupt the whole session).
+# run fails then (failing its collection instead would interrupt the whole session). This hook also
+# runs in the controller of a pytest-xdist run (run_tests.sh's -n 2), which gets the workers'
+# skipped collection reports: the controller's exit status is the run's.
 _skipped_modules: list[str] = []
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
-    outcome = yield
-    report = outcome.get_result()
+def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.skipped and os.environ.get(FAIL_ON_SKIP):
-        _skipped_modules.append(f"{collector.nodeid}: skipped ({_skip_reason(report)}), but {FAIL_ON_SKIP} is set")
+        _skipped_modules.append(f"{report.nodeid}: skipped ({_skip_reason(report)}), but {FAIL_ON_SKIP} is set")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

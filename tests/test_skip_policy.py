@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from skip_policy import FAIL_ON_SKIP
 
 SAMPLE = '''
@@ -35,8 +37,9 @@ def test_plain():
 MODULE_SKIPPED = 'import pytest\npytest.importorskip("no_such_package_here")\n\ndef test_never_collected():\n    pass\n'
 
 
-def run_sample(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
-    """pytest -rA (a summary line per test) on the sample files, with or without the CI variable."""
+def run_sample(tmp_path: Path, ci: bool, workers: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """pytest -rA (a summary line per test) on the sample files, with or without the CI variable,
+    in one process or with pytest-xdist's `workers` flags (as scripts/run_tests.sh runs the suite)."""
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "test_module_skipped.py").write_text(MODULE_SKIPPED)
     env = {k: v for k, v in os.environ.items() if k != FAIL_ON_SKIP}
@@ -44,7 +47,7 @@ def run_sample(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
         env[FAIL_ON_SKIP] = "1"
     env["PYTHONPATH"] = str(Path(__file__).parent)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "skip_policy", "-p", "no:cacheprovider", "-rA",
-                           "-o", "markers=gpu: needs a GPU", str(tmp_path)],
+                           "-o", "markers=gpu: needs a GPU", *workers, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -64,8 +67,9 @@ def test_outside_ci_skips_stay_skips(tmp_path):
     assert result.returncode == 0
 
 
-def test_in_ci_every_skip_but_a_gpu_one_fails(tmp_path):
-    result = run_sample(tmp_path, ci=True)
+@pytest.mark.parametrize("workers", [(), ("-n", "2", "--dist", "loadfile")], ids=["one_process", "xdist"])
+def test_in_ci_every_skip_but_a_gpu_one_fails(tmp_path, workers):
+    result = run_sample(tmp_path, ci=True, workers=workers)
     assert summary(result) == {
         "FAILED test_sample.py::test_skipped_inside", "ERROR test_sample.py::test_skipped_by_marker",  # at setup
         "SKIPPED no CUDA GPU",
