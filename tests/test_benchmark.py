@@ -322,3 +322,21 @@ def test_quick_ddp_and_targets(quick):
         assert needle in kinds
     for target in report["targets"]:
         assert isinstance(target["met"], bool) and target["value"] >= 0
+
+
+def test_validation_cost_is_read_from_the_run_logs_as_medians_of_each_validation_and_its_epoch(tmp_path):
+    from util.validation_log import ValidationLog
+
+    bench_validation = load_script("scripts/bench_validation.py")
+    log = ValidationLog(str(tmp_path))
+    # (validation seconds, epoch seconds): shares 10%, 5%, 4%, 50%; epoch 2 redone after a resume
+    for epoch, seconds, epoch_seconds in [(1, 3.0, 30.0), (2, 9.0, 10.0), (2, 2.0, 40.0), (3, 2.0, 50.0),
+                                          (4, 4.0, 8.0)]:
+        log.append(epoch, 10 * epoch, {"L1": 0.5, "PSNR": 20.0}, seconds, epoch_seconds, images=20)
+    summary = bench_validation.summarise(list(bench_validation.read_metrics(str(tmp_path)).values()))
+    assert summary["epochs"] == 4 and summary["images"] == 20
+    assert summary["validation_s_first"] == 3.0
+    assert summary["validation_s_median"] == pytest.approx(2.5)  # of 3, 2, 2, 4: the redone epoch counts once
+    assert summary["epoch_s_median"] == pytest.approx(35.0)  # of 30, 40, 50, 8
+    assert summary["share_median"] == pytest.approx(0.075)  # of 0.10, 0.05, 0.04, 0.50
+    assert summary["metrics"] == ["L1", "PSNR"]
