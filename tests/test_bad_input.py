@@ -450,9 +450,10 @@ def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoi
     assert len(saved) == 5  # four networks and the training state
 
     # Continue from those weights (the reference's way: --epoch_count) with a learning rate that
-    # blows the weights up at once: the losses of the second step are no longer finite.
+    # blows the weights up at once: the losses of the second step are no longer finite. A save is
+    # due right after that step (--save_latest_freq 2), before any loss is printed: it must be refused.
     bad = run_script("train.py", *common, "--continue_train", "--epoch_count", "2", "--n_epochs", "3",
-                     "--n_epochs_decay", "0", "--lr", "1e30")
+                     "--n_epochs_decay", "0", "--lr", "1e30", "--save_latest_freq", "2")
     assert bad.returncode == 2, bad.stderr[-3000:]
     assert "Traceback" not in bad.stderr
     message = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]

@@ -163,3 +163,17 @@ def test_validation_without_a_held_out_split_names_the_folders_and_the_flag(tmp_
                    "--n_epochs_decay", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--val_freq 1" in result.stderr and str(data / "val") in result.stderr and "--val_phase" in result.stderr
+
+
+@pytest.mark.slow
+def test_plateau_policy_watches_the_validation_metric_on_the_epochs_that_validate(paired_data, tmp_path):
+    # --save_best PSNR: the schedule must see -PSNR (higher is better), and only at the two
+    # validations (epoch 2 by --val_freq, epoch 3 as the last one), not the epoch's generator loss.
+    ok(train(paired_data, tmp_path, "plateau", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay", "0",
+             "--val_freq", "2", "--save_best", "PSNR", "--lr_policy", "plateau"))
+    psnr = [row["metrics"]["PSNR"] for row in metrics_rows(tmp_path / "plateau")]
+    assert [row["epoch"] for row in metrics_rows(tmp_path / "plateau")] == [2, 3]
+    state = torch.load(tmp_path / "plateau" / "latest_train_state.pth", weights_only=False)
+    for scheduler in state["model"]["schedulers"]:  # generator's and discriminator's
+        assert scheduler["last_epoch"] == 2  # stepped once per validation
+        assert scheduler["best"] == pytest.approx(-max(psnr), rel=1e-12)
