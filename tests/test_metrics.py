@@ -18,7 +18,7 @@ from util import inception
 from util.errors import UserError
 from util.fid_kid import SplitInvariantKID
 from util.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
-from util.metrics import TranslationMetrics, expected_keys, higher_is_better, needs_inception, standard_pairs
+from util.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception, standard_pairs
 from util.util import tensor2im
 
 PIX2PIX_VISUALS = ["real_A", "fake_B", "real_B"]
@@ -198,6 +198,29 @@ def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_ar
     torch.save({"not": torch.zeros(1)}, tmp_path / "other.pth")
     with pytest.raises(UserError, match="other.pth is not a file of Inception-v3 weights"):
         inception.load_inception(str(tmp_path / "other.pth"))
+
+
+@pytest.mark.slow
+def test_validation_runs_real_images_through_inception_once_and_scores_as_without_the_cache(inception_torch_home,
+                                                                                          monkeypatch, one_thread):
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
+    reals = [smooth_images(10, count=2, size=(32, 32)), smooth_images(11, count=1, size=(32, 32))]  # two batches
+    pairs = {"B": ("fake_B", "real_B")}
+    cache = ReferenceFeatures()
+    cached = TranslationMetrics(pairs, paired=False, distribution=True, reference_cache=cache)
+    plain = TranslationMetrics(pairs, paired=False, distribution=True)
+    seen: list[int] = []  # images per Inception call of the cached metrics
+    network = cached.inception
+    cached.inception = lambda images: (seen.append(len(images)), network(images))[1]
+    for validation in range(2):  # e.g. after epochs 1 and 2: other outputs, the same real images
+        for metrics in (cached, plain):
+            metrics.reset()
+            for batch, real in enumerate(reals):
+                metrics.update({"fake_B": smooth_images(20 + 2 * validation + batch, count=len(real), size=(32, 32)),
+                                "real_B": real})
+        assert cached.compute() == plain.compute()  # bit for bit
+    assert seen == [2, 2, 1, 1, 2, 1]  # per batch the outputs, then the real images, known the second time
+    assert len(cache) == 3
 
 
 # ---------------------------------------------------------------------------- several processes

@@ -29,6 +29,7 @@ way each key improves.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from typing import Collection, Mapping, Sequence
@@ -104,13 +105,15 @@ class TranslationMetrics:
                   to `add_reference` for the pairs named in `external_reference`.
     Without Inception weights (util/inception.py), FID/KID are left out and `skipped` says why; the
     weights are looked up (and, online, downloaded) once here: build one object and `reset()` it.
+    reference_cache  features of real images seen before (validation scores the same held-out images
+                  every time; they may be shared with the EMA's metrics): only new ones go through Inception.
     `compute()` is collective under torch.distributed: every process must call it.
     """
 
     def __init__(self, pairs: Mapping[str, tuple[str, str | None]], paired: bool = True, distribution: bool = False,
                  device: torch.device | str = "cpu", inception_weights: str | None = None,
                  external_reference: Collection[str] = (), kid_subsets: int = KID_SUBSETS,
-                 kid_subset_size: int = KID_SUBSET_SIZE) -> None:
+                 kid_subset_size: int = KID_SUBSET_SIZE, reference_cache: "ReferenceFeatures | None" = None) -> None:
         self.pairs = dict(pairs)
         self.device = torch.device(device)
         self.external_reference = set(external_reference)
@@ -120,6 +123,7 @@ class TranslationMetrics:
         self.paired = {name: _paired_metrics(self.device) for name, (_, target) in self.pairs.items()
                        if paired and target is not None}
         self.inception: nn.Module | None = None
+        self.reference_cache = reference_cache
         self.distribution: dict[str, dict[str, nn.Module]] = {}
         if distribution:
             weights = ensure_inception_weights(inception_weights)
@@ -176,7 +180,11 @@ class TranslationMetrics:
             why = f"FID/KID need 1- or 3-channel images; {self.pairs[name][0]} has {channels} channels"
             self.skipped.update({metric_key("FID", name): why, metric_key("KID", name): why})
             return
-        features = self.inception(to_uint8(images.expand(-1, 3, -1, -1))).double()
+        uint8 = to_uint8(images.expand(-1, 3, -1, -1))
+        if real and self.reference_cache is not None:
+            features = self.reference_cache.features(uint8, self.inception).double()
+        else:
+            features = self.inception(uint8).double()
         for metric in self.distribution[name].values():
             metric.update(features, real=real)
         self._counts[name]["reference" if real else "outputs"] += len(images)
@@ -221,6 +229,34 @@ class TranslationMetrics:
                 module.reset()
         self._counts = {name: dict.fromkeys(counts, 0) for name, counts in self._counts.items()}
         self.image_counts = {}
+
+
+class ReferenceFeatures:
+    """Inception features of real images by content: an image already seen (the same 8-bit values) is
+    not run through the network again. The features of a batch that has to be computed are computed
+    together, as without the cache, so cached and fresh runs give the same numbers bit for bit.
+    Costs 8 KiB (2048 float32) per distinct image, kept for the cache's lifetime."""
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def features(self, images: torch.Tensor, inception: nn.Module) -> torch.Tensor:
+        """Nx2048 float32 features of Nx3xHxW uint8 `images`."""
+        keys = [_content_key(image) for image in images]
+        missing = [i for i, key in enumerate(keys) if key not in self._rows]
+        if missing:
+            computed = inception(images if len(missing) == len(keys) else images[missing])
+            for i, row in zip(missing, computed):
+                self._rows[keys[i]] = row
+        return torch.stack([self._rows[key] for key in keys])
+
+
+def _content_key(image: torch.Tensor) -> bytes:
+    pixels = image.contiguous().cpu().numpy()
+    return hashlib.blake2b(repr(pixels.shape).encode() + pixels.tobytes(), digest_size=20).digest()
 
 
 def _paired_metrics(device: torch.device) -> dict[str, nn.Module]:

@@ -25,7 +25,7 @@ from util.best_checkpoint import ema_key
 from util.console import warn0
 from util.distributed import DistContext
 from util.errors import UserError
-from util.metrics import (PAIRED_DATASETS, TranslationMetrics, expected_keys, higher_is_better,
+from util.metrics import (PAIRED_DATASETS, ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
                           needs_inception, standard_pairs)
 
 SPLITS = ("val", "test")  # looked for in this order when --val_phase is not given
@@ -90,8 +90,11 @@ class Validator:
                                       ctx.device.type, limit=opt.val_max_images)
         paired = opt.dataset_mode in PAIRED_DATASETS
         pairs = standard_pairs(visual_names, paired)
+        # the held-out real images are the same at every validation: their Inception features are kept
+        reference = ReferenceFeatures() if not paired else None
         make = lambda: TranslationMetrics(pairs, paired=paired, distribution=not paired,  # noqa: E731
-                                          device=ctx.device, inception_weights=opt.inception_weights or None)
+                                          device=ctx.device, inception_weights=opt.inception_weights or None,
+                                          reference_cache=reference)
         self.metrics = make()
         self.ema_metrics = make() if ema else None
         self.keys = expected_keys(pairs, paired, not paired)
