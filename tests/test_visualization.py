@@ -135,10 +135,11 @@ def find_tile(grid: np.ndarray, tile: np.ndarray) -> bool:
 def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server, paired_root, tmp_path):
     env = "vistest"
     result = ok(train(paired_root, tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
-                      "--display_env", env, "--display_freq", "1", "--print_freq", "1", "--update_html_freq", "1"))
+                      "--display_env", env, "--display_freq", "1", "--print_freq", "1", "--update_html_freq", "1",
+                      "--val_freq", "1"))
     assert "warning" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
     vis = visdom_server.client(env)
-    windows = {w: json.loads(vis.get_window_data(w, env=env)) for w in ("1", "2", "3")}
+    windows = {w: json.loads(vis.get_window_data(w, env=env)) for w in ("1", "2", "3", "validation")}
 
     # display_id: the loss curves, one trace per loss, one point per printed loss line
     plot = windows["1"]
@@ -164,6 +165,14 @@ def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server,
     labels = windows["3"]
     assert labels["type"] == "text"
     assert re.search(r"<td>real_A</td><td>fake_B</td><td>real_B</td>", labels["content"])
+
+    # the validation metrics after each epoch, one trace per metric
+    validations = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").read_text().splitlines()]
+    traces = {t["name"]: t for t in windows["validation"]["content"]["data"]}
+    assert list(traces) == ["L1", "PSNR", "SSIM"]
+    for name, trace in traces.items():
+        assert trace["x"] == [1, 2]
+        assert trace["y"] == pytest.approx([v["metrics"][name] for v in validations])
 
 
 class ConnectionAttempts:
@@ -239,10 +248,11 @@ def test_no_visdom_server_warns_once_with_the_start_command_and_training_goes_on
 # ---------------------------------------------------------------------------------- one run, every file display
 @pytest.fixture(scope="module")
 def full_run(paired_root, tmp_path_factory):
-    """2 epochs x 4 images with TensorBoard, HTML, progress lines after every step, then test.py."""
+    """2 epochs x 4 images with TensorBoard, HTML, progress lines after every step and validation after
+    every epoch, then test.py."""
     ckpt = tmp_path_factory.mktemp("vis_ckpt")
     result = ok(train(paired_root, ckpt, "--use_tensorboard", "--print_freq", "1", "--display_freq", "2",
-                      "--progress_interval", "0"))
+                      "--progress_interval", "0", "--val_freq", "1"))
     results = tmp_path_factory.mktemp("vis_results")
     ok(run_script("test.py", "--dataroot", str(paired_root), "--name", "p", "--model", "pix2pix", "--direction",
                   "BtoA", "--netG", "resnet_6blocks", "--ngf", "8", "--ndf", "8", "--num_threads", "0",
@@ -268,6 +278,11 @@ def test_tensorboard_events_hold_every_logged_loss_and_image_grids(full_run):
     assert [s.step for s in lr] == steps and lr[0].value == pytest.approx(2e-4)
     assert lr[-1].value == pytest.approx(1e-4)  # linear decay over the second epoch
     assert all(s.value > 0 for s in events.Scalars("train/images_per_sec"))
+    validations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for name in ("L1", "PSNR", "SSIM"):  # after each epoch, at the images seen by then
+        scalars = events.Scalars(f"val/{name}")
+        assert [s.step for s in scalars] == [4, 8], name
+        assert [s.value for s in scalars] == pytest.approx([v["metrics"][name] for v in validations], rel=1e-6)
     images = events.Images("visuals")
     assert [im.step for im in images] == [2, 4, 6, 8]  # --display_freq 2
     grid = Image.open(io.BytesIO(images[-1].encoded_image_string))
@@ -298,6 +313,11 @@ def test_training_writes_loss_plot_and_html_page_with_epochs_newest_first(full_r
     page = (run_dir / "web" / "index.html").read_text()
     assert page.index("epoch [2]") < page.index("epoch [1]")
     assert 'src="images/loss_plot.png"' in page and "http-equiv" not in page  # final page: no reloading
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert f"validation after epoch 2: L1 {last['metrics']['L1']:.4f}" in page  # the latest validation
+    for label in ("real_A", "fake_B", "real_B"):
+        assert f'src="images/val_latest_{label}.png"' in page
+    assert 'src="images/metrics_plot.png"' in page
     for src in re.findall(r'<img[^>]*src="([^"]+)"', page):
         assert (run_dir / "web" / src).is_file(), src
 
@@ -382,7 +402,7 @@ def read_wandb_history(run_file: Path) -> list[dict[str, str]]:
 def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path):
     # wandb is optional for users but a test requirement (requirements-dev.txt): no skip here.
     result = ok(train(paired_root, tmp_path, "--use_wandb", "--print_freq", "2", "--display_freq", "4",
-                      "--no_progress", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                      "--no_progress", "--val_freq", "1", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true",
                                             "WANDB_DIR": str(tmp_path / "wb")}))
     assert "Traceback" not in result.stderr
     run_files = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -394,6 +414,10 @@ def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path):
     assert [float(row["G_L1"]) for row in loss_rows] == pytest.approx([r["G_L1"] for _, _, r in logged], abs=6e-4)
     assert all("learning_rate" in row and "images_per_sec" in row for row in loss_rows)
     assert any(row.get("fake_B/_type") == '"image-file"' for row in history)
+    validations = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").read_text().splitlines()]
+    val_rows = [row for row in history if "val/L1" in row]
+    assert [int(row["_step"]) for row in val_rows] == [4, 8]  # after each epoch
+    assert [float(row["val/PSNR"]) for row in val_rows] == pytest.approx([v["metrics"]["PSNR"] for v in validations])
     assert list(run_files[0].parent.glob("files/media/images/*.png"))
 
 
