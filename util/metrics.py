@@ -233,8 +233,8 @@ class TranslationMetrics:
 
 class ReferenceFeatures:
     """Inception features of real images by content: an image already seen (the same 8-bit values) is
-    not run through the network again. The features of a batch that has to be computed are computed
-    together, as without the cache, so cached and fresh runs give the same numbers bit for bit.
+    not run through the network again. A batch of new images is computed whole, as without the cache,
+    so a validation scores bit for bit as it would without it (and a resumed run as an uninterrupted one).
     Costs 8 KiB (2048 float32) per distinct image, kept for the cache's lifetime."""
 
     def __init__(self) -> None:
