@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -78,7 +77,8 @@ def main() -> int:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_demo_dataset.py"), "--out", str(data),
                     "--size", "128"], check=True)
     inception = None if args.seeded_inception else find_inception_weights()
-    if inception is None and "cycle_gan" in models:
+    seeded = inception is None and "cycle_gan" in models
+    if seeded:
         inception = write_seeded_inception_weights(args.out / "seeded_inception.pth")
         print(f"FID/KID with seeded random Inception weights ({inception}): real cost, meaningless values")
 
@@ -90,8 +90,8 @@ def main() -> int:
         print(f"| {model} | {', '.join(r['metrics'])} | {r['images']} | {r['validation_s_median']:.2f} s | "
               f"{r['validation_s_first']:.2f} s | {r['epoch_s_median']:.1f} s | {100 * r['share_median']:.1f}% |")
     (args.out / "validation_cost.json").write_text(json.dumps(
-        {"results": results, "inception": "seeded random" if inception and "seeded" in os.path.basename(inception)
-         else inception, "epochs": args.epochs}, indent=2))
+        {"results": results, "inception": "seeded random" if seeded else inception, "epochs": args.epochs},
+        indent=2))
     return 0
 
 

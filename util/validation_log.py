@@ -59,16 +59,20 @@ def read_metrics(run_dir: str) -> dict[int, dict]:
     return rows
 
 
-def plot_metrics(run_dir: str, title: str) -> str | None:
-    """metrics_plot.png from metrics.jsonl: one plot per metric over the epochs; None without rows."""
+def metric_series(run_dir: str) -> tuple[list[int], dict[str, list[float]]]:
+    """The validated epochs in order, and each metric's value at them (NaN where a validation lacked
+    it; the `_std` companions of KID left out): what the metrics plots draw."""
     rows = read_metrics(run_dir)
-    if not rows:
-        return None
     epochs = sorted(rows)
-    names = list(dict.fromkeys(k for e in epochs for k in rows[e]["metrics"] if not k.endswith("_std")))
-    if not names:
+    names = dict.fromkeys(k for e in epochs for k in rows[e]["metrics"] if not k.endswith("_std"))
+    return epochs, {name: [float(rows[e]["metrics"].get(name, math.nan)) for e in epochs] for name in names}
+
+
+def plot_metrics(run_dir: str, title: str) -> str | None:
+    """metrics_plot.png from metrics.jsonl: one plot per metric over the epochs; None without metrics."""
+    epochs, values = metric_series(run_dir)
+    if not values:
         return None
-    values = {name: [float(rows[e]["metrics"].get(name, math.nan)) for e in epochs] for name in names}
     out = os.path.join(run_dir, METRICS_PLOT)
     draw_panels([float(e) for e in epochs], values, out, f"{title}: validation")
     return out

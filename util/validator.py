@@ -154,9 +154,3 @@ class Validator:
             return {"plateau_step": False}
         value = result.scores[self.plateau_key]
         return {"plateau_metric": -value if higher_is_better(self.plateau_key) else value}
-
-
-def describe(result: ValidationResult) -> str:
-    """One line for the console and val_log.txt."""
-    text = " ".join(f"{k}: {v:.4f}" for k, v in result.scores.items()) or "no metrics (see the warnings above)"
-    return f"{text} ({result.images} images, {result.seconds:.1f} s)"

@@ -31,7 +31,7 @@ import numpy as np
 from util import html, util
 from util.errors import UserError
 from util.progress import TrainingProgress
-from util.validation_log import METRICS_PLOT, ValidationLog, plot_metrics
+from util.validation_log import METRICS_PLOT, ValidationLog, metric_series, plot_metrics
 
 VISDOM_TIMEOUT = (2.0, 10.0)   # seconds to connect to / hear back from the visdom server
 HTML_PLOT_EVERY = 300.0        # seconds between refreshes of the loss plot on the HTML page
@@ -247,11 +247,9 @@ class Visualizer:
             self._write_html(self.html_epoch, self.html_labels)
 
     def _plot_metrics_in_visdom(self) -> None:
-        from util.validation_log import read_metrics
-        rows = read_metrics(self.run_dir)
-        epochs = sorted(rows)
-        names = list(dict.fromkeys(k for e in epochs for k in rows[e]["metrics"] if not k.endswith("_std")))
-        y = np.array([[float(rows[e]["metrics"].get(k, np.nan)) for k in names] for e in epochs])
+        epochs, values = metric_series(self.run_dir)
+        names = list(values)
+        y = np.array([values[name] for name in names]).T  # one row per epoch, one column per metric
         try:
             self.vis.line(X=np.stack([np.array(epochs, dtype=float)] * len(names), 1), Y=y, win="validation",
                           opts=dict(title=self.name + " validation", legend=names, xlabel="epoch"))
