@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from models import networks
-from models.checkpoint_files import drop_old_instance_norm_stats
+from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats
 from util.checkpoint import load_state_dict_file
 from util.errors import UserError
 
@@ -170,7 +170,7 @@ def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
 
 
 def _read_architecture_json(folder: str) -> dict:
-    path = os.path.join(folder, "architecture.json")
+    path = os.path.join(folder, ARCHITECTURE_FILE)
     if not os.path.isfile(path):
         return {}
     saved = _read_json(path, "the architecture is then read from the weights")
