@@ -5,14 +5,14 @@
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
 Images go to --results_dir/--name/<phase>_<epoch>/images/ (8-bit PNG previews; data of higher precision or
-other channel counts also at full precision in .../full_precision/, util/output_files.py), the page to
+other channel counts also at full precision in .../full_precision/, data/output_files.py), the page to
 .../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs (and of
-the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/metrics_report.py,
+the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/evaluation/metrics_report.py,
 docs/evaluation.md).
 
 With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
 size the generator takes and the output cropped back. --tile N translates large images in blended
-N x N tiles (util/tiling.py, docs/evaluation.md).
+N x N tiles (models/tiling.py, docs/evaluation.md).
 """
 from __future__ import annotations
 
@@ -22,15 +22,16 @@ import sys
 
 from data import create_dataset
 from models import create_model
+from models import networks
 from models.networks import check_input_size
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
-from util.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
-from util.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
+from util.evaluation.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
+from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from util.seeding import enable_determinism, seed_everything
-from util.tiling import adapt_generators, check_tiling, receptive_radius
+from models.tiling import adapt_generators, check_tiling, receptive_radius
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
 
@@ -41,7 +42,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     seed_everything(opt.seed if opt.seed is not None else 0)
     check_tiling(opt.netG, opt.tile, opt.tile_overlap)
     check_distribution_inputs(opt)  # fail before translating, not after
-    dataset = create_dataset(opt, 0, ctx.rank, ctx.world_size, ctx.device.type, limit=opt.num_test)
+    dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG))
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     # Any image size works once the generators pad and crop back. Other preprocess modes give the
@@ -62,7 +63,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
 
-    metrics = InferenceMetrics(opt, model.visual_names, ctx.device)
+    metrics = InferenceMetrics(opt, model.visual_names, ctx.device, dataset.dataset.paired)
     rows = []  # (dataset index, name, files, labels) for each image this rank translated
     # Like the reference, only the first image of each batch is saved.
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):

@@ -16,19 +16,21 @@ import sys
 import time
 
 from data import create_dataset
+from data.held_out import create_held_out_dataset
 from models import create_model
+from models import networks
 from models.networks import check_discriminator_input_size, check_input_size
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
 from util.console import print0, warn0
 from util.errors import EXIT_USER_ERROR, UserError, describe
-from util.run_control import RunLock, StopRequest
+from util.training.run_control import RunLock, StopRequest
 from util.seeding import enable_determinism, seed_everything
-from util.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
+from util.training.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
-from util.best_checkpoint import EMA, RAW, BestTracker
-from util.validator import make_validator
+from util.training.best_checkpoint import EMA, RAW, BestTracker
+from util.training.validator import make_validator
 from util.visualizer import make_visualizer
 
 
@@ -106,14 +108,16 @@ def train(opt, ctx: distributed.DistContext) -> int:
     resume = find_resume_point(opt, ctx)
     seed = resume["seed"] if resume else distributed.shared_seed(opt.seed)
     seed_everything(seed)  # the same initial weights on every rank
-    dataset = create_dataset(opt, seed, ctx.rank, ctx.world_size, ctx.device.type)  # a sampler per rank
+    size_rule = networks.size_rule(opt.netG)  # the image sizes the generator takes
+    dataset = create_dataset(opt, seed, ctx, size_rule=size_rule)  # a sampler per rank
     first = dataset.first_sample()["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
     model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping
-    validator = make_validator(opt, ctx, model)  # held-out metrics (--val_freq); None without
+    held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
+    validator = make_validator(opt, ctx, model, held_out)  # held-out metrics (--val_freq); None without
     best = BestTracker(opt.save_best) if opt.save_best else None  # the best validation so far
     if best is not None and resume and resume.get("best"):
         best.load_state_dict(resume["best"])

@@ -22,7 +22,8 @@ from data.single_dataset import SingleDataset
 from data.template_dataset import TemplateDataset
 from data.unaligned_dataset import UnalignedDataset
 from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
-from data.validation import check_dataset_root
+from data.input_checks import check_dataset_root
+from util.distributed import DistContext
 from util.errors import UserError
 
 DATASETS: dict[str, type[BaseDataset]] = {
@@ -132,18 +133,20 @@ class SkipBadImages(torch.utils.data.Dataset):
         raise UserError("--skip_bad_images: no readable image left in the dataset; check --dataroot.")
 
 
-def create_dataset(opt: argparse.Namespace, seed: int, rank: int = 0, world_size: int = 1,
-                   device_type: str = "cpu", limit: int | None = None) -> DatasetLoader:
+def create_dataset(opt: argparse.Namespace, seed: int, ctx: DistContext | None = None, limit: int | None = None,
+                   size_rule=None) -> DatasetLoader:
     """Check the dataset folder, build the `--dataset_mode` dataset and its loader.
 
-    `seed` fixes the shuffle and all augmentations; `rank`/`world_size` select this
-    process's share for distributed training; `device_type` "cuda" enables pinned memory.
-    At inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
+    `seed` fixes the shuffle and all augmentations; `ctx` (default: one process on the CPU) selects
+    this process's share for distributed training, and a CUDA device enables pinned memory. At
+    inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
+    `size_rule` (the generator's `networks.SizeRule`) refuses image sizes the generator cannot take.
     Raises `UserError` for problems with the dataset folder or flags.
     """
+    ctx = ctx or DistContext()
     dataset_class = find_dataset_using_name(opt.dataset_mode)
-    check_dataset_root(opt)
+    check_dataset_root(opt, size_rule)
     dataset = dataset_class(opt)
     dataset.set_seed(seed)
-    return DatasetLoader(opt, dataset, seed, rank=rank, world_size=world_size, device_type=device_type,
-                         limit=limit)
+    return DatasetLoader(opt, dataset, seed, rank=ctx.rank, world_size=ctx.world_size,
+                         device_type=ctx.device.type, limit=limit)

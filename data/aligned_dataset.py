@@ -32,6 +32,8 @@ class AlignedDataset(BaseDataset):
     Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str} (side by side: both the AB file).
     """
 
+    paired = True
+
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)
         check_preprocess(opt)

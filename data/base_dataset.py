@@ -41,6 +41,10 @@ class BaseDataset(data.Dataset, abc.ABC):
     worker sets its copy's epoch before loading a sample.
     """
 
+    # Whether each sample's B is the true counterpart of its A (scored with L1/PSNR/SSIM) rather
+    # than an unrelated image of the other domain (scored by distribution: FID/KID).
+    paired: bool = False
+
     def __init__(self, opt: argparse.Namespace) -> None:
         self.opt = opt
         self.root = opt.dataroot
@@ -233,7 +237,7 @@ def get_transform(
     if opt.preprocess == "none" and getattr(opt, "isTrain", True):
         # Training batches need sizes the generator takes. At test time the image keeps its size
         # and aspect ratio: test.py pads it for the generator and crops the output back
-        # (util/tiling.py), so nothing is distorted.
+        # (models/tiling.py), so nothing is distorted.
         steps.append(partial(_make_multiple, base=4, method=method))
     if not opt.no_flip and params["flip"]:
         steps.append(_flip)

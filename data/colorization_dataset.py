@@ -83,6 +83,8 @@ class ColorizationDataset(BaseDataset):
     Requires --input_nc 1, --output_nc 2 and --direction AtoB (the defaults this mode sets).
     """
 
+    paired = True
+
     @staticmethod
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
         """Default to 1 input channel (L), 2 output channels (ab), direction AtoB."""

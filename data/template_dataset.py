@@ -25,7 +25,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
-from options.flag_types import finite_float
+from util.flag_types import finite_float
 
 
 class TemplateDataset(BaseDataset):

@@ -209,7 +209,7 @@ class BaseModel(ABC):
 
     def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None) -> None:
         """Create schedulers; load weights (testing, --continue_train) or a whole training state
-        (exact resume: `resume_state` from util.training_state, `rank_state` this rank's part);
+        (exact resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
         for net in self.named_networks().values():
             # in place: the optimizers keep the same parameter objects

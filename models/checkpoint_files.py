@@ -13,7 +13,7 @@ import os
 import torch
 from torch import nn
 
-from util.checkpoint import atomic_torch_save, load_state_dict_file
+from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 from util.errors import UserError
 
 ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -132,17 +133,30 @@ def define_D(input_nc: int, ndf: int, netD: str, n_layers_D: int = 3, norm: str 
     return net
 
 
-def size_multiple(netG: str) -> int:
-    """Input height and width must be multiples of this for `netG` to return the same size."""
-    return {"resnet_9blocks": 4, "resnet_6blocks": 4, "unet_128": 128, "unet_256": 256}[netG]
+@dataclass(frozen=True)
+class SizeRule:
+    """The image sizes a generator translates to the same size: height and width multiples of
+    `multiple`, each at least `minimum`."""
+
+    multiple: int
+    minimum: int
+
+    def fits(self, height: int, width: int) -> bool:
+        return min(height, width) >= self.minimum and height % self.multiple == 0 and width % self.multiple == 0
+
+
+def size_rule(netG: str) -> SizeRule:
+    """The sizes `netG` takes (KeyError for an unknown name). Resnets halve twice (multiples of 4)
+    and their residual blocks' 1-pixel reflection padding needs 2 pixels at a quarter of the size,
+    so 8 px at least; a U-Net halves the size once per level, down to 1 pixel."""
+    multiple = {"resnet_9blocks": 4, "resnet_6blocks": 4, "unet_128": 128, "unet_256": 256}[netG]
+    return SizeRule(multiple, 8 if netG.startswith("resnet") else multiple)
 
 
 def check_input_size(netG: str, height: int, width: int) -> None:
     """Raise a UserError when `netG` cannot translate an image of this size."""
-    multiple = size_multiple(netG)
+    multiple = size_rule(netG).multiple
     if netG.startswith("resnet") and (height < 8 or width < 8):
-        # Two halvings leave a quarter of the size, and the residual blocks' 1-pixel reflection
-        # padding needs at least 2 pixels there.
         raise UserError(
             f"--netG {netG} needs images of at least 8x8 pixels (multiples of 4) but got {height}x{width}; "
             f"set --crop_size (or --load_size with --preprocess none/scale_width) to 8 or more.")

@@ -5,7 +5,7 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
-from options.flag_types import non_negative_float
+from util.flag_types import non_negative_float
 from util import distributed
 
 

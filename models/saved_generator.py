@@ -23,7 +23,7 @@ from torch import nn
 
 from models import networks
 from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats
-from util.checkpoint import load_state_dict_file
+from util.training.checkpoint_io import load_state_dict_file
 from util.errors import UserError
 
 # define_G's arguments, under the names of the flags (and of Translator.load's keywords).

@@ -11,7 +11,7 @@ trained with comes from its `train_opt.json`. `translate` computes what `test.py
 --eval` computes for the same image: the same decoding at the file's precision (data/image_io.read_image),
 the same conversion to the network's [-1, 1] (data/image_folder.network_input: 8-bit by x / 127.5 - 1,
 16-bit by its full range, float data by the data range; gray <-> RGB and alpha as the datasets convert
-them), the same padding to the generator's size multiple and cropping back (util/tiling.SizeAdapter),
+them), the same padding to the generator's size multiple and cropping back (models/tiling.SizeAdapter),
 and the same mapping back (image_io.from_network, as test.py's full-precision outputs).
 What it accepts and returns (docs/inference.md has the full table):
 
@@ -25,7 +25,7 @@ What it accepts and returns (docs/inference.md has the full table):
   device, in [-1, 1];
 - a list of any of these -> a list (each item translated on its own, so sizes may differ).
 
-Any height and width; `tile` > 0 translates large images in blended tiles (util/tiling.py).
+Any height and width; `tile` > 0 translates large images in blended tiles (models/tiling.py).
 Everything runs under `torch.inference_mode()`, in float32 or under bf16/fp16 autocast.
 
 Eval mode (the default) uses batch norm's running statistics and no dropout: outputs are
@@ -55,7 +55,7 @@ from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_netw
 from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
-from util.tiling import SizeAdapter, check_tiling
+from models.tiling import SizeAdapter, check_tiling
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The array dtypes `translate` takes: integers by their full range, floats by the data range.

@@ -18,24 +18,9 @@ import torch
 import data
 import models
 from models import networks
-from options.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
+from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
+from util.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
                                 positive_int)
-
-
-class FrozenOptions(argparse.Namespace):
-    """Parsed options; assigning to an attribute after parsing raises, so nothing patches `opt`."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if getattr(self, "_frozen", False):
-            raise AttributeError(f"options are read-only after parsing (tried to set opt.{name})")
-        super().__setattr__(name, value)
-
-    def freeze(self) -> "FrozenOptions":
-        super().__setattr__("_frozen", True)
-        return self
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in sorted(vars(self).items()) if not k.startswith("_")}
 
 
 class BaseOptions:

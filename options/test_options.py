@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from options.base_options import BaseOptions, unwritable_folder_reason
-from options.flag_types import non_negative_int, positive_float, positive_int
+from util.flag_types import non_negative_int, positive_float, positive_int
 
 
 class TestOptions(BaseOptions):
@@ -17,10 +17,10 @@ class TestOptions(BaseOptions):
         parser.add_argument("--phase", type=str, default="test", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", help="use eval mode during test time.")
         parser.add_argument("--num_test", type=positive_int, default=50, help="how many test images to run")
-        # Large and non-square images (util/tiling.py, docs/evaluation.md).
+        # Large and non-square images (models/tiling.py, docs/evaluation.md).
         parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
         parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
-        # Metrics (util/metrics.py, util/metrics_report.py, docs/evaluation.md).
+        # Metrics (util/evaluation/metrics.py, util/evaluation/metrics_report.py, docs/evaluation.md).
         parser.add_argument("--eval_metrics", action="store_true", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
         parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")
         parser.set_defaults(model="test")

@@ -6,7 +6,7 @@ import os
 
 from models import networks
 from options.base_options import BaseOptions, unwritable_folder_reason
-from options.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 
 
 class TrainOptions(BaseOptions):
@@ -36,7 +36,7 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--auto_resume", action="store_true", help="continue from the newest training state in the run folder if there is one (as --continue_train), else start a new run: for jobs a scheduler restarts with the same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this by themselves)")
         parser.add_argument("--epoch_count", type=positive_int, default=1, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", help="train, val, test, etc")
-        # validation during training (util/validator.py, docs/evaluation.md)
+        # validation during training (util/training/validator.py, docs/evaluation.md)
         parser.add_argument("--val_freq", type=non_negative_int, default=0, help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
         parser.add_argument("--val_phase", type=str, default=None, help="the held-out split to validate on (a folder like --phase); default: val, else test")
         parser.add_argument("--val_max_images", type=positive_int, default=100, help="validate on at most this many held-out images (the first ones in sorted order)")

@@ -20,11 +20,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data import create_dataset  # noqa: E402
 from models import create_model  # noqa: E402
-from options.base_options import FrozenOptions  # noqa: E402
+from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
-from util.metrics import TranslationMetrics  # noqa: E402
+from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
 

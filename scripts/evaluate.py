@@ -11,7 +11,7 @@ RESULTS is a test.py results folder (with images/; the outputs are its *_<--outp
 found automatically among fake_B, fake_B_rgb and fake) or a plain folder of output images.
 --targets DIR|real: paired metrics, each output against the target of the same name ('real': the
 saved *_real_B.png of the results folder). --reference DIR|real: FID and KID of all outputs against
-all images in DIR. The files are read into [-1, 1] tensors and scored by util.metrics, the code that
+all images in DIR. The files are read into [-1, 1] tensors and scored by util.evaluation.metrics, the code that
 validation and test.py use: FID/KID equal test.py's (the Inception sees the same 8-bit values);
 L1/PSNR/SSIM differ from test.py's in-memory values only by the files' 8-bit rounding.
 Prints a table and writes JSON (default RESULTS/evaluation.json). Exit status 2 on bad input.
@@ -26,9 +26,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
-from util.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
-from util.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
-from util.metrics_report import (FEATURES_NAME, IMAGE_EXTENSIONS, image_batches, legacy_names,  # noqa: E402
+from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
+from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
+from util.evaluation.metrics_report import (FEATURES_NAME, IMAGE_EXTENSIONS, image_batches, legacy_names,  # noqa: E402
                                  list_images, load_image)
 
 OUTPUT_LABELS = ("fake_B", "fake_B_rgb", "fake")

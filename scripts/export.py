@@ -39,7 +39,7 @@ from models import saved_generator  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
-from util.tiling import PadToMultiple, export_min_size  # noqa: E402
+from models.tiling import PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 
@@ -87,7 +87,7 @@ def check_sizes(opt) -> list[tuple[int, int]]:
             return [tuple(int(v) for v in size.lower().split("x")) for size in opt.check_sizes.split(",")]
         except ValueError:
             raise UserError(f"--check_sizes {opt.check_sizes} is not a list of HxW sizes; use e.g. 256x256,200x312.") from None
-    multiple = networks.size_multiple(opt.netG)
+    multiple = networks.size_rule(opt.netG).multiple
     if multiple >= 128:  # U-Nets: one exact multiple, one size that needs padding
         return [(multiple, multiple), (multiple + multiple // 2 + 3, multiple * 2)]
     return [(256, 256), (190, 318)]
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(min(size) < min_size for size in sizes):
             raise UserError(f"--check_sizes {opt.check_sizes}: --netG {opt.netG} exports take at least {min_size}x{min_size}.")
         net, stem = load_generator(opt)
-        module = PadToMultiple(net, networks.size_multiple(opt.netG)).eval()
+        module = PadToMultiple(net, networks.size_rule(opt.netG).multiple).eval()
         # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
         in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
         source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"

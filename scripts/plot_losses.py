@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from util.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
+from util.display.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
 
 EXIT_USER_ERROR = 2
 

@@ -1,4 +1,4 @@
-"""Score fixed images with util.metrics and write the results as JSON: run it as one process or under
+"""Score fixed images with util.evaluation.metrics and write the results as JSON: run it as one process or under
 torchrun (tests/test_metrics_distributed.py compares the two).
 
     python tests/metrics_ddp_script.py OUT.json
@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.samplers import InferenceShardSampler  # noqa: E402
 from util import distributed  # noqa: E402
-from util.fid_kid import SplitInvariantKID  # noqa: E402
-from util.metrics import TranslationMetrics  # noqa: E402
+from util.evaluation.fid_kid import SplitInvariantKID  # noqa: E402
+from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 
 IMAGES, BATCH = 5, 2
 

@@ -325,7 +325,7 @@ def test_quick_ddp_and_targets(quick):
 
 
 def test_validation_cost_is_read_from_the_run_logs_as_medians_of_each_validation_and_its_epoch(tmp_path):
-    from util.validation_log import ValidationLog
+    from util.display.validation_log import ValidationLog
 
     bench_validation = load_script("scripts/bench_validation.py")
     log = ValidationLog(str(tmp_path))

@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from util.distributed import DistContext
 from data import DATASETS, create_dataset, find_dataset_using_name, get_option_setter
 from data.base_dataset import get_params, get_transform
 from data.colorization_dataset import lab_to_rgb, lab_to_srgb, rgb_to_lab
@@ -275,7 +276,7 @@ def test_serial_batches_pairs_b_by_index_and_keeps_order(unaligned_root):
 def test_distributed_ranks_get_disjoint_shares_covering_dataset(aligned_root):
     shares = []
     for rank in (0, 1):
-        loader = create_dataset(make_opt(aligned_root, batch_size=1), seed=3, rank=rank, world_size=2)
+        loader = create_dataset(make_opt(aligned_root, batch_size=1), seed=3, ctx=DistContext(rank=rank, world_size=2))
         loader.set_epoch(1)
         shares.append({b["A_paths"][0] for b in loader})
     assert len(shares[0]) == len(shares[1]) == 2

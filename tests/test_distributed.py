@@ -181,7 +181,7 @@ def test_distributed_test_output_equals_single_process_output(paired_root, tmp_p
         assert (one / "images" / name).read_bytes() == (two / "images" / name).read_bytes(), name
     page_one, page_two = (one / "index.html").read_text(), (two / "index.html").read_text()
     assert page_one == page_two
-    # the metrics gather the images of both processes (util.metrics): the same numbers as one process
+    # the metrics gather the images of both processes (util.evaluation.metrics): the same numbers as one process
     metrics_one, metrics_two = (json.loads((run / "metrics.json").read_text()) for run in (one, two))
     assert metrics_one.keys() == metrics_two.keys() and metrics_one["images"] == 4
     assert all(abs(metrics_one[key] - metrics_two[key]) <= 1e-6 for key in metrics_one)

@@ -1,4 +1,4 @@
-"""The two ways users score results, both through util.metrics: `test.py` (metrics.json, with
+"""The two ways users score results, both through util.evaluation.metrics: `test.py` (metrics.json, with
 --eval_metrics FID/KID) and `scripts/evaluate.py` on image folders; they agree on the same images."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from PIL import Image
 
 from conftest import ROOT, run_script
 from models import networks
-from util.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
-from util.metrics import TranslationMetrics
-from util.metrics_report import InferenceMetrics, legacy_names, list_images, load_image
+from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
+from util.evaluation.metrics import TranslationMetrics
+from util.evaluation.metrics_report import InferenceMetrics, legacy_names, list_images, load_image
 
 
 def evaluate_main(*argv: str) -> int:
@@ -89,7 +89,8 @@ def test_test_py_keeps_the_earlier_metrics_json_keys_for_both_cycle_gan_directio
     monkeypatch.setenv(OFFLINE_ENV, "1")
     opt = argparse.Namespace(dataset_mode="unaligned", eval_metrics=True, fid_reference="", inception_weights="",
                              input_nc=3, output_nc=3)
-    cycle_gan = InferenceMetrics(opt, ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"], torch.device("cpu"))
+    cycle_gan = InferenceMetrics(opt, ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"], torch.device("cpu"),
+                                 paired=False)
     assert cycle_gan.outputs.pairs == {"": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
     assert cycle_gan.baseline is None and INCEPTION_WEIGHTS_NAME in cycle_gan.compute()["fid_skipped"]
 

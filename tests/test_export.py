@@ -11,7 +11,7 @@ import torch
 
 from conftest import run_script
 from models import networks
-from util.tiling import SizeAdapter
+from models.tiling import SizeAdapter
 
 TOL = 1e-4
 # (netG, norm, sizes HxW): one size the generator takes as is, one that needs padding.

@@ -36,7 +36,7 @@ from test_distributed import (assert_a_failing_rank_ends_every_rank_quickly, ass
 from test_fast_path import EVERY_SPEED_FLAG
 from test_resume import ENV, assert_identical, cycle_gan, final_weights, interrupt_when_logged, pix2pix, run, train_command
 from test_tiling import resnet_checkpoint, run_test_py, smooth_image  # noqa: F401 (resnet_checkpoint: a fixture)
-from util.loss_log import parse_loss_log
+from util.display.loss_log import parse_loss_log
 
 ON_CPU = os.environ.get("IMG2IMG_GPU_TESTS_ON_CPU") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else ("cpu" if ON_CPU else None)

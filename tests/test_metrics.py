@@ -1,4 +1,4 @@
-"""util.metrics: L1/PSNR/SSIM against formulas written out here, FID/KID against torchmetrics' own
+"""util.evaluation.metrics: L1/PSNR/SSIM against formulas written out here, FID/KID against torchmetrics' own
 pipeline on torch-fidelity's Inception (deterministic random weights from conftest, nothing downloaded),
 the key names and directions other code relies on, and the offline behaviour without weights."""
 from __future__ import annotations
@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import run_script
-from util import inception
+from util.evaluation import inception
 from util.errors import UserError
-from util.fid_kid import SplitInvariantKID
-from util.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
-from util.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception, standard_pairs
+from util.evaluation.fid_kid import SplitInvariantKID
+from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
+from util.evaluation.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception, standard_pairs
 from util.util import tensor2im
 
 PIX2PIX_VISUALS = ["real_A", "fake_B", "real_B"]

@@ -412,6 +412,6 @@ def test_test_model_applies_the_moving_average_as_epoch_latest_ema(tmp_path):
 
 
 def test_ema_decay_outside_zero_to_one_is_a_user_error(capsys):
-    with pytest.raises(SystemExit) as stop:  # refused by the option parser (options/flag_types.py), exit 2
+    with pytest.raises(SystemExit) as stop:  # refused by the option parser (util/flag_types.py), exit 2
         build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "1.5")
     assert stop.value.code == 2 and "error: argument --ema_decay: must be a number >= 0 and < 1" in capsys.readouterr().err

@@ -179,7 +179,7 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
     before = target.read_bytes()
     writer = subprocess.Popen([sys.executable, "-c", (
         "import sys, torch; sys.path.insert(0, sys.argv[1]);"
-        "from util.checkpoint import atomic_torch_save;"
+        "from util.training.checkpoint_io import atomic_torch_save;"
         "atomic_torch_save({'w': torch.zeros(400_000_000 // 4)}, sys.argv[2])"), str(ROOT), str(target)], env=ENV)
     deadline = time.time() + 60
     while not list(tmp_path.glob(".latest_net_G.pth.*.tmp")) or \

@@ -1,4 +1,4 @@
-"""Images of any size at test time (util/tiling.py): padding to the generator's multiple and back,
+"""Images of any size at test time (models/tiling.py): padding to the generator's multiple and back,
 tiled translation that equals whole-image translation for batch-norm (eval) and no-norm resnets,
 no visible seams for instance norm, and test.py's --preprocess none / --tile on real files."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from PIL import Image
 from conftest import ROOT, run_script
 from models import networks
 from util.errors import UserError
-from util.tiling import (SizeAdapter, check_tiling, edge_ramp, receptive_radius, reflect_pad, size_rule,
+from models.tiling import (SizeAdapter, check_tiling, edge_ramp, receptive_radius, reflect_pad,
                          split_padding, tile_starts)
 
 # The tolerance docs/evaluation.md states for tiles vs. whole image (float32 rounding).
@@ -100,7 +100,7 @@ def test_size_adapter_returns_the_input_size_and_equals_the_padded_translation(n
     adapter = SizeAdapter.for_generator(net, netG)
     with torch.no_grad():
         y = adapter(x)
-        multiple, minimum = size_rule(netG)
+        multiple, minimum = networks.size_rule(netG).multiple, networks.size_rule(netG).minimum
         (top, bottom), (left, right) = split_padding(size[0], multiple, minimum), split_padding(size[1], multiple, minimum)
         expected = net(reflect_pad(x, top, bottom, left, right))[..., top:top + size[0], left:left + size[1]]
     assert y.shape == x.shape

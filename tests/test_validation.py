@@ -1,4 +1,4 @@
-"""The up-front image checks of `data.validation` (in-process and fast; the end-to-end behaviour of
+"""The up-front image checks of `data.input_checks` (in-process and fast; the end-to-end behaviour of
 train.py/test.py on bad input is in test_bad_input.py)."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from PIL import Image, ImageFile
 from data import create_dataset
 from data.base_dataset import get_params, get_transform
 from data.image_folder import load_image, read_image_header
-from data.validation import _final_size, check_dataset_root, check_image_files
+from data.input_checks import _final_size, check_dataset_root, check_image_files
+from models.networks import size_rule
 from util.errors import UserError
 
 
@@ -39,9 +40,14 @@ def pairs(root, count=3, folder="train"):
     return [write(root / folder / f"{i:04d}.png", seed=i) for i in range(count)]
 
 
+def checked(opt) -> None:
+    """The checks as train.py runs them, with the size rule of the run's --netG."""
+    check_dataset_root(opt, size_rule(opt.netG))
+
+
 def refused(opt, *fragments) -> str:
     with pytest.raises(UserError) as info:
-        check_dataset_root(opt)
+        checked(opt)
     message = str(info.value)
     for fragment in fragments:
         assert str(fragment) in message, (fragment, message)
@@ -83,7 +89,7 @@ def test_files_beyond_max_dataset_size_are_not_checked_and_not_read(tmp_path):
 def test_only_the_first_num_test_images_are_checked_for_test_py(tmp_path):
     paths = pairs(tmp_path, 3, folder="test")
     paths[2].write_bytes(b"")
-    check_dataset_root(make_opt(tmp_path, phase="test", isTrain=False, num_test=2))
+    checked(make_opt(tmp_path, phase="test", isTrain=False, num_test=2))
     refused(make_opt(tmp_path, phase="test", isTrain=False, num_test=3), paths[2])
 
 
@@ -93,14 +99,14 @@ def test_unaligned_test_run_checks_every_b_image_when_b_is_drawn_at_random(tmp_p
         write(tmp_path / "testB" / f"{i}.png", (32, 32), seed=i)
     (tmp_path / "testB" / "2.png").write_bytes(b"")
     opt = dict(phase="test", dataset_mode="unaligned", isTrain=False, num_test=1)
-    check_dataset_root(make_opt(tmp_path, serial_batches=True, **opt))  # reads only testB/0.png
+    checked(make_opt(tmp_path, serial_batches=True, **opt))  # reads only testB/0.png
     refused(make_opt(tmp_path, serial_batches=False, **opt), tmp_path / "testB" / "2.png")
 
 
 def test_skip_bad_images_warns_naming_the_file_and_proceeds(tmp_path, capsys):
     paths = pairs(tmp_path, 3)
     paths[2].write_bytes(b"")
-    check_dataset_root(make_opt(tmp_path, skip_bad_images=True))
+    checked(make_opt(tmp_path, skip_bad_images=True))
     err = capsys.readouterr().err
     assert "warning" in err and str(paths[2]) in err and "--skip_bad_images" in err
 
@@ -114,7 +120,7 @@ def test_skip_bad_images_refuses_when_nothing_is_readable(tmp_path):
 def test_header_check_stops_at_its_time_budget_and_says_so(tmp_path, capsys):
     paths = pairs(tmp_path, 3)
     paths[0].write_bytes(b"")
-    check_image_files(make_opt(tmp_path), budget_s=-1.0)  # nothing checked: left to load time
+    check_image_files(make_opt(tmp_path), size_rule('resnet_6blocks'), budget_s=-1.0)  # nothing checked: left to load time
     assert "checked the headers of 0 of 3 images" in capsys.readouterr().out
 
 
@@ -126,7 +132,7 @@ def test_header_check_reads_headers_only(tmp_path, monkeypatch):
     decode = ImageFile.ImageFile.load
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda image: decoded.append(image.filename) or decode(image))
     with pytest.raises(UserError, match=str(paths[-1])):  # every header was read, down to the last
-        check_image_files(make_opt(tmp_path), budget_s=60)
+        check_image_files(make_opt(tmp_path), size_rule('resnet_6blocks'), budget_s=60)
     assert decoded == []
 
 
@@ -135,7 +141,7 @@ def test_truncated_jpeg_passes_the_header_check_and_fails_at_load(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # header intact, pixel data cut off
     assert read_image_header(str(path)) == (64, 32, "RGB")
-    check_dataset_root(make_opt(tmp_path))
+    checked(make_opt(tmp_path))
     with pytest.raises(UserError, match="truncated"):
         load_image(str(path))
 
@@ -151,14 +157,14 @@ def test_odd_width_aligned_image_is_refused_up_front(tmp_path):
 def test_odd_width_is_fine_where_the_image_is_not_split(tmp_path, mode):
     write(tmp_path / "train" / "0.png", (63, 32))
     extra = dict(input_nc=1, output_nc=2) if mode == "colorization" else {}
-    check_dataset_root(make_opt(tmp_path, dataset_mode=mode, **extra))
+    checked(make_opt(tmp_path, dataset_mode=mode, **extra))
 
 
 @pytest.mark.parametrize("preprocess", ["resize_and_crop", "scale_width_and_crop"])
 def test_tiny_image_is_fine_when_it_is_resized(tmp_path, preprocess):
     paths = pairs(tmp_path)
     Image.new("RGB", (2, 1)).save(paths[1])
-    check_dataset_root(make_opt(tmp_path, preprocess=preprocess))
+    checked(make_opt(tmp_path, preprocess=preprocess))
 
 
 @pytest.mark.parametrize("preprocess, size, reaches", [
@@ -176,16 +182,16 @@ def test_image_whose_own_size_reaches_the_generator_must_fit_netG(tmp_path, prep
 def test_unet_needs_its_full_size_with_preprocess_none(tmp_path):
     pairs(tmp_path)  # 32x32 halves
     refused(make_opt(tmp_path, preprocess="none", netG="unet_128"), "--netG unet_128", "128x128")
-    check_dataset_root(make_opt(tmp_path, preprocess="none", netG="resnet_9blocks"))
+    checked(make_opt(tmp_path, preprocess="none", netG="resnet_9blocks"))
 
 
 def test_different_sizes_are_refused_only_when_batched(tmp_path):
     paths = pairs(tmp_path)
     write(paths[2], (96, 48))
-    check_dataset_root(make_opt(tmp_path, preprocess="none", batch_size=1))
+    checked(make_opt(tmp_path, preprocess="none", batch_size=1))
     refused(make_opt(tmp_path, preprocess="none", batch_size=2), paths[0], paths[2], "32x32", "48x48",
             "--batch_size 1")
-    check_dataset_root(make_opt(tmp_path, preprocess="resize_and_crop", batch_size=2))  # all become 32x32
+    checked(make_opt(tmp_path, preprocess="resize_and_crop", batch_size=2))  # all become 32x32
 
 
 @pytest.mark.parametrize("preprocess", ["none", "crop", "scale_width"])
@@ -218,7 +224,7 @@ def save_in_mode(path, mode):
 def test_images_of_any_mode_pass_the_check_and_load_as_rgb_or_gray(tmp_path, mode, ext):
     path = save_in_mode(tmp_path / "train" / f"0{ext}", mode)
     assert read_image_header(str(path))[2] == mode
-    check_dataset_root(make_opt(tmp_path))
+    checked(make_opt(tmp_path))
     for target in ("RGB", "L"):
         assert load_image(str(path), target).mode == target
 

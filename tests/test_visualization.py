@@ -465,7 +465,7 @@ class FakeClock:
 
 
 def test_progress_without_terminal_prints_a_plain_line_every_interval_and_at_epoch_end():
-    from util.progress import TrainingProgress
+    from util.display.progress import TrainingProgress
     out, clock = io.StringIO(), FakeClock()
     progress = TrainingProgress(last_epoch=3, stream=out, interval=10, terminal=False, clock=clock)
     progress.begin_epoch(2, 100, 0)
@@ -485,7 +485,7 @@ def test_progress_without_terminal_prints_a_plain_line_every_interval_and_at_epo
 
 
 def test_progress_resumed_mid_epoch_counts_only_the_images_done_now():
-    from util.progress import TrainingProgress
+    from util.display.progress import TrainingProgress
     out, clock = io.StringIO(), FakeClock()
     progress = TrainingProgress(last_epoch=1, stream=out, interval=1000, terminal=False, clock=clock)
     progress.begin_epoch(1, 10, 6)
@@ -496,7 +496,7 @@ def test_progress_resumed_mid_epoch_counts_only_the_images_done_now():
 
 
 def test_progress_bar_on_a_terminal_keeps_other_lines_whole():
-    from util.progress import TrainingProgress
+    from util.display.progress import TrainingProgress
     out = io.StringIO()
     progress = TrainingProgress(last_epoch=1, stream=out, terminal=True)
     progress.begin_epoch(1, 4, 0)
@@ -513,7 +513,7 @@ def test_progress_bar_on_a_terminal_keeps_other_lines_whole():
 
 
 def test_no_progress_prints_only_the_other_lines():
-    from util.progress import TrainingProgress
+    from util.display.progress import TrainingProgress
     out = io.StringIO()
     progress = TrainingProgress(last_epoch=1, stream=out, enabled=False, terminal=True)
     progress.begin_epoch(1, 4, 0)
@@ -541,7 +541,7 @@ The number of training images = 4; global batch = 1 (1 per process x 1 processes
 
 
 def test_loss_log_with_resumed_sections_gives_one_curve_over_fractional_epochs(tmp_path):
-    from util.loss_log import loss_curves, parse_loss_log
+    from util.display.loss_log import loss_curves, parse_loss_log
     log = tmp_path / "loss_log.txt"
     log.write_text(MULTI_SECTION_LOG)
     sections = parse_loss_log(str(log))

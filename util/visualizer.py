@@ -30,8 +30,8 @@ import numpy as np
 
 from util import html, util
 from util.errors import UserError
-from util.progress import TrainingProgress
-from util.validation_log import METRICS_PLOT, ValidationLog, metric_series, plot_metrics
+from util.display.progress import TrainingProgress
+from util.display.validation_log import METRICS_PLOT, ValidationLog, metric_series, plot_metrics
 
 VISDOM_TIMEOUT = (2.0, 10.0)   # seconds to connect to / hear back from the visdom server
 HTML_PLOT_EVERY = 300.0        # seconds between refreshes of the loss plot on the HTML page
@@ -322,7 +322,7 @@ class Visualizer:
     def _write_loss_plot(self) -> str | None:
         """loss_plot.png in the run folder (and on the HTML page) from loss_log.txt."""
         try:
-            from util.loss_log import plot_loss_log
+            from util.display.loss_log import plot_loss_log
             out = plot_loss_log(self.log_name, os.path.join(self.run_dir, "loss_plot.png"), title=self.name)
             if out and self.use_html and os.path.isdir(self.img_dir):
                 shutil.copyfile(out, os.path.join(self.img_dir, "loss_plot.png"))

@@ -96,7 +96,7 @@ def job_loop(spec: dict) -> dict:
     ctx = make_context(spec.get("device", "auto"), spec.get("threads"))
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec, spec["dataroot"])
-    dataset = create_dataset(opt, 0, 0, 1, device.type)
+    dataset = create_dataset(opt, 0, ctx)
     model = build_model(opt, ctx)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

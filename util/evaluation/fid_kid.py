@@ -1,4 +1,4 @@
-"""torchmetrics' FID and KID fed with Inception features computed beforehand (util.metrics runs the
+"""torchmetrics' FID and KID fed with Inception features computed beforehand (util.evaluation.metrics runs the
 network once per image for both), with a KID whose value does not depend on how the images were split
 over processes."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.image.kid import KernelInceptionDistance
 from torchmetrics.utilities import dim_zero_cat
 
-from util.inception import FEATURE_DIM
+from util.evaluation.inception import FEATURE_DIM
 
 KID_SEED = 0
 

@@ -6,7 +6,7 @@ of `x` (any size, not only multiples of `multiple`); nothing is resized, so the 
 every pixel position are kept.
 
 - Padding: the image is extended by reflection (split evenly between the two sides) up to the
-  next multiple of `multiple` (`networks.size_multiple(netG)`), translated, and the padding is cut
+  next multiple of `multiple` (`networks.size_rule(netG).multiple`), translated, and the padding is cut
   off the result. Reflection avoids the dark borders that zero padding would give.
 - Tiles (`tile` > 0): the padded image is cut into tiles of at most `tile` x `tile` pixels whose
   neighbours overlap by at least `overlap` pixels; tile positions are multiples of 4, the
@@ -26,11 +26,13 @@ normalises each tile with its own statistics, so tiled and whole-image outputs d
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.networks import size_rule
 from util.errors import UserError
 
 ALIGN = 4  # resnet generators halve the size twice: tiles must start on this grid to match
@@ -45,15 +47,6 @@ def receptive_radius(netG: str) -> int | None:
         n_blocks = int(netG.split("_")[1].replace("blocks", ""))
         return 12 + 8 * n_blocks
     return None
-
-
-def size_rule(netG: str) -> tuple[int, int]:
-    """(multiple, minimum): sizes `netG` takes are multiples of `multiple`, at least `minimum`
-    (see networks.check_input_size: resnets need 8 px, U-Nets one multiple)."""
-    from models.networks import size_multiple
-
-    multiple = size_multiple(netG)
-    return multiple, (8 if netG.startswith("resnet") else multiple)
 
 
 def split_padding(size: int, multiple: int, minimum: int = 0) -> tuple[int, int]:
@@ -148,7 +141,7 @@ class SizeAdapter(nn.Module):
     @classmethod
     def for_generator(cls, net: nn.Module, netG: str, tile: int = 0, overlap: int = 0) -> "SizeAdapter":
         """The adapter with the size rule of generator architecture `netG` (e.g. resnet_9blocks)."""
-        multiple, minimum = size_rule(netG)
+        multiple, minimum = astuple(size_rule(netG))
         return cls(net, multiple, tile, overlap, minimum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -166,7 +159,7 @@ class SizeAdapter(nn.Module):
 
 def check_tiling(netG: str, tile: int, overlap: int) -> None:
     """Raise a UserError unless --tile/--tile_overlap suit generator `netG`."""
-    multiple, minimum = size_rule(netG)
+    multiple, minimum = astuple(size_rule(netG))
     if tile < 0 or overlap < 0:
         raise UserError(f"--tile {tile} and --tile_overlap {overlap} must not be negative; use --tile 0 to "
                         f"translate whole images.")
@@ -223,7 +216,7 @@ class PadToMultiple(nn.Module):
 
 def export_min_size(netG: str) -> int:
     """Smallest height/width a PadToMultiple-wrapped `netG` accepts."""
-    multiple, minimum = size_rule(netG)
+    multiple, minimum = astuple(size_rule(netG))
     # Resnets: padding to a multiple of 4 leaves anything below 8 too small. U-Nets: any size pads
     # up to at least one multiple; reflection limits the padding to less than the image.
     return minimum if minimum > multiple else multiple // 2 + 1

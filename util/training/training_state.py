@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from util import distributed
-from util.checkpoint import atomic_torch_save, load_checkpoint_file
+from util.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
 from util.errors import UserError
 
 STATE_SUFFIX = "_train_state.pth"
@@ -61,7 +61,7 @@ def restore_rng(state: dict) -> None:
 
 def save_training_state(model, label: str, progress: Progress, seed: int, best: dict | None = None) -> None:
     """Write `<label>_train_state.pth` (every rank must call: the ranks' parts are gathered);
-    `best` is the best-checkpoint tracker's state (util/best_checkpoint.py)."""
+    `best` is the best-checkpoint tracker's state (util/training/best_checkpoint.py)."""
     rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": model.rank_training_state()})
     if not distributed.is_main_process():
         return

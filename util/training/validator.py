@@ -3,13 +3,13 @@
 Every N epochs and at the last one, every process translates its share of the held-out split
 (`--val_phase`, default `val`, else `test`; at most `--val_max_images` images) exactly as test.py
 would (no augmentation, `--load_size` = `--crop_size`, the generators in eval mode unless
-`--val_mode train`), and util.metrics.TranslationMetrics combines the shares exactly: the numbers
+`--val_mode train`), and util.evaluation.metrics.TranslationMetrics combines the shares exactly: the numbers
 equal one process's on the same images. Paired models (pix2pix, colorization) get L1, PSNR and SSIM,
 CycleGAN FID and KID of both directions (FID_B: fake B vs real B). With --ema_decay the moving
 averages are scored too, under `ema_<metric>`.
 
-The scores feed `--save_best` (util/best_checkpoint.py), the plateau learning-rate policy and the
-logs (util/validation_log.py, the visualizer).
+The scores feed `--save_best` (util/training/best_checkpoint.py), the plateau learning-rate policy and the
+logs (util/display/validation_log.py, the visualizer).
 """
 from __future__ import annotations
 
@@ -18,18 +18,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from data import create_dataset
-from data.validation import check_dataset_root
-from options.base_options import FrozenOptions
-from util.best_checkpoint import ema_key
+from util.training.best_checkpoint import ema_key
 from util.console import warn0
 from util.distributed import DistContext
 from util.errors import UserError
-from util.metrics import (PAIRED_DATASETS, ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
+from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
                           needs_inception, standard_pairs)
-
-SPLITS = ("val", "test")  # looked for in this order when --val_phase is not given
-
 
 @dataclass
 class ValidationResult:
@@ -39,34 +33,11 @@ class ValidationResult:
     visuals: OrderedDict = field(default_factory=OrderedDict)  # the first image, for the HTML page
 
 
-def validation_options(opt: argparse.Namespace, phase: str) -> FrozenOptions:
-    """The options of a test.py run on `phase`: the training transforms without augmentation."""
-    changes = dict(isTrain=False, phase=phase, load_size=opt.crop_size, no_flip=True, serial_batches=True,
-                   num_threads=0, max_dataset_size=float("inf"))
-    values = {**{k: v for k, v in vars(opt).items() if not k.startswith("_")}, **changes}
-    return FrozenOptions(**values).freeze()
-
-
-def find_split(opt: argparse.Namespace) -> str:
-    """--val_phase, or the first of SPLITS the dataset has; a UserError naming what is missing."""
-    candidates = [opt.val_phase] if opt.val_phase else list(SPLITS)
-    problems = []
-    for phase in candidates:
-        try:
-            check_dataset_root(validation_options(opt, phase))
-            return phase
-        except UserError as err:
-            problems.append(str(err))
-    asked = f"--val_phase {opt.val_phase}" if opt.val_phase else f"--val_freq {opt.val_freq}"
-    raise UserError(f"{asked} needs held-out images in --dataroot {opt.dataroot}, but "
-                    f"{' Also: '.join(problems)} Add a {' or '.join(candidates)} split (the same layout as "
-                    f"--phase {opt.phase}), name another with --val_phase, or pass --val_freq 0.")
-
-
-def make_validator(opt: argparse.Namespace, ctx: DistContext, model) -> "Validator | None":
-    """The validator of a training run, or None without --val_freq (then --save_best is refused)."""
+def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -> "Validator | None":
+    """The validator of a training run scoring the loader `held_out` (data.held_out), or None without
+    --val_freq (then --save_best is refused)."""
     if opt.val_freq > 0:
-        return Validator(opt, ctx, model.visual_names, model.ema is not None)
+        return Validator(opt, ctx, model.visual_names, model.ema is not None, held_out)
     if opt.save_best:
         raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
                         f"--val_freq 1 (validate after every epoch) or drop --save_best.")
@@ -76,7 +47,8 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model) -> "Validat
 class Validator:
     """Scores the model on the held-out split (see the module docstring); `run` is collective."""
 
-    def __init__(self, opt: argparse.Namespace, ctx: DistContext, visual_names: list[str], ema: bool) -> None:
+    def __init__(self, opt: argparse.Namespace, ctx: DistContext, visual_names: list[str], ema: bool,
+                 held_out) -> None:
         self.freq = opt.val_freq
         self.last_epoch = opt.n_epochs + opt.n_epochs_decay
         self.eval_mode = opt.val_mode == "eval"
@@ -85,10 +57,8 @@ class Validator:
             raise UserError("--val_mode train with --norm syncbatch under torchrun would synchronise batch "
                             "statistics between processes that validate different numbers of images; use "
                             "--val_mode eval (the default).")
-        self.phase = find_split(opt)
-        self.dataset = create_dataset(validation_options(opt, self.phase), 0, ctx.rank, ctx.world_size,
-                                      ctx.device.type, limit=opt.val_max_images)
-        paired = opt.dataset_mode in PAIRED_DATASETS
+        self.dataset = held_out
+        paired = held_out.dataset.paired
         pairs = standard_pairs(visual_names, paired)
         # the held-out real images are the same at every validation: their Inception features are kept
         reference = ReferenceFeatures() if not paired else None

@@ -58,14 +58,15 @@ def _require_images(folder: str, why: str) -> None:
         )
 
 
-def check_dataset_root(opt: argparse.Namespace) -> None:
+def check_dataset_root(opt: argparse.Namespace, size_rule=None) -> None:
     """Raise `UserError` if `opt.dataroot` lacks the folders/images `opt.dataset_mode` reads.
 
     aligned: `dataroot/phase`, or without it `dataroot/phaseA` and `dataroot/phaseB` (paired by file
     name); colorization/template: `dataroot/phase`; unaligned: `dataroot/phaseA` and
     `dataroot/phaseB`; single: images anywhere under `dataroot`. Unknown modes are skipped
     (custom datasets check their own files). Then checks the header of every image the run will
-    read (`check_image_files`).
+    read (`check_image_files`; `size_rule`, the generator's `networks.SizeRule`, says which sizes
+    it takes).
     """
     root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
     if root and os.path.exists(root) and not os.path.isdir(root):
@@ -104,7 +105,7 @@ def check_dataset_root(opt: argparse.Namespace) -> None:
                 f"dataset root {root} contains no images; --dataset_mode single reads the images "
                 f"directly under --dataroot (e.g. datasets/horse2zebra/testA).{hint}"
             )
-    check_image_files(opt)
+    check_image_files(opt, size_rule)
 
 
 # ---------------------------------------------------------------------------------- image files
@@ -160,19 +161,8 @@ def _files_read(opt: argparse.Namespace) -> list[_Group]:
     return []
 
 
-def _size_requirement(netG: str) -> tuple[int, int] | None:
-    """(minimum side, multiple) of image sizes `netG` takes; None for generators it does not know."""
-    from models.networks import size_multiple  # here: models imports data, not the other way round
-
-    try:
-        multiple = size_multiple(netG)
-    except KeyError:
-        return None
-    return (8 if netG.startswith("resnet") else multiple), multiple
-
-
 def _test_time_any_size(opt: argparse.Namespace) -> bool:
-    """At test time --preprocess none and --tile take images of any size (see util/tiling.py)."""
+    """At test time --preprocess none and --tile take images of any size (see models/tiling.py)."""
     return not getattr(opt, "isTrain", True) and (opt.preprocess == "none" or getattr(opt, "tile", 0) > 0)
 
 
@@ -199,7 +189,7 @@ def _how_preprocess_sizes(opt: argparse.Namespace) -> str:
             f"its aspect ratio (height at least --crop_size {opt.crop_size})")
 
 
-def _check_file(opt: argparse.Namespace, path: str, group: _Group, requirement: tuple[int, int] | None,
+def _check_file(opt: argparse.Namespace, path: str, group: _Group, requirement,
                 unranged_floats: list[str]) -> tuple[_Problem | None, tuple[int, int] | None]:
     """Check one file's header; returns (its problem or None, its size after preprocessing when that
     size depends on the image, else None). Appends `path` to `unranged_floats` if it holds float data
@@ -228,8 +218,8 @@ def _check_file(opt: argparse.Namespace, path: str, group: _Group, requirement: 
         return None, None
     fw, fh = _final_size(opt, w, h)
     if requirement is not None:
-        smallest, multiple = requirement
-        if fw < smallest or fh < smallest or fw % multiple or fh % multiple:
+        smallest, multiple = requirement.minimum, requirement.multiple
+        if not requirement.fits(fh, fw):
             need = (f"{smallest}x{smallest} pixels or larger multiples of {multiple}" if smallest == multiple
                     else f"at least {smallest}x{smallest} pixels in multiples of {multiple}")
             return _Problem(path, (
@@ -251,7 +241,7 @@ def _mixed_size_problem(opt: argparse.Namespace, sizes: dict[tuple[int, int], st
         f"to give every image the same size."), skippable=False)
 
 
-def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SECONDS) -> None:
+def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float = HEADER_CHECK_SECONDS) -> None:
     """Check the header of every image file the dataset will read; raise `UserError` for the first
     bad one (mentioning how many more there are).
 
@@ -259,13 +249,13 @@ def check_image_files(opt: argparse.Namespace, budget_s: float = HEADER_CHECK_SE
     convert to the --input_nc/--output_nc of their domain (gray and RGB convert into each other,
     alpha is composited on white; see image_io.match_channels), aligned (A|B) images of odd width
     and, where the size reaching the generator follows the image (--preprocess none, crop,
-    scale_width), sizes --netG cannot take or, with --batch_size > 1, differing sizes. Float data
+    scale_width), sizes outside `size_rule` (the generator's; None: any size) or, with --batch_size > 1, differing sizes. Float data
     without --data_range get a warning (taken to lie in [0, 1]). With
     --skip_bad_images the unreadable files are only warned about (the loader skips them), unless
     none is left. Stops after `budget_s` seconds; the remaining files are checked as they load.
     """
     groups = _files_read(opt)
-    requirement = _size_requirement(opt.netG) if hasattr(opt, "netG") else None
+    requirement = size_rule
     if _test_time_any_size(opt):
         requirement = None  # test.py pads each image for the generator and crops the output back
     skip = bool(getattr(opt, "skip_bad_images", False))

@@ -14,7 +14,7 @@ split. The metrics (docs/evaluation.md):
          range 1 (as 8-bit images are 0..255: SSIM, unlike PSNR, depends on the offset); images under
          11 px have none;
   FID    Frechet distance of Inception-v3 pool3 features (torchmetrics, torch-fidelity's network,
-         util/inception.py) of the outputs and of the real images of the target domain; the images
+         util/evaluation/inception.py) of the outputs and of the real images of the target domain; the images
          are the 8-bit values the saved files hold; 1-channel images are tiled to RGB, other
          channel counts than 1 and 3 have no FID/KID;
   KID    torchmetrics' KID (mean; KID..._std the standard deviation) over `kid_subsets` subsets of
@@ -39,13 +39,12 @@ from torch import nn
 
 from util import distributed
 from util.errors import UserError
-from util.inception import ensure_inception_weights, load_inception, missing_inception_weights_message, to_uint8
+from util.evaluation.inception import ensure_inception_weights, load_inception, missing_inception_weights_message, to_uint8
 
 # Which way each metric improves (the best-checkpoint code reads it through `higher_is_better`).
 HIGHER_IS_BETTER = {"L1": False, "PSNR": True, "SSIM": True, "FID": False, "KID": False}
 PAIRED_METRICS = ("L1", "PSNR", "SSIM")
 DISTRIBUTION_METRICS = ("FID", "KID")
-PAIRED_DATASETS = ("aligned", "colorization")  # the target image belongs to the input
 SSIM_MIN_SIDE = 11  # the Gaussian window is 11x11
 KID_SUBSETS, KID_SUBSET_SIZE = 100, 1000  # torch-fidelity's and torchmetrics' defaults
 
@@ -103,7 +102,7 @@ class TranslationMetrics:
     paired        L1, PSNR, SSIM of each output against its target (pairs with a target).
     distribution  FID and KID of each pair's outputs against its targets, or against the images given
                   to `add_reference` for the pairs named in `external_reference`.
-    Without Inception weights (util/inception.py), FID/KID are left out and `skipped` says why; the
+    Without Inception weights (util/evaluation/inception.py), FID/KID are left out and `skipped` says why; the
     weights are looked up (and, online, downloaded) once here: build one object and `reset()` it.
     reference_cache  features of real images seen before (validation scores the same held-out images
                   every time; they may be shared with the EMA's metrics): only new ones go through Inception.
@@ -132,7 +131,7 @@ class TranslationMetrics:
                 self.skipped.update({key: missing_inception_weights_message()
                                      for key in expected_keys(self.pairs, False, True)})
             else:
-                from util.fid_kid import GivenFeaturesFID, SplitInvariantKID  # torchmetrics: seconds to import
+                from util.evaluation.fid_kid import GivenFeaturesFID, SplitInvariantKID  # torchmetrics: seconds to import
 
                 self.inception = load_inception(weights, self.device)
                 self.distribution = {name: {"FID": GivenFeaturesFID().to(self.device),

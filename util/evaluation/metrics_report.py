@@ -1,5 +1,5 @@
 """Metrics of a test.py run (`metrics.json`) and of image folders (scripts/evaluate.py), through
-util.metrics.TranslationMetrics: the implementation validation uses.
+util.evaluation.metrics.TranslationMetrics: the implementation validation uses.
 
 test.py scores the translated images in memory (the first image of each batch: the one it saves):
   paired data (aligned, colorization)  L1, PSNR, SSIM of the output against its target, and of the
@@ -23,8 +23,8 @@ from PIL import Image
 
 from util import distributed
 from util.errors import UserError
-from util.inception import inception_weights_available, missing_inception_weights_message
-from util.metrics import PAIRED_DATASETS, PAIRED_METRICS, TranslationMetrics, standard_pairs
+from util.evaluation.inception import inception_weights_available, missing_inception_weights_message
+from util.evaluation.metrics import PAIRED_METRICS, TranslationMetrics, standard_pairs
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp")
 FEATURES_NAME = "inception-v3 (torch-fidelity, 2048-d pool3)"
@@ -97,8 +97,7 @@ def check_distribution_inputs(opt) -> None:
 class InferenceMetrics:
     """What test.py measures (the module docstring): the outputs' metrics and the baseline's."""
 
-    def __init__(self, opt, visual_names: Sequence[str], device: torch.device) -> None:
-        paired = opt.dataset_mode in PAIRED_DATASETS
+    def __init__(self, opt, visual_names: Sequence[str], device: torch.device, paired: bool) -> None:
         pairs = standard_pairs(visual_names, paired)
         if "B" in pairs:  # CycleGAN: the A->B outputs are "the outputs" (FID), B->A gets FID_A
             pairs = {"": pairs["B"], **{k: v for k, v in pairs.items() if k != "B"}}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-from util.checkpoint import atomic_write
-from util.metrics import higher_is_better
+from util.training.checkpoint_io import atomic_write
+from util.evaluation.metrics import higher_is_better
 
 RAW, EMA = "", "ema"  # the two kinds of weights a validation scores; EMA metrics are keyed ema_<metric>
 

@@ -13,7 +13,7 @@ import math
 import os
 import time
 
-from util.loss_log import draw_panels
+from util.display.loss_log import draw_panels
 
 VAL_LOG = "val_log.txt"
 METRICS_JSONL = "metrics.jsonl"
