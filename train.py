@@ -27,7 +27,8 @@ from util.console import print0, warn0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.training.run_control import RunLock, StopRequest
 from util.seeding import enable_determinism, seed_everything
-from util.training.training_state import (Progress, find_resume_state, load_training_state, progress_of, rank_part,
+from util.training.position import Position
+from util.training.training_state import (find_resume_state, load_training_state, position_of, rank_part,
                                  remove_stale_temporary_files, restore_rng, save_training_state)
 from util.training.best_checkpoint import EMA, RAW, BestTracker
 from util.training.validator import make_validator
@@ -74,12 +75,12 @@ def find_resume_point(opt, ctx: distributed.DistContext) -> dict | None:
                   f"{opt.epoch} only; optimizers and the learning-rate schedule start afresh.")
         return None
     state = found[1] if ctx.is_main else load_training_state(path)
-    p = progress_of(state)
+    p = position_of(state)
     print0(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
     return state
 
 
-def save_checkpoint(model, label: str, progress: Progress, seed: int, images_per_step: int,
+def save_checkpoint(model, label: str, progress: Position, seed: int, images_per_step: int,
                     best: BestTracker | None) -> None:
     """Reference-compatible weights (`<label>_net_<name>.pth`) plus the full training state;
     refused (TrainingDiverged) if a loss or weight went non-finite since the last check."""
@@ -127,14 +128,14 @@ def train(opt, ctx: distributed.DistContext) -> int:
     if rank_state is not None:
         restore_rng(rank_state["rng"])    # the random streams exactly as they were
     else:
-        seed_everything(seed + ctx.rank + (progress_of(resume).total_iters if resume else 0))
+        seed_everything(seed + ctx.rank + (position_of(resume).total_iters if resume else 0))
     visualizer = make_visualizer(opt, ctx.is_main)  # does nothing on non-main ranks
     global_batch = opt.batch_size * ctx.world_size
     visualizer.print_message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
                              f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()  # SIGTERM / Ctrl-C: save, then stop
 
-    progress = progress_of(resume) if resume else Progress(epoch=opt.epoch_count)
+    progress = position_of(resume) if resume else Position(epoch=opt.epoch_count)
     last_epoch = opt.n_epochs + opt.n_epochs_decay
     while progress.epoch <= last_epoch:
         epoch = progress.epoch
@@ -193,7 +194,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
             keep_best(model, best, validation.scores, epoch, progress.total_iters, visualizer)
         plateau = validator.plateau_signal(validation) if validator else {}  # what --lr_policy plateau watches
         old_lr, new_lr = model.update_learning_rate(**plateau)  # the schedule counts whole epochs
-        progress = Progress(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
+        progress = Position(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
         if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
             visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
             save_checkpoint(model, "latest", progress, seed, global_batch, best)

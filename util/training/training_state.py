@@ -17,26 +17,18 @@ import glob
 import os
 import random
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from util import distributed
+from util.training.position import Position
 from util.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
 from util.errors import UserError
 
 STATE_SUFFIX = "_train_state.pth"
 FORMAT_VERSION = 1
-
-
-@dataclass
-class Progress:
-    """Where training stands: `images_done` of `epoch` are done (over all ranks)."""
-
-    epoch: int
-    images_done: int = 0
-    total_iters: int = 0
 
 
 def capture_rng() -> dict:
@@ -59,7 +51,7 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
-def save_training_state(model, label: str, progress: Progress, seed: int, best: dict | None = None) -> None:
+def save_training_state(model, label: str, progress: Position, seed: int, best: dict | None = None) -> None:
     """Write `<label>_train_state.pth` (every rank must call: the ranks' parts are gathered);
     `best` is the best-checkpoint tracker's state (util/training/best_checkpoint.py)."""
     rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": model.rank_training_state()})
@@ -103,8 +95,8 @@ def rank_part(state: dict, rank: int) -> dict | None:
     return ranks[rank] if rank < len(ranks) else None
 
 
-def progress_of(state: dict) -> Progress:
-    return Progress(**state["progress"])
+def position_of(state: dict) -> Position:
+    return Position(**state["progress"])
 
 
 def remove_stale_temporary_files(save_dir: str) -> None:
