@@ -95,7 +95,7 @@ class BaseOptions:
         return parser
 
     def parse(self, argv: list[str] | None = None) -> FrozenOptions:
-        """Parse `argv` (default: sys.argv[1:]) into read-only options and print them.
+        """Parse `argv` (default: sys.argv[1:]) into read-only options (printing is the caller's: format_options).
 
         Besides each flag's own type and range, flags that only make sense together are checked
         here (a bad combination exits 2 with one paragraph, like a bad value)."""

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from util.evaluation.inception import find_inception_weights, write_seeded_inception_weights  # noqa: E402
+from bench.seeded_inception import write_seeded_inception_weights  # noqa: E402
+from util.evaluation.inception import find_inception_weights  # noqa: E402
 from util.display.validation_log import read_metrics  # noqa: E402
 
 RUNS = {

@@ -141,12 +141,36 @@ def pick_backend(requested: str, device: torch.device) -> str:
     return requested
 
 
+_started: DistContext | None = None  # what init_distributed found, until shutdown
+
+
+def current_context() -> DistContext:
+    """Who this process is: the DistContext `init_distributed` returned or, before it (while flags are
+    parsed, or in a tool that never starts), what the launcher's environment says. The one answer to
+    "which rank am I" for code that is not handed the context."""
+    if _started is not None:
+        return _started
+    try:
+        launch = launch_environment()
+    except UserError:  # malformed launcher variables are reported by init_distributed
+        launch = None
+    if launch is None:
+        return DistContext()
+    return DistContext(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size)
+
+
 def init_distributed(device: str = "auto", timeout_s: float = 1800.0, backend: str = "auto") -> DistContext:
     """Start this process: when launched as one of several, join the process group; otherwise run alone.
 
     The device is set before the process group is created, and given to NCCL, so that its
     barriers know their device instead of guessing.
     """
+    global _started
+    _started = _start(device, timeout_s, backend)
+    return _started
+
+
+def _start(device: str, timeout_s: float, backend: str) -> DistContext:
     launch = launch_environment()
     if launch is None or launch.world_size == 1:
         alone = DistContext(device=pick_device(device))
@@ -180,15 +204,15 @@ def is_distributed() -> bool:
 
 def is_main_process() -> bool:
     """True in a single process and on rank 0 (also in DataLoader workers forked from them)."""
-    return not is_distributed() or dist.get_rank() == 0
+    return current_context().is_main
 
 
 def world_size() -> int:
-    return dist.get_world_size() if is_distributed() else 1
+    return current_context().world_size
 
 
 def rank() -> int:
-    return dist.get_rank() if is_distributed() else 0
+    return current_context().rank
 
 
 def _collective_device() -> torch.device:
@@ -339,11 +363,7 @@ def unwrap(module: nn.Module) -> nn.Module:
 def report_user_error(message: str) -> None:
     """Print a user error once: every rank hits most of them alike, so only rank 0 speaks,
     except when this rank alone failed (e.g. an unreadable image only it loaded)."""
-    try:  # the launcher's rank: the error may come before the process group exists
-        launch = launch_environment()
-    except UserError:
-        launch = None
-    env_rank = launch.rank if launch is not None else 0
+    env_rank = current_context().rank  # the error may come before the process group exists
     if env_rank == 0:
         print(message, file=sys.stderr, flush=True)
     else:
@@ -355,5 +375,7 @@ def report_user_error(message: str) -> None:
 
 
 def shutdown() -> None:
+    global _started
+    _started = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from typing import NoReturn
+
+from util import distributed
 
 
 class Bounded:
@@ -74,7 +75,7 @@ class OneParagraphParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        if os.environ.get("RANK", "0") == "0":
+        if distributed.current_context().is_main:
             print(f"error: {' '.join(message.split()).rstrip('.')}. `python {self.prog} --help` lists every flag.",
                   file=sys.stderr, flush=True)
         sys.exit(2)

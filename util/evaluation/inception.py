@@ -127,28 +127,3 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
     """[-1, 1] images as the uint8 values the saved image files hold (the same float32 arithmetic
     and round-half-even as util.util.tensor2im), on the images' device."""
     return ((images.detach().float().clamp(-1.0, 1.0) + 1.0) / 2.0 * 255.0).round().to(torch.uint8)
-
-
-def write_seeded_inception_weights(path: str | os.PathLike, seed: int = 0) -> str:
-    """Write a state dict for torch-fidelity's Inception-v3 with exactly the keys of the real weights
-    file but seeded random values (He-normal convolutions, so features are not vanishingly small).
-    For tests and cost measurements without internet access: the real loading and feature code runs,
-    deterministically and at the real cost, but the FID/KID values mean nothing."""
-    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
-
-    class Unloaded(FeatureExtractorInceptionV3):
-        def load_state_dict(self, *args, **kwargs):  # keep the fresh initialisation
-            return None
-
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save({}, path)  # read by the constructor, then ignored
-    network = Unloaded("inception-v3-compat", [str(FEATURE_DIM)], feature_extractor_weights_path=path)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in network.modules():
-            if isinstance(module, nn.Conv2d):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * (2.0 / fan_in) ** 0.5)
-    torch.save(network.state_dict(), path)
-    return path
