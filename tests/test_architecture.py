@@ -77,3 +77,32 @@ def test_the_reference_module_paths_users_import_still_work():
     for module in ("util.util", "util.html", "util.visualizer", "util.image_pool", "models.networks",
                    "data.base_dataset", "options.train_options", "options.test_options"):
         importlib.import_module(module)
+
+
+LONGEST_FUNCTION = 60  # lines, decorators and docstring included: a reader sees a function whole
+
+
+def long_functions(root: Path) -> list[str]:
+    """Functions of the product code (everything but tests/) longer than LONGEST_FUNCTION lines."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("tests", ".venv") or relative.parts[0].startswith("."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if node.end_lineno - first + 1 > LONGEST_FUNCTION:
+                    found.append(f"{relative}:{node.lineno} {node.name} ({node.end_lineno - first + 1} lines)")
+    return found
+
+
+def test_no_product_function_is_longer_than_a_screen():
+    assert long_functions(ROOT) == []
+
+
+def test_a_long_function_is_found(tmp_path):
+    (tmp_path / "module.py").write_text("def long():\n" + "    x = 1\n" * LONGEST_FUNCTION)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_module.py").write_text("def test_long():\n" + "    x = 1\n" * 100)
+    assert long_functions(tmp_path) == [f"module.py:1 long ({LONGEST_FUNCTION + 1} lines)"]
