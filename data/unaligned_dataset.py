@@ -8,7 +8,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
-from data.layout import FileGroup, RequiredFolder, first_samples, samples_read
+from data.layout import FileGroup, RequiredFolder, samples_read
 
 
 class UnalignedDataset(BaseDataset):
