@@ -1,6 +1,8 @@
 """Datasets and the loader that batches them.
 
-`DATASETS` maps each `--dataset_mode` name to its class. `create_dataset(opt, seed, ...)`
+`find_dataset_using_name(mode)` finds the class a `--dataset_mode` names (data/registry.py: a
+built-in `data/<mode>_dataset.py`, or a user's module by its dotted path); `DATASETS` maps the
+built-in modes to their classes. `create_dataset(opt, seed, ...)`
 checks the dataset folder, builds the dataset and wraps it in a `DatasetLoader`, whose
 (possibly distributed) sampler and per-sample RNG make every epoch reproducible from `seed`.
 """
@@ -10,45 +12,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch.utils.data
 
-from data.aligned_dataset import AlignedDataset
 from data.base_dataset import BaseDataset
-from data.colorization_dataset import ColorizationDataset
-from data.single_dataset import SingleDataset
-from data.template_dataset import TemplateDataset
-from data.unaligned_dataset import UnalignedDataset
-from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
 from data.input_checks import check_dataset_root
+from data.registry import BUILT_IN_MODES, built_in_datasets, find_dataset_using_name, get_option_setter
+from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
 from util.distributed import DistContext
 from util.errors import UserError
 
-DATASETS: dict[str, type[BaseDataset]] = {
-    "aligned": AlignedDataset,
-    "unaligned": UnalignedDataset,
-    "single": SingleDataset,
-    "colorization": ColorizationDataset,
-    "template": TemplateDataset,
-}
+__all__ = ["BUILT_IN_MODES", "DATASETS", "DatasetLoader", "create_dataset", "find_dataset_using_name",
+           "get_option_setter"]
 
-
-def find_dataset_using_name(name: str) -> type[BaseDataset]:
-    """The dataset class registered as `name`; raises `UserError` listing the valid names."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise UserError(
-            f"unknown --dataset_mode {name!r}; use one of {', '.join(DATASETS)} "
-            f"(custom datasets must be added to DATASETS in data/__init__.py)."
-        ) from None
-
-
-def get_option_setter(name: str) -> Callable[[argparse.ArgumentParser, bool], argparse.ArgumentParser]:
-    """The `modify_commandline_options` static method of dataset `name`."""
-    return find_dataset_using_name(name).modify_commandline_options
+DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
 
 
 class DatasetLoader:

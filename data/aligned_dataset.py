@@ -8,6 +8,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset, pair_files_by_name
+from data.layout import FileGroup, RequiredFolder, first_samples, phase_folder
 
 
 def uses_two_folders(root: str, phase: str) -> bool:
@@ -33,6 +34,27 @@ class AlignedDataset(BaseDataset):
     """
 
     paired = True
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """`dataroot/phase`, or `<phase>A` and `<phase>B` (see `uses_two_folders`)."""
+        root, phase = opt.dataroot, opt.phase
+        if uses_two_folders(root, phase):
+            why = f"paired data in two folders needs both {phase}A and {phase}B; check --dataroot/--phase."
+            return [RequiredFolder(os.path.join(root, phase + side), why) for side in "AB"]
+        return [phase_folder(opt, f"paired data in two folders needs {os.path.join(root, phase + 'B')} too; ")]
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """The A|B files (one spec per half), or the A files and the B files paired by name."""
+        root, phase = opt.dataroot, opt.phase
+        spec_A, spec_B = domain_specs(opt)
+        if uses_two_folders(root, phase):
+            pairs = first_samples(opt, pair_files_by_name(os.path.join(root, phase + "A"),
+                                                          os.path.join(root, phase + "B"), opt.max_dataset_size))
+            return [FileGroup([a for a, _ in pairs], [spec_A]), FileGroup([b for _, b in pairs], [spec_B])]
+        paths = first_samples(opt, make_dataset(os.path.join(root, phase), opt.max_dataset_size))
+        return [FileGroup(paths, [spec_A, spec_B], side_by_side=True)]
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)

@@ -24,18 +24,20 @@ from PIL import Image
 
 from data.image_folder import DomainSpec, Picture
 from data.image_io import ValueRange, match_channels, to_network
+from data.layout import FileGroup, RequiredFolder
 from util.errors import UserError
 
 BICUBIC = Image.Resampling.BICUBIC
-
-PREPROCESS_MODES = ("resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none")
 
 
 class BaseDataset(data.Dataset, abc.ABC):
     """A map-style dataset whose `__getitem__(index)` returns a dict of tensors and paths.
 
     Subclasses implement `__init__(opt)` (call super first), `__len__`, `__getitem__`, and
-    optionally `modify_commandline_options`. `create_dataset` calls `set_seed` once and the
+    optionally `modify_commandline_options`, the class attribute `paired`, and the classmethods
+    `required_folders(opt)` and `files_read(opt)`, which say what the dataset reads so that a bad
+    folder or image is refused before any model is built (data/input_checks.py; by default
+    nothing is checked but --dataroot). `create_dataset` calls `set_seed` once and the
     loader calls `set_epoch` before each epoch. The DataLoader's workers persist across epochs;
     they learn the epoch from the training sampler's (epoch, index) keys (data/samplers.py), so a
     worker sets its copy's epoch before loading a sample.
@@ -55,6 +57,18 @@ class BaseDataset(data.Dataset, abc.ABC):
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
         """Add dataset-specific flags or change defaults; return the parser."""
         return parser
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """The folders this dataset reads images from under `opt` (checked in this order)."""
+        return []
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """The image files a run with `opt` loads, grouped as batched together, each with how it is
+        loaded (see data/layout.py). Called only once `required_folders` passed; raises `UserError`
+        for a problem found while listing them (e.g. paired files whose names do not match)."""
+        return []
 
     def set_seed(self, seed: int) -> None:
         """Set the run seed that, with epoch and index, determines every augmentation."""
@@ -80,11 +94,8 @@ class BaseDataset(data.Dataset, abc.ABC):
 
 
 def check_preprocess(opt: argparse.Namespace) -> None:
-    """Raise `UserError` for an unknown --preprocess or --load_size smaller than --crop_size."""
-    if opt.preprocess not in PREPROCESS_MODES:
-        raise UserError(
-            f"unknown --preprocess {opt.preprocess!r}; use one of {', '.join(PREPROCESS_MODES)}."
-        )
+    """Raise `UserError` for --load_size smaller than --crop_size where images are resized, then cropped.
+    (--preprocess itself is one of its choices: the parser refuses any other.)"""
     if ("resize" in opt.preprocess or "scale_width" in opt.preprocess) and "crop" in opt.preprocess \
             and opt.load_size < opt.crop_size:
         raise UserError(
@@ -271,24 +282,10 @@ def domain_specs(opt: argparse.Namespace) -> tuple[DomainSpec, DomainSpec]:
     Datasets never swap A and B: "A" is always domain A (left half, `<phase>A` folder) and
     the model picks its input with --direction. So with BtoA domain A is the model's output
     and gets --output_nc channels, domain B its input with --input_nc channels.
-    Raises `UserError` for a channel count below 1 or a bad --data_range.
+    Raises `UserError` for a bad --data_range.
     """
-    check_channels("--input_nc", opt.input_nc)
-    check_channels("--output_nc", opt.output_nc)
     range_A, range_B = data_ranges(opt)
     flag_A, flag_B = ("--output_nc", "--input_nc") if opt.direction == "BtoA" else ("--input_nc", "--output_nc")
     return (DomainSpec(getattr(opt, flag_A[2:]), flag_A, range_A),
             DomainSpec(getattr(opt, flag_B[2:]), flag_B, range_B))
 
-
-def domain_channels(opt: argparse.Namespace) -> tuple[int, int]:
-    """Channel counts (A, B) of domains A and B (see `domain_specs`)."""
-    spec_A, spec_B = domain_specs(opt)
-    return spec_A.channels, spec_B.channels
-
-
-def check_channels(flag: str, value: int) -> None:
-    """Raise `UserError` unless an image channel count flag is at least 1."""
-    if value < 1:
-        raise UserError(f"{flag} is {value}, but images have at least 1 channel; set {flag} to the channel "
-                        f"count of the images (1 for grayscale, 3 for RGB).")

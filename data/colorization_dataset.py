@@ -15,6 +15,7 @@ import torch
 
 from data.base_dataset import BaseDataset, check_preprocess, get_params, get_transform
 from data.image_folder import load_image, make_dataset
+from data.layout import FileGroup, RequiredFolder, first_samples, phase_folder
 from util.errors import UserError
 
 _XYZ_FROM_RGB = np.array([
@@ -90,6 +91,17 @@ class ColorizationDataset(BaseDataset):
         """Default to 1 input channel (L), 2 output channels (ab), direction AtoB."""
         parser.set_defaults(input_nc=1, output_nc=2, direction="AtoB")
         return parser
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """`dataroot/phase`."""
+        return [phase_folder(opt)]
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """Its images, with no channel check: any image is converted to RGB."""
+        return [FileGroup(first_samples(opt, make_dataset(os.path.join(opt.dataroot, opt.phase),
+                                                          opt.max_dataset_size)))]
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)

@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 
-from data.aligned_dataset import uses_two_folders
-from data.base_dataset import _resized_size, domain_specs
-from data.image_folder import (IMG_EXTENSIONS, DomainSpec, channel_mismatch, iter_image_files, make_dataset,
-                               pair_files_by_name)
+from data.base_dataset import _resized_size
+from data.image_folder import IMG_EXTENSIONS, channel_mismatch, iter_image_files
 from data.image_io import convertible, probe_image
+from data.layout import FileGroup, RequiredFolder
+from data.registry import find_dataset_using_name
 from util.console import print0, warn0
 from util.errors import UserError
 
@@ -46,14 +46,16 @@ def _some_files(folder: str, limit: int = 3) -> list[str]:
     return list(islice(found, limit))
 
 
-def _require_images(folder: str, why: str) -> None:
-    if not os.path.isdir(folder):
-        raise UserError(f"missing folder {folder}: {why}")
-    if not _has_image(folder):
-        others = _some_files(folder)
+def _require_images(folder: RequiredFolder) -> None:
+    if not os.path.isdir(folder.path):
+        raise UserError(f"missing folder {folder.path}: {folder.why}")
+    if not _has_image(folder.path):
+        if folder.when_empty:
+            raise UserError(folder.when_empty)
+        others = _some_files(folder.path)
         seen = f" (it holds e.g. {', '.join(others)})" if others else " (it is empty)"
         raise UserError(
-            f"folder {folder} contains no images{seen}; accepted extensions are "
+            f"folder {folder.path} contains no images{seen}; accepted extensions are "
             f"{', '.join(IMG_EXTENSIONS)} in any letter case. Add images or fix --dataroot/--phase."
         )
 
@@ -61,50 +63,19 @@ def _require_images(folder: str, why: str) -> None:
 def check_dataset_root(opt: argparse.Namespace, size_rule=None) -> None:
     """Raise `UserError` if `opt.dataroot` lacks the folders/images `opt.dataset_mode` reads.
 
-    aligned: `dataroot/phase`, or without it `dataroot/phaseA` and `dataroot/phaseB` (paired by file
-    name); colorization/template: `dataroot/phase`; unaligned: `dataroot/phaseA` and
-    `dataroot/phaseB`; single: images anywhere under `dataroot`. Unknown modes are skipped
-    (custom datasets check their own files). Then checks the header of every image the run will
-    read (`check_image_files`; `size_rule`, the generator's `networks.SizeRule`, says which sizes
-    it takes).
+    The dataset class says which (its `required_folders(opt)`, checked in order, then the header
+    of every image it lists in `files_read(opt)`, see `check_image_files`; `size_rule`, the
+    generator's `networks.SizeRule`, says which sizes it takes). A dataset that declares nothing
+    gets only the --dataroot check. Raises `UserError` for an unknown --dataset_mode too.
     """
-    root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
+    root = opt.dataroot
     if root and os.path.exists(root) and not os.path.isdir(root):
         raise UserError(f"--dataroot {root} is a file, not a folder; set --dataroot to the dataset folder "
                         f"(unpack it first if it is an archive).")
     if not root or not os.path.isdir(root):
         raise UserError(f"dataset root {root} does not exist; set --dataroot to the dataset folder.")
-    if mode == "unaligned":
-        if not os.path.isdir(os.path.join(root, phase + "A")) and os.path.isdir(os.path.join(root, phase)):
-            hint = f"; {os.path.join(root, phase)} exists, so for A|B side-by-side images use --dataset_mode aligned"
-        else:
-            hint = ""
-        why = (f"unaligned datasets need {os.path.join(root, phase + 'A')} and "
-               f"{os.path.join(root, phase + 'B')}; check --dataroot/--phase{hint}.")
-        for suffix in ("A", "B"):
-            _require_images(os.path.join(root, phase + suffix), why)
-    elif mode == "aligned" and uses_two_folders(root, phase):
-        why = f"paired data in two folders needs both {phase}A and {phase}B; check --dataroot/--phase."
-        for suffix in ("A", "B"):
-            _require_images(os.path.join(root, phase + suffix), why)
-    elif mode in ("aligned", "colorization", "template"):
-        folder = os.path.join(root, phase)
-        if not os.path.isdir(folder) and os.path.isdir(os.path.join(root, phase + "A")):
-            pairs = (f"paired data in two folders needs {os.path.join(root, phase + 'B')} too; for "
-                     if mode == "aligned" else "for ")
-            hint = (f"; {os.path.join(root, phase + 'A')} exists, so {pairs}separate (unpaired) A and B folders use "
-                    f"--dataset_mode unaligned")
-        else:
-            hint = ""
-        _require_images(folder, f"--dataset_mode {mode} reads images from {folder}; check --dataroot/--phase{hint}.")
-    elif mode == "single":
-        if not _has_image(root):
-            sub = os.path.join(root, phase + "A")
-            hint = f" For example --dataroot {sub}." if os.path.isdir(sub) else ""
-            raise UserError(
-                f"dataset root {root} contains no images; --dataset_mode single reads the images "
-                f"directly under --dataroot (e.g. datasets/horse2zebra/testA).{hint}"
-            )
+    for folder in find_dataset_using_name(opt.dataset_mode).required_folders(opt):
+        _require_images(folder)
     check_image_files(opt, size_rule)
 
 
@@ -114,51 +85,6 @@ class _Problem:
     path: str
     message: str
     skippable: bool  # --skip_bad_images can skip the file (its dataset raises UserError for it)
-
-
-@dataclass
-class _Group:
-    """Files the dataset batches together, and how it loads them (`specs` None: no channel check)."""
-    paths: list[str]
-    specs: list[DomainSpec] | None = None
-    side_by_side: bool = False  # A|B images: one spec per half
-
-
-def _files_read(opt: argparse.Namespace) -> list[_Group]:
-    """The image files the dataset will read, in groups whose images are batched together.
-
-    Training reads every listed file (make_dataset's sorted order, capped at --max_dataset_size);
-    test.py reads the first --num_test samples. Unknown dataset modes give no groups. Raises
-    `UserError` for paired folders whose file names do not match.
-    """
-    root, phase, mode = opt.dataroot, opt.phase, opt.dataset_mode
-    cap = opt.max_dataset_size
-    limit = None if getattr(opt, "isTrain", True) else getattr(opt, "num_test", None)
-
-    def first(paths: list[str], count: int | None) -> list[str]:
-        return paths if count is None else paths[:max(int(count), 0)]
-
-    spec_A, spec_B = domain_specs(opt)
-    if mode == "unaligned":
-        a_paths = make_dataset(os.path.join(root, phase + "A"), cap)
-        b_paths = make_dataset(os.path.join(root, phase + "B"), cap)
-        if limit is None:
-            return [_Group(a_paths, [spec_A]), _Group(b_paths, [spec_B])]
-        samples = min(limit, max(len(a_paths), len(b_paths)))
-        # Sample i reads A image i % size_A, and B image i % size_B with --serial_batches
-        # (test.py's default), else a B image drawn at random.
-        return [_Group(first(a_paths, samples), [spec_A]),
-                _Group(first(b_paths, samples) if opt.serial_batches else b_paths, [spec_B])]
-    if mode == "aligned" and uses_two_folders(root, phase):
-        pairs = first(pair_files_by_name(os.path.join(root, phase + "A"), os.path.join(root, phase + "B"), cap), limit)
-        return [_Group([a for a, _ in pairs], [spec_A]), _Group([b for _, b in pairs], [spec_B])]
-    if mode in ("aligned", "colorization", "template"):
-        paths = first(make_dataset(os.path.join(root, phase), cap), limit)
-        specs = None if mode == "colorization" else [spec_A, spec_B]  # colorization converts any image to RGB
-        return [_Group(paths, specs, side_by_side=mode == "aligned")]
-    if mode == "single":
-        return [_Group(first(make_dataset(root, cap), limit), [spec_A])]
-    return []
 
 
 def _test_time_any_size(opt: argparse.Namespace) -> bool:
@@ -189,7 +115,7 @@ def _how_preprocess_sizes(opt: argparse.Namespace) -> str:
             f"its aspect ratio (height at least --crop_size {opt.crop_size})")
 
 
-def _check_file(opt: argparse.Namespace, path: str, group: _Group, requirement,
+def _check_file(opt: argparse.Namespace, path: str, group: FileGroup, requirement,
                 unranged_floats: list[str]) -> tuple[_Problem | None, tuple[int, int] | None]:
     """Check one file's header; returns (its problem or None, its size after preprocessing when that
     size depends on the image, else None). Appends `path` to `unranged_floats` if it holds float data
@@ -254,7 +180,7 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
     --skip_bad_images the unreadable files are only warned about (the loader skips them), unless
     none is left. Stops after `budget_s` seconds; the remaining files are checked as they load.
     """
-    groups = _files_read(opt)
+    groups = find_dataset_using_name(opt.dataset_mode).files_read(opt)
     requirement = size_rule
     if _test_time_any_size(opt):
         requirement = None  # test.py pads each image for the generator and crops the output back

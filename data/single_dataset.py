@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
+from data.layout import FileGroup, RequiredFolder, first_samples
 
 
 class SingleDataset(BaseDataset):
@@ -16,6 +18,21 @@ class SingleDataset(BaseDataset):
     they are loaded as domain A (the "A" of the sample), and float data take domain A's --data_range.
     Sample: {"A": Tensor, "A_paths": str}.
     """
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """`dataroot` itself, holding images (in subfolders too)."""
+        root = opt.dataroot
+        sub = os.path.join(root, opt.phase + "A")
+        hint = f" For example --dataroot {sub}." if os.path.isdir(sub) else ""
+        why = "--dataset_mode single reads the images directly under --dataroot"
+        return [RequiredFolder(root, f"{why}.", when_empty=(
+            f"dataset root {root} contains no images; {why} (e.g. datasets/horse2zebra/testA).{hint}"))]
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """The images of the samples read, loaded as domain A."""
+        return [FileGroup(first_samples(opt, make_dataset(opt.dataroot, opt.max_dataset_size)), [domain_specs(opt)[0]])]
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)

@@ -1,8 +1,8 @@
-"""Template for a custom dataset: copy this file to `data/<name>_dataset.py` and adapt it.
+"""Template for a custom dataset: copy this file, rename the class, and adapt it.
 
 It works as is (mode `--dataset_mode template`): it reads the images in `dataroot/phase`
 and pairs each image A with its mirror image as B, which is enough to run a pix2pix-style
-model end to end. To write your own dataset, implement these four things:
+model end to end. A dataset is one file; write these:
 
 1. `modify_commandline_options(parser, is_train)`: add flags for your dataset and change
    defaults of existing ones (optional; return the parser).
@@ -12,9 +12,14 @@ model end to end. To write your own dataset, implement these four things:
 4. `__getitem__(self, index)`: load sample `index` and return a dict of tensors plus
    "*_paths" strings. Draw every random choice from `self.sample_rng(index)` (e.g. via
    `get_params`) so augmentations are reproducible across workers, GPUs and resumed runs.
+5. Optional: `paired = True` if B is A's true counterpart (scored with L1/PSNR/SSIM), and the
+   classmethods `required_folders(opt)` and `files_read(opt)` (data/layout.py), which let the
+   run refuse a missing folder or a bad image file before any model is built.
 
-Finally register the class in `DATASETS` in `data/__init__.py` under the name used with
-`--dataset_mode`.
+Save it anywhere importable (e.g. `my_datasets/satellite_dataset.py`) and pass its dotted module
+path, `--dataset_mode my_datasets.satellite_dataset`: nothing else needs to change. A dataset that
+ships with the project is `data/<name>_dataset.py` holding a class `<Name>Dataset`, found as
+`--dataset_mode <name>` and listed in `BUILT_IN_MODES` (data/registry.py). See docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
+from data.layout import FileGroup, RequiredFolder, first_samples, phase_folder
 from util.flag_types import finite_float
 
 
@@ -40,6 +46,17 @@ class TemplateDataset(BaseDataset):
         parser.add_argument("--new_dataset_option", type=finite_float, default=1.0,
                             help="example flag of the template dataset (unused)")
         return parser
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """`dataroot/phase` (checked before the run starts, with a message saying how to fix it)."""
+        return [phase_folder(opt)]
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """Its images, each read for both domains (so each must convert to both channel counts)."""
+        paths = first_samples(opt, make_dataset(os.path.join(opt.dataroot, opt.phase), opt.max_dataset_size))
+        return [FileGroup(paths, list(domain_specs(opt)))]
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)

@@ -8,6 +8,7 @@ from typing import Any
 
 from data.base_dataset import BaseDataset, check_preprocess, domain_specs, get_params, get_transform, picture_size
 from data.image_folder import load_for_network, make_dataset
+from data.layout import FileGroup, RequiredFolder, samples_read
 
 
 class UnalignedDataset(BaseDataset):
@@ -21,6 +22,32 @@ class UnalignedDataset(BaseDataset):
     independent crops and flips. len = max(size_A, size_B).
     Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str}.
     """
+
+    @classmethod
+    def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
+        """`<phase>A` and `<phase>B`; if only `<phase>` exists, the reason suggests the aligned mode."""
+        root, phase = opt.dataroot, opt.phase
+        dir_A, dir_B = os.path.join(root, phase + "A"), os.path.join(root, phase + "B")
+        hint = ""
+        if not os.path.isdir(dir_A) and os.path.isdir(os.path.join(root, phase)):
+            hint = f"; {os.path.join(root, phase)} exists, so for A|B side-by-side images use --dataset_mode aligned"
+        why = f"unaligned datasets need {dir_A} and {dir_B}; check --dataroot/--phase{hint}."
+        return [RequiredFolder(dir_A, why), RequiredFolder(dir_B, why)]
+
+    @classmethod
+    def files_read(cls, opt: argparse.Namespace) -> list[FileGroup]:
+        """The A images and the B images; at test time those of the first --num_test samples."""
+        spec_A, spec_B = domain_specs(opt)
+        a_paths = make_dataset(os.path.join(opt.dataroot, opt.phase + "A"), opt.max_dataset_size)
+        b_paths = make_dataset(os.path.join(opt.dataroot, opt.phase + "B"), opt.max_dataset_size)
+        count = samples_read(opt)
+        if count is None:
+            return [FileGroup(a_paths, [spec_A]), FileGroup(b_paths, [spec_B])]
+        samples = min(count, max(len(a_paths), len(b_paths)))
+        # Sample i reads A image i % size_A, and B image i % size_B with --serial_batches
+        # (test.py's default), else a B image drawn at random: any of them.
+        return [FileGroup(a_paths[:samples], [spec_A]),
+                FileGroup(b_paths[:samples] if opt.serial_batches else b_paths, [spec_B])]
 
     def __init__(self, opt: argparse.Namespace) -> None:
         super().__init__(opt)

@@ -18,6 +18,7 @@ import torch
 import data
 import models
 from models import networks
+from util.errors import UserError
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
                                 positive_int)
@@ -55,7 +56,7 @@ class BaseOptions:
         parser.add_argument("--init_gain", type=positive_float, default=0.02, help="scaling factor for normal, xavier and orthogonal.")
         parser.add_argument("--no_dropout", action="store_true", help="no dropout for the generator")
         # dataset parameters
-        parser.add_argument("--dataset_mode", type=str, default="unaligned", choices=sorted(data.DATASETS), help="chooses how datasets are loaded")
+        parser.add_argument("--dataset_mode", type=str, default="unaligned", help=f"chooses how datasets are loaded: {', '.join(data.BUILT_IN_MODES)}, or the dotted module path of your own dataset (docs/datasets.md)")
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], help="AtoB or BtoA")
         parser.add_argument("--serial_batches", action="store_true", help="if true, takes images in order to make batches, otherwise takes them randomly")
         parser.add_argument("--num_threads", default=4, type=non_negative_int, help="# threads for loading data")
@@ -91,7 +92,10 @@ class BaseOptions:
         parser = models.get_option_setter(known.model)(parser, self.isTrain)
         # The model may have changed the default dataset mode, so parse again before asking it.
         known, _ = parser.parse_known_args(argv)
-        parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
+        try:
+            parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
+        except UserError as err:  # an unknown mode: refused like a misspelt choice
+            parser.error(f"argument --dataset_mode: {err}")
         return parser
 
     def parse(self, argv: list[str] | None = None) -> FrozenOptions:
