@@ -132,7 +132,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
     visualizer = make_visualizer(opt, ctx.is_main)  # does nothing on non-main ranks
     global_batch = opt.batch_size * ctx.world_size
     visualizer.message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
-                             f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
+                       f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()  # SIGTERM / Ctrl-C: save, then stop
 
     progress = position_of(resume) if resume else Position(epoch=opt.epoch_count)
@@ -170,7 +170,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
                     distributed.any_rank(stop.requested):
                 save_checkpoint(model, "latest", progress, seed, global_batch, best)
                 visualizer.message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
-                                         f"it; saved. Continue with --continue_train.")
+                                   f"it; saved. Continue with --continue_train.")
                 visualizer.close()
                 # Launchers stop the other ranks once one exits with an error status (143 is
                 # one): no rank leaves before rank 0 has written everything.
@@ -197,7 +197,7 @@ def train(opt, ctx: distributed.DistContext) -> int:
             if epoch % opt.save_epoch_freq == 0:
                 save_checkpoint(model, str(epoch), progress, seed, global_batch, best)
         visualizer.message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
-                                 f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
+                           f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     visualizer.close()
     stop.uninstall()
     distributed.barrier()

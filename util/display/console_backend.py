@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from util.display.backend import LoggerBackend, RunInfo
 from util.display.loss_log import plot_loss_log
 from util.display.progress import ProgressBar
 from util.display.validation_log import ValidationLog, plot_metrics
 from util.training.position import Position
+
+if TYPE_CHECKING:
+    from util.training.validator import ValidationResult
 
 LOSS_LOG = "loss_log.txt"
 LOSS_PLOT = "loss_plot.png"
@@ -68,7 +72,7 @@ class ConsoleBackend(LoggerBackend):
                f"data: {data_seconds:.3f}) "
         self._print_and_log(line + "".join(f"{name}: {value:.3f} " for name, value in losses.items()))
 
-    def log_validation(self, position, result, epoch_seconds: float) -> None:
+    def log_validation(self, position: Position, result: ValidationResult, epoch_seconds: float) -> None:
         self.run.say(self.validation_log.append(position.epoch, position.total_iters, result.scores, result.seconds,
                                                 epoch_seconds, result.images))
         write_metrics_plot(self.run)

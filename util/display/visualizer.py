@@ -59,6 +59,7 @@ def create_backends(opt: Any, progress: ProgressBar) -> list[LoggerBackend]:
         run.say(f"warning: {html.MISSING}; training goes on without web/index.html. Pass --no_html to silence this.")
     elif not opt.no_html:
         chosen.append(HtmlBackend(run))
+    os.makedirs(run.run_dir, exist_ok=True)  # --logger classes may write there from their constructor
     chosen += [logger(run) for logger in logger_classes(list(opt.logger))]
     return [ConsoleBackend(run, progress)] + chosen
 
