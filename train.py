@@ -32,7 +32,7 @@ from util.training.training_state import (find_resume_state, load_training_state
                                  remove_stale_temporary_files, restore_rng, save_training_state)
 from util.training.best_checkpoint import EMA, RAW, BestTracker
 from util.training.validator import make_validator
-from util.visualizer import make_visualizer
+from util.display.visualizer import make_visualizer
 
 
 def crossed(total: int, step: int, freq: int) -> bool:
@@ -97,7 +97,7 @@ def keep_best(model, best: BestTracker | None, scores: dict[str, float], epoch: 
         return
     if best.improved(RAW, scores, epoch, iteration):
         model.save_networks("best", include_ema=False)
-        visualizer.print_message(f"new best {best.metric} {scores[best.metric]:.4f}: saved best_net_*.pth")
+        visualizer.message(f"new best {best.metric} {scores[best.metric]:.4f}: saved best_net_*.pth")
     if model.ema is not None and best.improved(EMA, scores, epoch, iteration):
         model.save_ema_networks("best")
     if model.ctx.is_main:
@@ -131,8 +131,8 @@ def train(opt, ctx: distributed.DistContext) -> int:
         seed_everything(seed + ctx.rank + (position_of(resume).total_iters if resume else 0))
     visualizer = make_visualizer(opt, ctx.is_main)  # does nothing on non-main ranks
     global_batch = opt.batch_size * ctx.world_size
-    visualizer.print_message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
-                             f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
+    visualizer.message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
+                       f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()  # SIGTERM / Ctrl-C: save, then stop
 
     progress = position_of(resume) if resume else Position(epoch=opt.epoch_count)
@@ -141,9 +141,8 @@ def train(opt, ctx: distributed.DistContext) -> int:
         epoch = progress.epoch
         epoch_start_time = time.time()
         iter_data_time = time.time()
-        visualizer.reset()
         dataset.set_epoch(epoch, progress.images_done)  # this epoch's shuffle, from where we are
-        visualizer.begin_epoch(epoch, len(dataset), progress.images_done)
+        visualizer.begin_epoch(progress, len(dataset))
 
         for data in dataset:
             iter_start_time = time.time()
@@ -158,50 +157,47 @@ def train(opt, ctx: distributed.DistContext) -> int:
             total_iters = progress.total_iters
             if crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML
                 model.compute_visuals()
-                visualizer.display_current_results(model.get_current_visuals(), epoch,
-                                                   crossed(total_iters, global_batch, opt.update_html_freq))
+                visualizer.log_images(progress, model.get_current_visuals(),
+                                      crossed(total_iters, global_batch, opt.update_html_freq))
             if crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
                 model.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
                 losses = model.get_current_losses()
                 t_comp = (time.time() - iter_start_time) / global_batch
-                visualizer.print_current_losses(epoch, progress.images_done, losses, t_comp, t_data)
-                visualizer.plot_current_losses(epoch, progress.images_done / len(dataset), losses)
-                visualizer.log_training_scalars(total_iters, losses, model.current_lr(), 1.0 / max(t_comp, 1e-9))
+                visualizer.log_step(progress, losses, model.current_lr(), t_comp, t_data)
             # Every rank must stop after the same step; asking the others costs a host sync, so
             # under DDP it is asked every 10 steps.
             if (not ctx.is_distributed or total_iters // global_batch % 10 == 0) and \
                     distributed.any_rank(stop.requested):
                 save_checkpoint(model, "latest", progress, seed, global_batch, best)
-                visualizer.print_message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
-                                         f"it; saved. Continue with --continue_train.")
+                visualizer.message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
+                                   f"it; saved. Continue with --continue_train.")
                 visualizer.close()
                 # Launchers stop the other ranks once one exits with an error status (143 is
                 # one): no rank leaves before rank 0 has written everything.
                 distributed.barrier()
                 return stop.exit_code
             if crossed(total_iters, global_batch, opt.save_latest_freq):
-                visualizer.print_message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
+                visualizer.message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
                 save_checkpoint(model, f"iter_{total_iters}" if opt.save_by_iter else "latest", progress, seed,
                                 global_batch, best)
-            visualizer.end_iteration(progress.images_done, total_iters)
+            visualizer.advance(progress)  # the progress bar
             iter_data_time = time.time()
 
         model.check_finite(epoch, progress.total_iters, global_batch, weights=True)
         validation = validator.run(model) if validator and validator.due(epoch) else None  # each rank its share
         if validation is not None:
-            visualizer.log_validation(epoch, progress.total_iters, validation.scores, validation.seconds,
-                                      time.time() - epoch_start_time, validation.images, validation.visuals)
+            visualizer.log_validation(progress, validation, time.time() - epoch_start_time)
             keep_best(model, best, validation.scores, epoch, progress.total_iters, visualizer)
         plateau = validator.plateau_signal(validation) if validator else {}  # what --lr_policy plateau watches
         old_lr, new_lr = model.update_learning_rate(**plateau)  # the schedule counts whole epochs
         progress = Position(epoch=epoch + 1, images_done=0, total_iters=progress.total_iters)
         if epoch % opt.save_epoch_freq == 0 or epoch == last_epoch:
-            visualizer.print_message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
+            visualizer.message(f"saving the model at the end of epoch {epoch}, iters {progress.total_iters}")
             save_checkpoint(model, "latest", progress, seed, global_batch, best)
             if epoch % opt.save_epoch_freq == 0:
                 save_checkpoint(model, str(epoch), progress, seed, global_batch, best)
-        visualizer.print_message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
-                                 f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
+        visualizer.message(f"End of epoch {epoch} / {last_epoch} \t Time Taken: "
+                           f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     visualizer.close()
     stop.uninstall()
     distributed.barrier()

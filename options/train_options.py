@@ -6,6 +6,8 @@ import os
 
 from models import networks
 from options.base_options import BaseOptions, unwritable_folder_reason
+from util.display.user_loggers import logger_classes
+from util.errors import UserError
 from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 
 
@@ -27,6 +29,7 @@ class TrainOptions(BaseOptions):
         # further displays (not in the reference): see docs/visualization.md
         parser.add_argument("--use_tensorboard", action="store_true", help="log losses, learning rate, images/s and image grids for TensorBoard to [opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
         parser.add_argument("--no_progress", action="store_true", help="no progress bar (or, when stdout is not a terminal, no periodic progress lines)")
+        parser.add_argument("--logger", action="append", default=[], metavar="MODULE", help="also send the run's losses, images, validations and messages to the LoggerBackend class defined in this module (a dotted module name or a .py file; repeatable): your own logger beside the built-in ones, see docs/visualization.md")
         parser.add_argument("--progress_interval", type=non_negative_float, default=60.0, help="seconds between plain progress lines when stdout is not a terminal (a CI log, nohup); 0: after every step")
         # network saving and loading parameters
         parser.add_argument("--save_latest_freq", type=non_negative_int, default=5000, help="frequency (in images) of saving the latest results; 0: only at the end of epochs")
@@ -68,6 +71,10 @@ class TrainOptions(BaseOptions):
             parser.error("argument --dataset_mode: single reads one folder of input images without targets, which "
                          "test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
                          "(--dataset_mode unaligned)")
+        try:  # import the --logger modules now, so that a bad one stops the run before it writes anything
+            logger_classes(opt.logger)
+        except UserError as err:
+            parser.error(f"argument {err}")
         run_dir = os.path.join(opt.checkpoints_dir, opt.name)
         reason = unwritable_folder_reason(run_dir)
         if reason:

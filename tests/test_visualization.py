@@ -193,41 +193,46 @@ class ConnectionAttempts:
 @pytest.mark.slow
 def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(visdom_server, tmp_path, capsys,
                                                                                 monkeypatch):
+    from util.display.visdom_backend import VisdomBackend
+    from util.training.position import Position
     from util.visualizer import Visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
                               "--display_env", "dies", "--no_progress", "--n_epochs", "1", "--n_epochs_decay", "0")
     vis = Visualizer(opt)
+    visdom = vis.backend(VisdomBackend)
     losses = OrderedDict((k, 0.5) for k in LOSS_NAMES)
-    vis.begin_epoch(1, 10, 0)
-    vis.display_current_results(fake_visuals(), 1, True)
-    vis.plot_current_losses(1, 0.1, losses)
-    assert vis.vis is not None and visdom_server.client("dies").win_exists("1", env="dies")
+    vis.begin_epoch(Position(1, 0, 0), 10)
+    vis.log_images(Position(1, 1, 1), fake_visuals(), True)
+    visdom.log_step(Position(1, 1, 1), losses, 2e-4, 0.01, 0.0)  # the loss plot only: no loss line yet
+    assert visdom.client is not None and visdom_server.client("dies").win_exists("1", env="dies")
     visdom_server.stop()
     attempts = ConnectionAttempts(monkeypatch, visdom_server.port)
     for step in range(2, 7):
-        vis.display_current_results(fake_visuals(step), 1, False)
-        vis.plot_current_losses(1, step / 10, losses)
-        vis.print_current_losses(1, step, losses, 0.01, 0.0)
-        vis.end_iteration(step, step)
+        vis.log_images(Position(1, step, step), fake_visuals(step), False)
+        vis.log_step(Position(1, step, step), losses, 2e-4, 0.01, 0.0)
+        vis.advance(Position(1, step, step))
     vis.close()
     # No retries and no stall: one connection attempt, with a time limit, finds the server gone.
     assert len(attempts.timeouts) == 1 and attempts.timeouts[0] is not None, attempts.timeouts
     out = capsys.readouterr().out
     assert len(re.findall("lost the visdom server", out)) == 1, out
-    assert vis.vis is None
+    assert visdom.client is None
     assert len(logged_losses(tmp_path / "ck" / "v")) == 5  # the log goes on
 
 
 def test_no_visdom_server_costs_one_bounded_connection_attempt(tmp_path, monkeypatch, capsys):
+    from util.display.visdom_backend import VisdomBackend
+    from util.training.position import Position
     from util.visualizer import Visualizer
     port = free_port()  # nothing listens there
     attempts = ConnectionAttempts(monkeypatch, port)
     vis = Visualizer(parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(port), "--no_progress"))
-    assert vis.vis is None
+    assert vis.backend(VisdomBackend).client is None
     losses = OrderedDict((k, 0.5) for k in LOSS_NAMES)
+    vis.begin_epoch(Position(1, 0, 0), 10)
     for step in range(1, 4):  # training goes on without asking again
-        vis.display_current_results(fake_visuals(step), 1, True)
-        vis.plot_current_losses(1, step / 10, losses)
+        vis.log_images(Position(1, step, step), fake_visuals(step), True)
+        vis.log_step(Position(1, step, step), losses, 2e-4, 0.01, 0.0)
     vis.close()
     assert len(attempts.timeouts) == 1 and attempts.timeouts[0] is not None, attempts.timeouts
     assert capsys.readouterr().out.count("warning") == 1
@@ -465,9 +470,9 @@ class FakeClock:
 
 
 def test_progress_without_terminal_prints_a_plain_line_every_interval_and_at_epoch_end():
-    from util.display.progress import TrainingProgress
+    from util.display.progress import ProgressBar
     out, clock = io.StringIO(), FakeClock()
-    progress = TrainingProgress(last_epoch=3, stream=out, interval=10, terminal=False, clock=clock)
+    progress = ProgressBar(last_epoch=3, stream=out, interval=10, terminal=False, clock=clock)
     progress.begin_epoch(2, 100, 0)
     for done in range(1, 101):
         clock.now += 0.5  # 2 images/s: 50 s for the epoch
@@ -485,9 +490,9 @@ def test_progress_without_terminal_prints_a_plain_line_every_interval_and_at_epo
 
 
 def test_progress_resumed_mid_epoch_counts_only_the_images_done_now():
-    from util.display.progress import TrainingProgress
+    from util.display.progress import ProgressBar
     out, clock = io.StringIO(), FakeClock()
-    progress = TrainingProgress(last_epoch=1, stream=out, interval=1000, terminal=False, clock=clock)
+    progress = ProgressBar(last_epoch=1, stream=out, interval=1000, terminal=False, clock=clock)
     progress.begin_epoch(1, 10, 6)
     for done in (7, 8, 9, 10):
         clock.now += 1.0
@@ -496,9 +501,9 @@ def test_progress_resumed_mid_epoch_counts_only_the_images_done_now():
 
 
 def test_progress_bar_on_a_terminal_keeps_other_lines_whole():
-    from util.display.progress import TrainingProgress
+    from util.display.progress import ProgressBar
     out = io.StringIO()
-    progress = TrainingProgress(last_epoch=1, stream=out, terminal=True)
+    progress = ProgressBar(last_epoch=1, stream=out, terminal=True)
     progress.begin_epoch(1, 4, 0)
     progress.update(2)
     progress.write("(epoch: 1, iters: 2, time: 0.1, data: 0.0) G: 1.000 ")
@@ -513,9 +518,9 @@ def test_progress_bar_on_a_terminal_keeps_other_lines_whole():
 
 
 def test_no_progress_prints_only_the_other_lines():
-    from util.display.progress import TrainingProgress
+    from util.display.progress import ProgressBar
     out = io.StringIO()
-    progress = TrainingProgress(last_epoch=1, stream=out, enabled=False, terminal=True)
+    progress = ProgressBar(last_epoch=1, stream=out, enabled=False, terminal=True)
     progress.begin_epoch(1, 4, 0)
     progress.update(4)
     progress.write("hello")
@@ -574,19 +579,19 @@ def test_plot_losses_script_draws_a_png_from_a_run_folder_or_a_log(tmp_path):
 
 # ---------------------------------------------------------------------------------- main process only, pieces
 def test_null_visualizer_of_other_ranks_writes_and_prints_nothing(tmp_path, capsys):
+    from util.training.position import Position
+    from util.training.validator import ValidationResult
     from util.visualizer import NullVisualizer, make_visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(free_port()), "--use_tensorboard")
     vis = make_visualizer(opt, is_main=False)
     assert isinstance(vis, NullVisualizer)
     losses = OrderedDict((k, 0.5) for k in LOSS_NAMES)
-    vis.reset()
-    vis.begin_epoch(1, 4, 0)
-    vis.display_current_results(fake_visuals(), 1, True)
-    vis.print_current_losses(1, 1, losses, 0.1, 0.0)
-    vis.plot_current_losses(1, 0.25, losses)
-    vis.log_training_scalars(1, losses, 2e-4, 10.0)
-    vis.print_message("hello")
-    vis.end_iteration(1, 1)
+    vis.begin_epoch(Position(1, 0, 0), 4)
+    vis.log_images(Position(1, 1, 1), fake_visuals(), True)
+    vis.log_step(Position(1, 1, 1), losses, 2e-4, 0.1, 0.0)
+    vis.log_validation(Position(1, 4, 4), ValidationResult({"L1": 0.5}, 1.0, 4, fake_visuals()), 10.0)
+    vis.message("hello")
+    vis.advance(Position(1, 1, 1))
     vis.close()
     assert not (tmp_path / "ck").exists()
     captured = capsys.readouterr()
@@ -594,15 +599,17 @@ def test_null_visualizer_of_other_ranks_writes_and_prints_nothing(tmp_path, caps
 
 
 def test_tensorboard_step_continues_when_a_resumed_run_restarts_its_counter(tmp_path):
+    from util.display.backend import ImagesSeen
+    from util.display.tensorboard_backend import TensorBoardBackend
+    from util.training.position import Position
     from util.visualizer import Visualizer
-    vis = Visualizer(parse_train_options(tmp_path, "--no_html", "--no_progress"))
-    vis.begin_epoch(3, 100, 0)  # epoch 3 of a run whose counter starts again at 0
-    assert vis._step(10) == 210
+    vis = Visualizer(parse_train_options(tmp_path, "--no_html", "--no_progress", "--use_tensorboard"))
+    vis.begin_epoch(Position(3, 0, 0), 100)  # epoch 3 of a run whose counter starts again at 0
+    assert vis.backend(TensorBoardBackend).steps.step(Position(3, 10, 10)) == 210
     vis.close()
-    vis = Visualizer(parse_train_options(tmp_path, "--no_html", "--no_progress"))
-    vis.begin_epoch(3, 100, 40)  # resumed mid-epoch with the counter restored
-    assert vis._step(250) == 250
-    vis.close()
+    steps = ImagesSeen()  # what TensorBoard and wandb both use
+    steps.begin_epoch(Position(3, 40, 250), 100)  # resumed mid-epoch with the counter restored
+    assert steps.step(Position(3, 50, 250)) == 250
     vis.close()  # a second close does nothing
 
 

@@ -8,7 +8,11 @@ the folder can be copied anywhere and opened from disk.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
+
+from util import util
 
 try:  # needed only for the pages: without it train.py and test.py run on and say that no page is written
     import dominate
@@ -98,3 +102,19 @@ class HTML:
             f.write(self.doc.render())
         os.replace(tmp, path)
         return path
+
+
+def save_result_images(image_dir: str, visuals: Mapping[str, Any], image_path: list[str],
+                       aspect_ratio: float = 1.0, display_channels: list[int] | None = None
+                       ) -> tuple[str, list[str], list[str]]:
+    """Save the 8-bit preview (`util.tensor2im`) of the first image of each visual as `<name>_<label>.png`
+    in `image_dir`, `name` the first input's file name; returns (name, files, labels) for a row of a page."""
+    name = os.path.splitext(os.path.basename(image_path[0]))[0]
+    files, labels = [], []
+    for label, im_data in visuals.items():
+        image_name = f"{name}_{label}.png"
+        util.save_image(util.tensor2im(im_data, channels=display_channels), os.path.join(image_dir, image_name),
+                        aspect_ratio)
+        files.append(image_name)
+        labels.append(label)
+    return name, files, labels

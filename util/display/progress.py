@@ -45,7 +45,7 @@ def terminal_width(stream: TextIO) -> int:
         return 0
 
 
-class TrainingProgress:
+class ProgressBar:
     """Per-epoch progress: a bar on a terminal, periodic plain lines otherwise, nothing if disabled.
 
     `last_epoch` is the number of the final epoch (for the whole-run ETA); `interval` the seconds
