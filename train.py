@@ -40,7 +40,7 @@ def crossed(total: int, step: int, freq: int) -> bool:
     return freq > 0 and total // freq > (total - step) // freq
 
 
-def check_distributed_options(opt, ctx: distributed.DistContext) -> None:
+def check_distributed_options(opt: argparse.Namespace, ctx: distributed.DistContext) -> None:
     """Refuse settings that cannot work across processes (on every rank, before any collective)."""
     if ctx.is_distributed and opt.norm == "batch":
         raise UserError("--norm batch computes batch statistics per process, so under torchrun every process "
@@ -70,11 +70,11 @@ class Run:
         return self.opt.n_epochs + self.opt.n_epochs_decay
 
 
-def set_up(opt, ctx: distributed.DistContext) -> tuple[Run, Position]:
+def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, Position]:
     """Everything the loop needs, and where it starts (a saved training state, or epoch --epoch_count)."""
     check_distributed_options(opt, ctx)
-    checkpointer = Checkpointer(os.path.join(opt.checkpoints_dir, opt.name), ctx, opt.batch_size * ctx.world_size,
-                                opt.save_by_iter)
+    global_batch = opt.batch_size * ctx.world_size
+    checkpointer = Checkpointer(os.path.join(opt.checkpoints_dir, opt.name), ctx, global_batch, opt.save_by_iter)
     checkpointer.remove_stale_temporary_files()  # a killed run's; this run holds the run lock
     start = checkpointer.find_start(opt)  # the training state to continue from, or afresh
     seed_everything(start.seed)  # the same initial weights on every rank
@@ -93,7 +93,6 @@ def set_up(opt, ctx: distributed.DistContext) -> tuple[Run, Position]:
         save_options(opt)
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
     visualizer = make_visualizer(opt, ctx.is_main)
-    global_batch = opt.batch_size * ctx.world_size
     visualizer.print_message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
                              f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()
@@ -178,7 +177,7 @@ def end_of_epoch(run: Run, progress: Position, epoch_start_time: float) -> Posit
     return next_epoch
 
 
-def train(opt, ctx: distributed.DistContext) -> int:
+def train(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
     """Train from where the run folder says until the last epoch, or until a stop signal; returns
     the exit status (0, or 128 + the signal's number)."""
     run, progress = set_up(opt, ctx)
