@@ -31,6 +31,7 @@ from util import distributed
 from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
+from util.training.training_state import STATE_SUFFIX
 
 class BaseModel(ABC):
     """Base class of all models (see the module docstring for the contract)."""
@@ -309,7 +310,9 @@ class BaseModel(ABC):
         }
 
     def load_shared_training_state(self, state: dict) -> None:
-        where = os.path.join(self.save_dir, "*_train_state.pth")
+        """Restore what `shared_training_state` returned; a UserError naming the flags when it
+        was saved by another model or from networks of another shape."""
+        where = os.path.join(self.save_dir, "*" + STATE_SUFFIX)
         saved_networks = state["networks"]
         if set(saved_networks) != set(self.model_names):
             raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved_networks))}, "

@@ -1,21 +1,24 @@
-"""The best epoch so far by a validation metric (`--save_best METRIC`), for the raw weights and for
-the moving average of the generators (--ema_decay).
+"""The best validation so far by one metric (`--save_best METRIC`), for the trained weights and for
+the generators' moving averages (--ema_decay): the part of the Checkpointer
+(util/training/checkpointer.py) that decides when `best_net_*.pth` / `best_ema_net_*.pth` are due.
 
-A new best writes the weights as `best_net_<name>.pth` (every network, the reference's format, so
-`test.py --epoch best` applies them) or, for the moving average, `best_ema_net_<name>.pth`, and
-`best.json` records the epoch, the iteration and every metric of that validation. The tracker's
-state is part of the training state, so an exact resume ends with the same best files as an
-uninterrupted run.
+`best.json` records, for each kind of weights, the epoch, the iteration and every metric of its
+best validation. The tracker's state is part of the training state, so an exact resume ends with
+the same best files as an uninterrupted run.
 """
 from __future__ import annotations
 
 import json
 import os
 
-from util.training.checkpoint_io import atomic_write
 from util.evaluation.metrics import higher_is_better
+from util.training.checkpoint_io import atomic_write
 
-RAW, EMA = "", "ema"  # the two kinds of weights a validation scores; EMA metrics are keyed ema_<metric>
+# The two kinds of weights a validation scores, by the keys the tracker's state has always been
+# saved under in training-state files (so those files keep loading): the trained weights under ""
+# and the generators' moving averages under "ema".
+TRAINED_WEIGHTS, EMA_WEIGHTS = "", "ema"
+BEST_FILE = "best.json"
 
 
 def ema_key(key: str) -> str:
@@ -32,8 +35,9 @@ class BestTracker:
         self.best: dict[str, dict] = {}  # kind -> {"epoch", "iteration", "value", "metrics"}
 
     def improved(self, kind: str, scores: dict[str, float], epoch: int, iteration: int) -> bool:
-        """Record `scores` (one validation's metrics) for `kind` (RAW or EMA); True if they hold a new best."""
-        key = self.metric if kind == RAW else ema_key(self.metric)
+        """Record `scores` (one validation's metrics) for `kind` (TRAINED_WEIGHTS or EMA_WEIGHTS);
+        True if they hold a new best."""
+        key = self.metric if kind == TRAINED_WEIGHTS else ema_key(self.metric)
         if key not in scores:
             return False
         value = scores[key]
@@ -46,7 +50,7 @@ class BestTracker:
     def summary(self) -> dict:
         """What best.json holds."""
         summary = {"metric": self.metric, "higher_is_better": self.higher_is_better}
-        for kind, label in ((RAW, "best"), (EMA, "best_ema")):
+        for kind, label in ((TRAINED_WEIGHTS, "best"), (EMA_WEIGHTS, "best_ema")):
             if kind in self.best:
                 summary[label] = self.best[kind]
         return summary
@@ -54,7 +58,7 @@ class BestTracker:
     def write(self, run_dir: str) -> None:
         """Write best.json into `run_dir` (main process only)."""
         text = json.dumps(self.summary(), indent=1, sort_keys=True) + "\n"
-        atomic_write(os.path.join(run_dir, "best.json"), lambda f: f.write(text.encode()))
+        atomic_write(os.path.join(run_dir, BEST_FILE), lambda f: f.write(text.encode()))
 
     def state_dict(self) -> dict:
         return {"metric": self.metric, "best": self.best}

@@ -20,11 +20,15 @@ from util.errors import UserError
 
 
 class RunLock:
-    def __init__(self, run_dir: str):
+    """The exclusive lock on `<run_dir>/.run.lock` (see the module docstring)."""
+
+    def __init__(self, run_dir: str) -> None:
         self.path = os.path.join(run_dir, ".run.lock")
         self.file = None
 
     def acquire(self) -> "RunLock":
+        """Take the lock and write who holds it into the file; UserError if another process holds
+        it or the folder cannot be written."""
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             handle = open(self.path, "a+")
@@ -48,6 +52,7 @@ class RunLock:
         return self
 
     def release(self) -> None:
+        """Give the lock back (also dropped by the operating system when the process dies)."""
         if self.file is not None:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_UN)
             self.file.close()
@@ -62,6 +67,7 @@ class StopRequest:
         self.previous = {}
 
     def install(self) -> "StopRequest":
+        """Catch SIGTERM and SIGINT from now on (until `uninstall`)."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -75,12 +81,15 @@ class StopRequest:
 
     @property
     def requested(self) -> bool:
+        """Whether this process has been sent SIGTERM or SIGINT."""
         return self.signal_number is not None
 
     @property
     def exit_code(self) -> int:
+        """The status a process killed by the signal would have had: 128 + its number."""
         return 128 + (self.signal_number or 0)
 
     def uninstall(self) -> None:
+        """Put back the handlers that were there before `install`."""
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)

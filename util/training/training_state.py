@@ -1,14 +1,16 @@
-"""Everything needed to continue a run exactly where it stopped, in one file per save.
+"""The training-state file: everything needed to continue a run exactly where it stopped.
 
-`<label>_train_state.pth` (label: latest, an epoch number, iter_<n>) sits beside the
-reference-compatible `<label>_net_<name>.pth` files and holds, as plain tensors and containers
-(so that it loads with `weights_only=True`):
+The format part of the Checkpointer (util/training/checkpointer.py), which decides when and under
+which label one is written. `<label>_train_state.pth` (label: latest, an epoch number, iter_<n>)
+sits beside the reference-compatible `<label>_net_<name>.pth` files and holds, as plain tensors
+and containers (so that it loads with `weights_only=True`):
   - the weights of every network (a copy, so the file is complete on its own even if a crash
-    happened while the per-network files were being rewritten),
-  - optimizer and scheduler states,
-  - where training stands: the epoch, the images already done in it, the images done in total,
-  - the run's seed, and for every rank its random generators (Python, NumPy, torch CPU/CUDA)
-    and its own model state (e.g. CycleGAN's image pools).
+    happened while the per-network files were being rewritten), optimizer and scheduler states
+    (the model's `shared_training_state()`),
+  - where training stands (a Position: the epoch, the images already done in it, in total),
+  - the run's seed, the number of processes, the best-checkpoint tracker's state,
+  - for every rank its random generators (Python, NumPy, torch CPU/CUDA) and its own model state
+    (the model's `rank_training_state()`).
 Augmentations need no saved state: they are drawn from (seed, epoch, image index).
 """
 from __future__ import annotations
@@ -22,16 +24,21 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from util import distributed
-from util.training.position import Position
-from util.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
 from util.errors import UserError
+from util.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
+from util.training.position import Position
 
 STATE_SUFFIX = "_train_state.pth"
 FORMAT_VERSION = 1
 
 
+def state_path(run_dir: str, label: str) -> str:
+    """Where the training state saved under `label` lives."""
+    return os.path.join(run_dir, f"{label}{STATE_SUFFIX}")
+
+
 def capture_rng() -> dict:
+    """This process's random generators (Python, NumPy, torch CPU and CUDA), as plain data."""
     numpy_state = np.random.get_state()
     return {
         "python": random.getstate(),
@@ -43,6 +50,7 @@ def capture_rng() -> dict:
 
 
 def restore_rng(state: dict) -> None:
+    """Put back what `capture_rng` returned."""
     random.setstate(state["python"])
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
@@ -51,22 +59,20 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
 
 
-def save_training_state(model, label: str, progress: Position, seed: int, best: dict | None = None) -> None:
-    """Write `<label>_train_state.pth` (every rank must call: the ranks' parts are gathered);
-    `best` is the best-checkpoint tracker's state (util/training/best_checkpoint.py)."""
-    rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": model.rank_training_state()})
-    if not distributed.is_main_process():
-        return
+def write_training_state(path: str, position: Position, seed: int, world_size: int, model_state: dict,
+                         rank_parts: list[dict], best: dict | None) -> None:
+    """Write one training-state file (crash-safe). `rank_parts[r]` is rank r's
+    {"rng": capture_rng(), "model": its rank_training_state()}; `best` the tracker's state."""
     state = {
         "format": FORMAT_VERSION,
-        "progress": asdict(progress),
+        "progress": asdict(position),
         "seed": seed,
-        "world_size": distributed.world_size(),
-        "model": model.shared_training_state(),
+        "world_size": world_size,
+        "model": model_state,
         "ranks": rank_parts,
         "best": best,
     }
-    atomic_torch_save(state, os.path.join(model.save_dir, f"{label}{STATE_SUFFIX}"))
+    atomic_torch_save(state, path)
 
 
 def load_training_state(path: str) -> dict:
@@ -78,9 +84,10 @@ def load_training_state(path: str) -> dict:
     return state
 
 
-def find_resume_state(save_dir: str) -> tuple[str, dict] | None:
-    """The newest training state in `save_dir` that loads; a corrupt one is reported and skipped."""
-    candidates = sorted(glob.glob(os.path.join(save_dir, "*" + STATE_SUFFIX)), key=os.path.getmtime, reverse=True)
+def newest_training_state(run_dir: str) -> tuple[str, dict] | None:
+    """The newest training state in `run_dir` that loads, with its path; a corrupt one is reported
+    and skipped."""
+    candidates = sorted(glob.glob(os.path.join(run_dir, "*" + STATE_SUFFIX)), key=os.path.getmtime, reverse=True)
     for path in candidates:
         try:
             return path, load_training_state(path)
@@ -90,16 +97,11 @@ def find_resume_state(save_dir: str) -> tuple[str, dict] | None:
 
 
 def rank_part(state: dict, rank: int) -> dict | None:
-    """This rank's saved random generators and model state, if the saved run had this rank."""
+    """Rank `rank`'s saved random generators and model state, if the saved run had that rank."""
     ranks = state["ranks"]
     return ranks[rank] if rank < len(ranks) else None
 
 
 def position_of(state: dict) -> Position:
+    """Where the saved run stood."""
     return Position(**state["progress"])
-
-
-def remove_stale_temporary_files(save_dir: str) -> None:
-    """Temporary files left by a process killed while writing; safe once we hold the run lock."""
-    for path in glob.glob(os.path.join(save_dir, ".*.tmp")):
-        os.remove(path)
