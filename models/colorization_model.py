@@ -17,8 +17,8 @@ class ColorizationModel(Pix2PixModel):
         parser.set_defaults(dataset_mode="colorization")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
-        super().__init__(opt, ctx, seed)
+    def __init__(self, opt, ctx):
+        super().__init__(opt, ctx)
         self.visual_names = ["real_A", "real_B_rgb", "fake_B_rgb"]
 
     @staticmethod

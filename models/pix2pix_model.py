@@ -20,7 +20,7 @@ class Pix2PixModel(BaseModel):
             parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G_GAN", "G_L1", "D_real", "D_fake"]
         self.visual_names = ["real_A", "fake_B", "real_B"]

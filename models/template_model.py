@@ -27,7 +27,7 @@ class TemplateModel(BaseModel):
             parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, help="weight for the regression loss")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G"]
         self.visual_names = ["data_A", "data_B", "output"]

@@ -19,7 +19,7 @@ class TestModel(BaseModel):
                             help="In checkpoints_dir, [epoch]_net_G[model_suffix].pth will be loaded as the generator.")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = []
         self.visual_names = ["real", "fake"]
