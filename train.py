@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from torch.utils.data import default_collate
+
 from data import create_dataset
 from data.held_out import create_held_out_dataset
 from models import create_model
@@ -111,12 +113,14 @@ def train(opt, ctx: distributed.DistContext) -> int:
     seed_everything(seed)  # the same initial weights on every rank
     size_rule = networks.size_rule(opt.netG)  # the image sizes the generator takes
     dataset = create_dataset(opt, seed, ctx, size_rule=size_rule)  # a sampler per rank
-    first = dataset.first_sample()["A"]
+    first_sample = dataset.first_sample()
+    first = first_sample["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, seed)  # networks, losses, optimizers
     rank_state = rank_part(resume, ctx.rank) if resume else None
-    model.setup(opt, resume, rank_state)  # schedulers, loading, DDP wrapping
+    # the model may build data-dependent parts from the first batch; then schedulers, loading, DDP wrapping
+    model.setup(opt, resume, rank_state, first_batch=default_collate([first_sample]))
     held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
     validator = make_validator(opt, ctx, model, held_out)  # held-out metrics (--val_freq); None without
     best = BestTracker(opt.save_best) if opt.save_best else None  # the best validation so far

@@ -12,6 +12,15 @@ from util import distributed
 class Pix2PixModel(BaseModel):
     """Default: U-Net 256 generator, 70x70 PatchGAN on concat(A, B), batch norm, vanilla GAN loss."""
 
+    visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
+    translators = ("G",)  # one way only: the trained direction
+    input_visual = "real_A"
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """G(A) against B: paired by L1/PSNR/SSIM, unpaired by FID_B/KID_B."""
+        return {"" if paired else "B": ("fake_B", "real_B")}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(norm="batch", netG="unet_256", dataset_mode="aligned")
