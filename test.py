@@ -55,19 +55,32 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     if opt.load_iter > 0:
         web_dir = f"{web_dir}_iter{opt.load_iter}"
-    image_dir = os.path.join(web_dir, "images")
-    full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
-    display_channels = parse_display_channels(opt.display_channels)
-    os.makedirs(image_dir, exist_ok=True)
+    display_channels = parse_display_channels(opt.display_channels)  # a bad value fails before any folder is made
+    os.makedirs(os.path.join(web_dir, "images"), exist_ok=True)
     print0(f"creating web directory {web_dir}")
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
+    paired = dataset.dataset.paired
+    metrics = InferenceMetrics(opt, model.scored_pairs(paired), model.input_visual, ctx.device, paired)
+    rows = translate_all(opt, model, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
+    summary = metrics.compute()  # every rank takes part: the metrics gather the images of all ranks
+    all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
+    if not ctx.is_main:
+        return None
+    return write_results(opt, web_dir, summary, all_rows)
 
-    metrics = InferenceMetrics(opt, model.visual_names, ctx.device, dataset.dataset.paired)
-    rows = []  # (dataset index, name, files, labels) for each image this rank translated
-    # Like the reference, only the first image of each batch is saved.
+
+def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, display_channels,
+                  check_sizes: bool) -> list[tuple]:
+    """Translate this rank's images, saving the first of each batch (like the reference) as 8-bit
+    previews in web_dir/images and, where the data need it, at full precision; returns a
+    (dataset index, name, files, labels) row for each."""
+    image_dir = os.path.join(web_dir, "images")
+    full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
+    domains = model.visual_domains(opt)  # which input files' format each visual is written in
+    rows = []
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
-        if not any_size:
+        if check_sizes:
             check_input_size(opt.netG, *data["A"].shape[-2:])
         model.set_input(data)
         model.test()  # forward under torch.no_grad
@@ -75,14 +88,17 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
         if index % 5 == 0:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
-        write_full_precision(full_precision_dir, visuals, data, opt)
+        write_full_precision(full_precision_dir, visuals, data, opt, domains)
         metrics.update(visuals)
         rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels)))
+    return rows
 
-    summary = metrics.compute()  # every rank takes part: the metrics gather the images of all ranks
-    all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
-    if not ctx.is_main:
-        return None
+
+def write_results(opt, web_dir: str, summary: dict, rows: list[tuple]) -> str | None:
+    """Print the metrics, write metrics.json and the results page of all ranks' `rows`; returns the
+    page's path (None without dominate)."""
+    image_dir = os.path.join(web_dir, "images")
+    full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
     notes = []  # for the top of the page
     if "images" in summary:
         text = ", ".join(paired_summary(summary))
@@ -102,7 +118,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
     for note in notes:
         webpage.add_text(note)
-    for _, name, files, labels in all_rows:
+    for _, name, files, labels in rows:
         webpage.add_header(name)
         webpage.add_images(files, labels, files, width=opt.display_winsize)
     return webpage.save()

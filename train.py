@@ -16,6 +16,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from torch.utils.data import default_collate
+
 from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
 from models import create_model
@@ -80,11 +82,13 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     seed_everything(start.seed)  # the same initial weights on every rank
     size_rule = networks.size_rule(opt.netG)  # the image sizes the generator takes
     dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule)  # a sampler per rank
-    first = dataset.first_sample()["A"]
+    first_sample = dataset.first_sample()
+    first = first_sample["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, start.seed)  # networks, losses, optimizers
-    model.setup(opt, start.state, start.rank_state)  # schedulers, loading, DDP wrapping
+    # the model may build data-dependent parts from the first batch; then schedulers, loading, DDP wrapping
+    model.setup(opt, start.state, start.rank_state, first_batch=default_collate([first_sample]))
     held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
     validator = make_validator(opt, ctx, model, held_out)  # checks --save_best against what it reports
     checkpointer.track_best(opt.save_best, start)  # --save_best: best_net_*.pth, best.json

@@ -6,6 +6,8 @@ writes `<name>_<label><ext>` in the format of the input file of that visual's do
 dtype: a 16-bit PNG gives 16-bit PNGs, a float32 TIFF float32 TIFFs, a .npy .npy files), mapping the
 network's [-1, 1] back through the same value range the dataset used (data/image_io.py). Ordinary 8-bit
 gray/RGB data (PNG, JPEG, TIFF, ...) get nothing here: their PNG previews already hold every value.
+Which domain each visual belongs to is the model's to say (test.py passes its `visual_domains`);
+visuals it places in neither get no full-precision file.
 """
 from __future__ import annotations
 
@@ -22,35 +24,25 @@ from data.image_io import NUMPY_EXTENSIONS, ValueRange, from_network, output_ext
 FOLDER = "full_precision"  # beside images/ in the results folder
 
 
-def visual_domain(label: str, direction: str = "AtoB") -> str:
-    """The dataset's domain ("A" or "B") whose data a visual holds: real_A, rec_A, fake_A -> A; real_B,
-    fake_B, rec_B -> B; identity images idt_A = G_A(B) -> B and idt_B -> A; the test model's real -> A
-    (its input) and fake -> B. The models' A is their input side (models/base_model.paired_input), so
-    with `direction` BtoA labels ending in _A hold domain B and those ending in _B domain A."""
-    if label.startswith("idt_"):
-        side = "B" if label.endswith("_A") else "A"
-    elif label.endswith(("_A", "_B")):
-        side = label[-1]
-    else:  # the test model's real and fake (it reads one folder as domain A), colorization's *_rgb
-        return "B" if label.startswith("fake") else "A"
-    return side if direction != "BtoA" else {"A": "B", "B": "A"}[side]
-
-
 def _needs_full_precision(ext: str, dtype: np.dtype, channels: int) -> bool:
     return dtype != np.uint8 or channels not in (1, 3) or ext in NUMPY_EXTENSIONS
 
 
 def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sample: Mapping[str, list[str]],
-                         opt: argparse.Namespace) -> list[str]:
+                         opt: argparse.Namespace, domains: Mapping[str, str]) -> list[str]:
     """Write the first image of each visual that needs it (see the module docstring) into `folder`;
-    `sample` is the batch (its "A_paths"/"B_paths" name the input files). Returns the written paths."""
+    `sample` is the batch (its "A_paths"/"B_paths" name the input files; a dataset of one domain has
+    only "A_paths", which then stand for both), `domains` the dataset domain ("A" or "B") of each
+    visual. Returns the written paths."""
     ranges = dict(zip("AB", data_ranges(opt)))
     sources = {"A": sample["A_paths"][0], "B": sample.get("B_paths", sample["A_paths"])[0]}
     name = os.path.splitext(os.path.basename(sources["A"]))[0]
     written = []
     for label, tensor in visuals.items():
-        domain = visual_domain(label, opt.direction)
-        source = sources[domain] if label not in ("real", "fake") else sources["A"]
+        if label not in domains:
+            continue
+        domain = domains[label]
+        source = sources[domain]
         info = probe_image(source)
         ext = os.path.splitext(source)[1].lower()
         channels = tensor.shape[-3]

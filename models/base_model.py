@@ -1,13 +1,30 @@
 """The contract every model follows, and what they share: setup, saving, loading, schedules.
 
-A model subclass
+A model is one file: a BaseModel subclass in models/<name>_model.py named <Name>Model (found by
+`--model <name>`, models/__init__.py), or in a module of your own (`--model mypackage.my_model`).
+It
   - names its networks in `model_names` (attribute `net<name>`), its losses in `loss_names`
     (attribute `loss_<name>`) and its images in `visual_names`;
   - implements `set_input(batch)`, `forward()` and, when training, `optimize_parameters()`,
     which computes each loss under `self.autocast()` and applies it with
     `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
     fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
-  - may add flags in `modify_commandline_options(parser, is_train)`.
+  - may add flags in `modify_commandline_options(parser, is_train)`;
+  - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own
+    random streams;
+  - may build more of itself from the first training batch in `data_dependent_initialize(batch)`
+    (e.g. a projection head sized by the generator's features, and its optimizer): `setup` calls
+    it before it makes the schedulers, loads weights or a training state and wraps the networks
+    for DDP, so what it adds is scheduled, resumed and synchronised like the rest;
+  - declares once, on the class, what the code around it must know (nothing elsewhere lists
+    models or visual names):
+      `visual_sides`      the domain of each visual ({"fake_B": "B", ...}, A = the input side),
+                          for test.py's full-precision outputs (`visual_domains(opt)`);
+      `translators`       the generator that translates in the trained direction and, if any,
+                          the one back (("G_A", "G_B")), for the Translator, scripts/translate.py
+                          and scripts/export.py (`translator_refusal`: why the Translator cannot);
+      `scored_pairs(paired)`  which (output, target) visuals validation and test.py score;
+      `input_visual`      the visual holding the input, for test.py's do-nothing baseline.
 `setup()` loads weights, then wraps every trainable network in DistributedDataParallel when the
 run is distributed. Checkpoints are written from the unwrapped module, one plain state_dict per
 network (`<epoch>_net_<name>.pth`, the reference's format), so they load anywhere.
@@ -18,7 +35,7 @@ import os
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Iterator
+from typing import ClassVar, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -35,6 +52,36 @@ from util.training.training_state import STATE_SUFFIX
 
 class BaseModel(ABC):
     """Base class of all models (see the module docstring for the contract)."""
+
+    # ------------------------------------------------------------------ facts a model declares
+    # The dataset domain ("A" or "B") whose files each visual's images belong to, taking A as the
+    # model's input side (`paired_input`); visuals left out get no full-precision output.
+    visual_sides: ClassVar[Mapping[str, str]] = {}
+    # The networks that translate: the first in the direction the run trained in, the second (if
+    # any) back, from output_nc to input_nc channels. An instance may refine it from its options.
+    translators: ClassVar[tuple[str, ...]] = ("G",)
+    # Why models/translator.py (images in, images out) cannot use them, if it cannot; completes
+    # "<run folder> holds a --model <name> run, ...".
+    translator_refusal: ClassVar[str] = ""
+    # The visual holding the model's input, scored against the target as the do-nothing baseline.
+    input_visual: ClassVar[str | None] = None
+
+    @classmethod
+    def visual_domains(cls, opt) -> dict[str, str]:
+        """The dataset domain ("A" or "B") of each visual, whose files' format and value range
+        test.py's full-precision outputs take: `visual_sides` read with --direction (with BtoA the
+        model's input side A is the dataset's domain B)."""
+        swap = {"A": "B", "B": "A"} if opt.direction == "BtoA" else {"A": "A", "B": "B"}
+        return {visual: swap[side] for visual, side in cls.visual_sides.items()}
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """The outputs validation and test.py score, by metric suffix: name -> (output visual,
+        target visual, or None for an output scored against real images only). With `paired` data
+        the output is compared with its target (L1, PSNR, SSIM), otherwise by FID/KID with the
+        target domain's real images; the suffix "" keys the metrics plainly (L1, FID), "A" as
+        FID_A. test.py takes the first pair as "the outputs". Default: nothing is scored."""
+        return {}
 
     def __init__(self, opt, ctx: DistContext):
         self.opt = opt
@@ -78,6 +125,12 @@ class BaseModel(ABC):
     def optimize_parameters(self) -> None:
         """One training step: losses, gradients, optimizer steps."""
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
+
+    def data_dependent_initialize(self, first_batch: dict) -> None:
+        """Build what depends on the data from the first batch (a collated batch as `set_input`
+        takes), e.g. networks sized by the generator's features and their optimizers, adding them to
+        `model_names` and `optimizers`. Called by `setup` before the schedulers are made, weights or
+        a training state are loaded and networks are DDP-wrapped; nothing by default."""
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """An input tensor on the model's device, in its precision and memory format."""
@@ -208,17 +261,17 @@ class BaseModel(ABC):
             for name, net in trained.items():
                 setattr(self, "net" + name, net)
 
-    def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None) -> None:
-        """Create schedulers; load weights (testing, --continue_train) or a whole training state
-        (exact resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
+    def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None,
+              first_batch: dict | None = None) -> None:
+        """Let the model see `first_batch` (`data_dependent_initialize`; train.py passes it), create
+        schedulers; load weights (testing, --continue_train) or a whole training state (exact
+        resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
-        for net in self.named_networks().values():
-            # in place: the optimizers keep the same parameter objects
-            net.to(dtype=self.dtype, memory_format=self.memory_format)
-            if opt.channels_last:
-                networks.make_instance_norm_channels_last_safe(net)
-            if opt.deterministic:
-                networks.pad_reflections_with_slices(net)
+        self._set_precision(self.named_networks())
+        if first_batch is not None:
+            known = set(self.model_names)
+            self.data_dependent_initialize(first_batch)
+            self._set_precision({name: net for name, net in self.named_networks().items() if name not in known})
         if self.isTrain:
             self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
         self._make_grad_scalers()
@@ -234,6 +287,16 @@ class BaseModel(ABC):
         self.print_networks(opt.verbose)
         for name, net in self.named_networks().items():
             setattr(self, "net" + name, self._prepare_for_run(name, net))
+
+    def _set_precision(self, nets: dict[str, nn.Module]) -> None:
+        """The networks' dtype and memory format, in place (the optimizers keep the same parameter
+        objects), and the kernel choices --channels_last and --deterministic need."""
+        for net in nets.values():
+            net.to(dtype=self.dtype, memory_format=self.memory_format)
+            if self.opt.channels_last:
+                networks.make_instance_norm_channels_last_safe(net)
+            if self.opt.deterministic:
+                networks.pad_reflections_with_slices(net)
 
     def _prepare_for_run(self, name: str, net: nn.Module) -> nn.Module:
         """`net` as training or testing calls it: batch norm synchronised and the network

@@ -11,14 +11,23 @@ from models.pix2pix_model import Pix2PixModel
 class ColorizationModel(Pix2PixModel):
     """Same training as pix2pix; visuals are converted back to RGB so they can be viewed."""
 
+    visual_sides = {"real_A": "A", "real_B_rgb": "B", "fake_B_rgb": "B"}
+    translator_refusal = ("whose generator maps the L channel to the ab channels of the Lab colour space; "
+                          "translate with test.py --model colorization instead")
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """The colourised image against the original, both in RGB (the dataset is always paired)."""
+        return {"": ("fake_B_rgb", "real_B_rgb")} if paired else {}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         Pix2PixModel.modify_commandline_options(parser, is_train)
         parser.set_defaults(dataset_mode="colorization")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
-        super().__init__(opt, ctx, seed)
+    def __init__(self, opt, ctx):
+        super().__init__(opt, ctx)
         self.visual_names = ["real_A", "real_B_rgb", "fake_B_rgb"]
 
     @staticmethod

@@ -19,6 +19,19 @@ from util.image_pool import ImagePool
 
 
 class CycleGANModel(BaseModel):
+    # idt_A = G_A(B) stays in domain B, idt_B = G_B(A) in A
+    visual_sides = {"real_A": "A", "fake_B": "B", "rec_A": "A", "idt_B": "A",
+                    "real_B": "B", "fake_A": "A", "rec_B": "B", "idt_A": "B"}
+    translators = ("G_A", "G_B")  # G_A translates as trained, G_B back
+    input_visual = "real_A"
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """Paired data: G_A's outputs against their targets; unpaired: both directions, FID_B and FID_A."""
+        if paired:
+            return {"": ("fake_B", "real_B")}
+        return {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(no_dropout=True)  # default CycleGAN did not use dropout

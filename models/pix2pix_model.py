@@ -12,6 +12,15 @@ from util import distributed
 class Pix2PixModel(BaseModel):
     """Default: U-Net 256 generator, 70x70 PatchGAN on concat(A, B), batch norm, vanilla GAN loss."""
 
+    visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
+    translators = ("G",)  # one way only: the trained direction
+    input_visual = "real_A"
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """G(A) against B: paired by L1/PSNR/SSIM, unpaired by FID_B/KID_B."""
+        return {"" if paired else "B": ("fake_B", "real_B")}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(norm="batch", netG="unet_256", dataset_mode="aligned")
@@ -20,7 +29,7 @@ class Pix2PixModel(BaseModel):
             parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G_GAN", "G_L1", "D_real", "D_fake"]
         self.visual_names = ["real_A", "fake_B", "real_B"]

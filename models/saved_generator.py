@@ -2,7 +2,8 @@
 
 A run folder written by train.py holds `<epoch>_net_<name>.pth` files and `architecture.json`
 (models/base_model.py); a reference checkpoint has only the .pth files. `find_generator` picks the
-file of the generator that translates in the requested direction and the architecture to build
+file of the generator that translates in the requested direction (the model class's `translators`,
+looked up by the name architecture.json gives, models/__init__.py) and the architecture to build
 it with, taken in this order: explicit keyword arguments, architecture.json, and what the weights
 themselves show (`infer_architecture`: generator type, ngf, channels, norm, and dropout for
 resnets). `load_generator` builds it with `networks.define_G`, as train.py and test.py do, and
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models import networks
+from models import builtin_models, find_model_using_name, networks
+from models.base_model import BaseModel
 from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats
 from util.training.checkpoint_io import load_state_dict_file
 from util.errors import UserError
@@ -33,7 +35,6 @@ REFERENCE_DEFAULTS = {"netG": "resnet_9blocks", "norm": "instance", "ngf": 64, "
                       "no_dropout": False}
 DIRECTIONS = ("AtoB", "BtoA")
 _UNET_BY_DEPTH = {7: "unet_128", 8: "unet_256"}
-_SINGLE_GENERATOR_MODELS = ("pix2pix", "template", "test")
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         if direction is not None:
             raise UserError(f"{source} is one generator's weights file, which translates one way only; pass its "
                             f"run folder to choose a direction, or leave the direction out.")
-        backward = re.search(r"_net_G_B\.pth$", source) is not None
+        backward = _is_backward_generator_file(source, saved)
         path, swap = source, backward and bool(saved)
     arch = dict(REFERENCE_DEFAULTS)
     if saved:
@@ -170,31 +171,58 @@ def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
 
 
 def _read_architecture_json(folder: str) -> dict:
+    """architecture.json of `folder` ({} without one); a UserError when the model it names cannot translate."""
     path = os.path.join(folder, ARCHITECTURE_FILE)
     if not os.path.isfile(path):
         return {}
     saved = _read_json(path, "the architecture is then read from the weights")
-    if saved.get("model") == "colorization":
-        raise UserError(f"{folder} holds a colorization model, whose generator maps L to ab channels of the "
-                        f"Lab colour space; translate with test.py --model colorization instead.")
+    if "model" in saved:
+        model_class = _saved_model_class(folder, saved["model"])
+        refusal = model_class.translator_refusal or ("" if model_class.translators else
+                                                      "which has no generator to translate with")
+        if refusal:
+            raise UserError(f"{folder} holds a --model {saved['model']} run, {refusal}.")
     return saved
 
 
+def _saved_model_class(folder: str, model: str) -> type[BaseModel]:
+    try:
+        return find_model_using_name(model)
+    except UserError as err:
+        raise UserError(f"{folder}/{ARCHITECTURE_FILE} names --model {model}, which is not found here: {err}") from None
+
+
+def _reference_model_class(folder: str, epoch: str) -> type[BaseModel]:
+    """The model of a run folder without a model name (the reference's): the built-in model with a
+    generator per direction whose first generator's file is there, else a one-generator model."""
+    for model_class in builtin_models().values():
+        if len(model_class.translators) > 1 and \
+                os.path.exists(os.path.join(folder, f"{epoch}_net_{model_class.translators[0]}.pth")):
+            return model_class
+    return BaseModel
+
+
+def _is_backward_generator_file(path: str, saved: dict) -> bool:
+    """Whether `path` holds the weights of a generator that translates back (CycleGAN's G_B): of the
+    model architecture.json names, or, for the reference's files, of any built-in model."""
+    classes = [_saved_model_class(os.path.dirname(path), saved["model"])] if "model" in saved \
+        else builtin_models().values()
+    return any(len(c.translators) > 1 and path.endswith(f"_net_{c.translators[1]}.pth") for c in classes)
+
+
 def _generator_for_direction(folder: str, saved: dict, direction: str | None, epoch: str) -> tuple[str, bool]:
-    """(network name, whether it is CycleGAN's backward generator G_B) for `direction` in terms of
-    the dataset's domains: `trainA -> trainB` is AtoB whichever --direction the run trained with."""
+    """(network name, whether it translates back against the trained direction) for `direction` in
+    terms of the dataset's domains: `trainA -> trainB` is AtoB whichever --direction the run trained with."""
     trained = saved.get("direction", "AtoB")  # the reference's default, for folders without the file
     wanted = direction or trained
     model = saved.get("model")
-    if model is None:  # a reference checkpoint: its files say whether it is a CycleGAN
-        model = "cycle_gan" if os.path.exists(os.path.join(folder, f"{epoch}_net_G_A.pth")) else "test"
-    if model == "cycle_gan":
+    model_class = _saved_model_class(folder, model) if model else _reference_model_class(folder, epoch)
+    translators = model_class.translators
+    if len(translators) > 1:
         backward = wanted != trained
-        return ("G_B" if backward else "G_A"), backward
-    if model not in _SINGLE_GENERATOR_MODELS:
-        raise UserError(f"{folder} holds a --model {model} run, which has no generator to translate with.")
+        return translators[1 if backward else 0], backward
     if saved and wanted != trained:
-        raise UserError(f"{folder} holds a {model} model trained --direction {trained}: its one generator "
-                        f"translates {trained} only (a CycleGAN has one per direction); ask for {trained} or "
-                        f"leave the direction out.")
-    return "G", False
+        raise UserError(f"{folder} holds a {model or 'one-generator'} model trained --direction {trained}: its one "
+                        f"generator translates {trained} only (a CycleGAN has one per direction); ask for {trained} "
+                        f"or leave the direction out.")
+    return translators[0], False

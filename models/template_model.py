@@ -1,12 +1,20 @@
 """A starting point for your own model: a generator trained by L1 regression.
 
-To write a model `dummy`, copy this file to models/dummy_model.py, rename the class, and add it
-to `MODELS` in models/__init__.py. Then fill in:
+To write a model `dummy`, copy this file to models/dummy_model.py and rename the class DummyModel:
+`--model dummy` finds it by its file and class names, nothing else to edit. (Or keep it outside this
+project, e.g. mypackage/dummy_model.py, and pass `--model mypackage.dummy_model`.) Then fill in:
   - `modify_commandline_options`: your flags and changed defaults;
-  - `__init__`: `loss_names`, `visual_names`, `model_names`, the networks, losses, optimizers;
+  - the facts the code around a model reads from its class (models/base_model.py):
+      `visual_sides`: each visual's domain, A being the input side (test.py's full-precision files);
+      `translators`: the generator that translates (the Translator, scripts/translate.py, export.py);
+      `scored_pairs(paired)`: which output is scored against which target (validation, test.py);
+      `input_visual`: the input, scored against the target as the do-nothing baseline;
+  - `__init__(opt, ctx)` (add a `seed` parameter for random streams of your own): `loss_names`,
+    `visual_names`, `model_names`, the networks, losses, optimizers;
   - `set_input`: move the batch to `self.device`;
   - `forward`: produce the outputs named in `visual_names`;
-  - `optimize_parameters`: compute losses, gradients and optimizer steps.
+  - `optimize_parameters`: compute losses, gradients and optimizer steps;
+  - optionally `data_dependent_initialize(first_batch)`: build what needs to see data first.
 DDP wrapping, checkpoints, schedules, logging and test-time loading come from BaseModel.
 Train it with: python train.py --dataroot ./datasets/facades --name template --model template
 """
@@ -20,6 +28,15 @@ from util.flag_types import non_negative_float
 
 
 class TemplateModel(BaseModel):
+    visual_sides = {"data_A": "A", "data_B": "B", "output": "B"}
+    translators = ("G",)  # netG translates A -> B
+    input_visual = "data_A"
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """The output against its target: L1/PSNR/SSIM for paired data, FID/KID otherwise."""
+        return {"": ("output", "data_B")}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(dataset_mode="aligned")
@@ -27,7 +44,7 @@ class TemplateModel(BaseModel):
             parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, help="weight for the regression loss")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G"]
         self.visual_names = ["data_A", "data_B", "output"]

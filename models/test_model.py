@@ -9,6 +9,19 @@ from models.base_model import BaseModel
 
 
 class TestModel(BaseModel):
+    visual_sides = {"real": "A", "fake": "B"}
+    translators = ("G",)  # each instance: ("G" + --model_suffix,), the network it loads
+
+    @classmethod
+    def visual_domains(cls, opt) -> dict[str, str]:
+        """It reads one folder as domain A whatever --direction says, and translates it to B."""
+        return dict(cls.visual_sides)
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """The outputs have no targets: FID/KID against real images (--fid_reference)."""
+        return {"": ("fake", None)}
+
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         if is_train:
@@ -19,11 +32,12 @@ class TestModel(BaseModel):
                             help="In checkpoints_dir, [epoch]_net_G[model_suffix].pth will be loaded as the generator.")
         return parser
 
-    def __init__(self, opt, ctx, seed: int = 0):
+    def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = []
         self.visual_names = ["real", "fake"]
         self.model_names = ["G" + opt.model_suffix]
+        self.translators = (self.model_names[0],)
         self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
                                       not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
         # The checkpoint name decides the attribute name (netG_A for suffix _A).

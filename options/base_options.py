@@ -43,7 +43,7 @@ class BaseOptions:
         parser.add_argument("--deterministic", action="store_true", help="bit-reproducible runs on a GPU too: deterministic kernels only (torch.use_deterministic_algorithms, cuDNN deterministic, no cuDNN autotuning, CUBLAS_WORKSPACE_CONFIG) and reflection padding built from slices; slower on a GPU (the CPU is deterministic already)")
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
-        parser.add_argument("--model", type=str, default="cycle_gan", choices=sorted(models.MODELS), help="chooses which model to use")
+        parser.add_argument("--model", type=models.model_name, default="cycle_gan", help=f"chooses which model to use: {', '.join(models.builtin_model_names())}, or the module path of your own (mypackage.my_model)")
         parser.add_argument("--input_nc", type=positive_int, default=3, help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
         parser.add_argument("--output_nc", type=positive_int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
         parser.add_argument("--ngf", type=positive_int, default=64, help="# of gen filters in the last conv layer")

@@ -8,7 +8,8 @@
     python scripts/evaluate.py outputs/ --targets ground_truth/ --reference real_photos/
 
 RESULTS is a test.py results folder (with images/; the outputs are its *_<--output_label>.png,
-found automatically among fake_B, fake_B_rgb and fake) or a plain folder of output images.
+found automatically among the outputs the built-in models score: fake_B, fake_B_rgb, fake, ...) or a
+plain folder of output images.
 --targets DIR|real: paired metrics, each output against the target of the same name ('real': the
 saved *_real_B.png of the results folder). --reference DIR|real: FID and KID of all outputs against
 all images in DIR. The files are read into [-1, 1] tensors and scored by util.evaluation.metrics, the code that
@@ -25,14 +26,30 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from models import builtin_models  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from util.evaluation.metrics_report import (FEATURES_NAME, IMAGE_EXTENSIONS, image_batches, legacy_names,  # noqa: E402
                                  list_images, load_image)
 
-OUTPUT_LABELS = ("fake_B", "fake_B_rgb", "fake")
-TARGET_FOR = {"fake_B": "real_B", "fake_B_rgb": "real_B_rgb", "fake": None}
+
+
+def scored_outputs() -> dict[str, str | None]:
+    """The output visual each built-in model's test.py scores first ("the outputs"), with its target
+    visual (None: it has none), e.g. {"fake_B": "real_B", ..., "fake": None}."""
+    outputs: dict[str, str | None] = {}
+    for model_class in builtin_models().values():
+        for paired in (True, False):
+            pairs = model_class.scored_pairs(paired)
+            if pairs:
+                output, target = next(iter(pairs.values()))
+                outputs.setdefault(output, target)
+    return outputs
+
+
+TARGET_FOR = scored_outputs()  # output label -> target label
+OUTPUT_LABELS = tuple(TARGET_FOR)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,8 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference", default="", help="folder of real images, or 'real': FID and KID")
     parser.add_argument("--output_label", default="", help="label of the output images in a test.py folder "
                         f"(default: the first of {', '.join(OUTPUT_LABELS)} present)")
-    parser.add_argument("--target_label", default="", help="label of the saved targets (default: real_B, or "
-                        "real_B_rgb for fake_B_rgb)")
+    parser.add_argument("--target_label", default="", help="label of the saved targets (default: the output's "
+                        "target, e.g. real_B for fake_B, real_B_rgb for fake_B_rgb)")
     parser.add_argument("--inception_weights", default="", help="Inception weights file (default: "
                         "$IMG2IMG_INCEPTION_WEIGHTS, else weights-inception-2015-12-05-6726825d.pth in "
                         "$TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")

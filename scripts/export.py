@@ -55,7 +55,7 @@ class ExportOptions(TestOptions):
                 action.required = False
                 action.default = ""
         parser.add_argument("--weights", type=str, default="", help="a generator state_dict .pth to export instead of the checkpoints folder's")
-        parser.add_argument("--which_net", type=str, default="", help="network of the model to export: G (pix2pix, colorization, test), G_A or G_B (cycle_gan; default G_A)")
+        parser.add_argument("--which_net", type=str, default="", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
         parser.add_argument("--export_dir", type=str, default="", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
         parser.add_argument("--formats", type=str, default="torchscript,onnx", help="comma-separated: torchscript, onnx")
         parser.add_argument("--check_sizes", type=str, default="", help="HxW sizes to compare on, comma-separated (default: two sizes that suit --netG)")
@@ -72,8 +72,10 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
     model.setup(opt)
-    default = {"cycle_gan": "G_A", "test": "G" + getattr(opt, "model_suffix", "")}.get(opt.model, "G")
-    which = opt.which_net or default
+    if not (opt.which_net or model.translators):
+        raise UserError(f"--model {opt.model} has no generator that translates; pass --which_net to export one of "
+                        f"its networks anyway.")
+    which = opt.which_net or model.translators[0]  # the generator that translates as trained
     if which not in model.model_names:
         raise UserError(f"--which_net {which} is not a generator of --model {opt.model}; choose one of "
                         f"{', '.join(n for n in model.model_names if n.startswith('G'))}.")

@@ -14,6 +14,7 @@ from PIL import Image
 
 from conftest import ROOT, run_script
 from models import networks
+from models.cycle_gan_model import CycleGANModel
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
 from util.evaluation.metrics import TranslationMetrics
 from util.evaluation.metrics_report import InferenceMetrics, legacy_names, list_images, load_image
@@ -89,8 +90,8 @@ def test_test_py_keeps_the_earlier_metrics_json_keys_for_both_cycle_gan_directio
     monkeypatch.setenv(OFFLINE_ENV, "1")
     opt = argparse.Namespace(dataset_mode="unaligned", eval_metrics=True, fid_reference="", inception_weights="",
                              input_nc=3, output_nc=3)
-    cycle_gan = InferenceMetrics(opt, ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"], torch.device("cpu"),
-                                 paired=False)
+    cycle_gan = InferenceMetrics(opt, CycleGANModel.scored_pairs(paired=False), CycleGANModel.input_visual,
+                                 torch.device("cpu"), paired=False)
     assert cycle_gan.outputs.pairs == {"": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
     assert cycle_gan.baseline is None and INCEPTION_WEIGHTS_NAME in cycle_gan.compute()["fid_skipped"]
 

@@ -18,11 +18,13 @@ from util.evaluation import inception
 from util.errors import UserError
 from util.evaluation.fid_kid import SplitInvariantKID
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
-from util.evaluation.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception, standard_pairs
+from models.colorization_model import ColorizationModel
+from models.cycle_gan_model import CycleGANModel
+from models.pix2pix_model import Pix2PixModel
+from models.test_model import TestModel as ApplyOneGeneratorModel  # not named Test*: pytest would collect it
+from util.evaluation.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception
 from util.util import tensor2im
 
-PIX2PIX_VISUALS = ["real_A", "fake_B", "real_B"]
-CYCLE_GAN_VISUALS = ["real_A", "fake_B", "rec_A", "idt_B", "real_B", "fake_A", "rec_B", "idt_A"]
 
 
 def smooth_images(seed: int, count: int = 3, channels: int = 3, size=(24, 20)) -> torch.Tensor:
@@ -100,12 +102,12 @@ def test_metric_directions_for_choosing_the_best_checkpoint():
 
 
 def test_standard_pairs_and_their_keys_for_each_model():
-    assert standard_pairs(PIX2PIX_VISUALS, paired=True) == {"": ("fake_B", "real_B")}
-    assert standard_pairs(["real_A", "real_B_rgb", "fake_B_rgb"], paired=True) == {"": ("fake_B_rgb", "real_B_rgb")}
-    assert standard_pairs(["real", "fake"], paired=False) == {"": ("fake", None)}
-    cycle = standard_pairs(CYCLE_GAN_VISUALS, paired=False)
+    assert Pix2PixModel.scored_pairs(paired=True) == {"": ("fake_B", "real_B")}
+    assert ColorizationModel.scored_pairs(paired=True) == {"": ("fake_B_rgb", "real_B_rgb")}
+    assert ApplyOneGeneratorModel.scored_pairs(paired=False) == {"": ("fake", None)}
+    cycle = CycleGANModel.scored_pairs(paired=False)
     assert cycle == {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
-    assert expected_keys(standard_pairs(PIX2PIX_VISUALS, True), paired=True, distribution=False) == ["L1", "PSNR", "SSIM"]
+    assert expected_keys(Pix2PixModel.scored_pairs(True), paired=True, distribution=False) == ["L1", "PSNR", "SSIM"]
     assert expected_keys(cycle, paired=False, distribution=True) == ["FID_B", "KID_B", "KID_B_std",
                                                                      "FID_A", "KID_A", "KID_A_std"]
 

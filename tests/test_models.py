@@ -415,3 +415,52 @@ def test_ema_decay_outside_zero_to_one_is_a_user_error(capsys):
     with pytest.raises(SystemExit) as stop:  # refused by the option parser (util/flag_types.py), exit 2
         build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "1.5")
     assert stop.value.code == 2 and "error: argument --ema_decay: must be a number >= 0 and < 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the registry: a new model is one file
+OWN_MODEL = '''
+import torch
+from models import networks
+from models.template_model import TemplateModel
+
+
+class ProjectedModel(TemplateModel):
+    """The template plus a head built from the first batch (as CUT's data_dependent_initialize)."""
+
+    def data_dependent_initialize(self, first_batch):
+        self.set_input(first_batch)
+        features = self.netG(self.data_A).shape[1]
+        self.netF = torch.nn.Conv2d(features, 4, 1).to(self.device)
+        self.model_names.append("F")
+        self.optimizer_F = self.make_adam(self.netF.parameters())
+        self.optimizers.append(self.optimizer_F)
+'''
+
+
+def test_a_model_of_your_own_is_found_by_its_module_path_and_sees_the_first_batch(tmp_path, monkeypatch):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "__init__.py").write_text("")
+    (tmp_path / "mine" / "projected_model.py").write_text(OWN_MODEL)
+    monkeypatch.chdir(tmp_path)  # importable from the current directory, as for `python train.py` run there
+    opt = train_opt("mine.projected_model", "--netG", "resnet_6blocks", tmp=tmp_path)
+    assert models.find_model_using_name("mine.projected_model").__name__ == "ProjectedModel"
+    m = models.create_model(opt, DistContext())
+    m.setup(opt, first_batch=pair(S))
+    # the head is scheduled and saved like every other network
+    assert m.model_names == ["G", "F"] and len(m.schedulers) == len(m.optimizers) == 2
+    m.save_networks("latest")
+    assert (tmp_path / "exp" / "latest_net_F.pth").is_file()
+
+
+def test_built_in_models_are_found_by_file_and_class_name():
+    assert models.builtin_model_names() == ["colorization", "cycle_gan", "pix2pix", "template", "test"]
+    assert models.find_model_using_name("cycle_gan").__name__ == "CycleGANModel"
+
+
+@pytest.mark.parametrize("name", ["cyclegan", "nowhere.my_model"])
+def test_an_unknown_model_exits_2_naming_the_models_and_how_to_name_a_module(capsys, name):
+    with pytest.raises(SystemExit) as stop:
+        train_opt(name)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and name in err
+    assert "cycle_gan, pix2pix, template, test" in err and "module" in err

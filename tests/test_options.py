@@ -269,7 +269,7 @@ UNBOUNDED = {"seed": "any integer seeds the generators", "display_id": "0 or les
 
 def numeric_flags_without_range(options_cls) -> set[str]:
     unchecked = set()
-    for model in models.MODELS:
+    for model in models.builtin_model_names():
         for dataset in data.DATASETS:
             try:
                 parser = options_cls().build_parser(["--dataroot", "x", "--model", model, "--dataset_mode", dataset])

@@ -21,7 +21,8 @@ split. The metrics (docs/evaluation.md):
          min(kid_subset_size, images) images each, drawn with a fixed seed from the features put in
          a canonical order, so the value depends on the images only, not on how they were split.
 
-Keys: `pairs` maps a name to (output visual, target visual); its metrics are keyed `<metric>` for the
+Keys: `pairs` maps a name to (output visual, target visual), as the model declares them
+(models/base_model.BaseModel.scored_pairs); its metrics are keyed `<metric>` for the
 name "" and `<metric>_<name>` otherwise: {"": ("fake_B", "real_B")} gives L1, PSNR, SSIM (and FID,
 KID, KID_std); CycleGAN's {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")} gives FID_B (the
 A->B generator's outputs vs real B images), KID_B, FID_A (B->A), KID_A. `higher_is_better` says which
@@ -32,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from typing import Collection, Mapping, Sequence
+from typing import Collection, Mapping
 
 import torch
 from torch import nn
@@ -67,21 +68,6 @@ def higher_is_better(key: str) -> bool:
 def needs_inception(key: str) -> bool:
     """Whether the metric `key` needs the Inception weights (FID and KID do)."""
     return key.split("_", 1)[0] in DISTRIBUTION_METRICS
-
-
-def standard_pairs(visual_names: Sequence[str], paired: bool) -> dict[str, tuple[str, str | None]]:
-    """The outputs worth scoring among a model's `visual_names`, with their targets: for paired data
-    {"": ("fake_B", "real_B")} (colorization: the RGB images); for unpaired data both CycleGAN
-    directions {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}; the test model's ("fake",
-    None) has no target (feed real images with `add_reference`)."""
-    names = set(visual_names)
-    if paired:
-        for output, target in (("fake_B", "real_B"), ("fake_B_rgb", "real_B_rgb")):
-            if {output, target} <= names:
-                return {"": (output, target)}
-    pairs = {direction: (f"fake_{direction}", f"real_{direction}") for direction in ("B", "A")
-             if {f"fake_{direction}", f"real_{direction}"} <= names}
-    return pairs or ({"": ("fake", None)} if "fake" in names else {})
 
 
 def expected_keys(pairs: Mapping[str, tuple[str, str | None]], paired: bool, distribution: bool) -> list[str]:

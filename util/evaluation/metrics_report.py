@@ -1,7 +1,8 @@
 """Metrics of a test.py run (`metrics.json`) and of image folders (scripts/evaluate.py), through
 util.evaluation.metrics.TranslationMetrics: the implementation validation uses.
 
-test.py scores the translated images in memory (the first image of each batch: the one it saves):
+test.py scores the translated images in memory (the first image of each batch: the one it saves), the
+(output, target) visuals the model names (BaseModel.scored_pairs; the first pair are "the outputs"):
   paired data (aligned, colorization)  L1, PSNR, SSIM of the output against its target, and of the
                                        do-nothing baseline (input against target) when they have
                                        the same shape; with --eval_metrics also FID/KID;
@@ -15,7 +16,7 @@ FID, KID_mean, KID_std, FID_A, KID_A_mean, KID_A_std (docs/evaluation.md).
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from PIL import Image
 from util import distributed
 from util.errors import UserError
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message
-from util.evaluation.metrics import PAIRED_METRICS, TranslationMetrics, standard_pairs
+from util.evaluation.metrics import PAIRED_METRICS, TranslationMetrics
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp")
 FEATURES_NAME = "inception-v3 (torch-fidelity, 2048-d pool3)"
@@ -97,11 +98,15 @@ def check_distribution_inputs(opt) -> None:
 class InferenceMetrics:
     """What test.py measures (the module docstring): the outputs' metrics and the baseline's."""
 
-    def __init__(self, opt, visual_names: Sequence[str], device: torch.device, paired: bool) -> None:
-        pairs = standard_pairs(visual_names, paired)
-        if "B" in pairs:  # CycleGAN: the A->B outputs are "the outputs" (FID), B->A gets FID_A
-            pairs = {"": pairs["B"], **{k: v for k, v in pairs.items() if k != "B"}}
-        self.pairs = pairs
+    def __init__(self, opt, pairs: Mapping[str, tuple[str, str | None]], input_visual: str | None,
+                 device: torch.device, paired: bool) -> None:
+        """`pairs`: the model's scored (output, target) visuals for this data (`scored_pairs(paired)`);
+        the first are "the outputs", keyed plainly (FID, output_L1), the others keep their suffix
+        (CycleGAN's B->A: FID_A). `input_visual`: the model's input, for the do-nothing baseline."""
+        if pairs:
+            first = next(iter(pairs))
+            pairs = {"": pairs[first], **{k: v for k, v in pairs.items() if k != first}}
+        self.pairs = dict(pairs)
         self.eval_metrics = opt.eval_metrics
         self.reference = opt.fid_reference if opt.eval_metrics else ""
         self.target = pairs.get("", (None, None))[1]
@@ -111,8 +116,8 @@ class InferenceMetrics:
                                           external_reference={""} if self.reference else ())
         # the do-nothing baseline: the input itself, where it can be compared with the target
         self.baseline = None
-        if paired and self.target is not None and opt.input_nc == opt.output_nc and "real_A" in visual_names:
-            self.baseline = TranslationMetrics({"": ("real_A", self.target)}, paired=True, device=device)
+        if paired and self.target is not None and opt.input_nc == opt.output_nc and input_visual is not None:
+            self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device)
 
     def update(self, visuals: dict[str, torch.Tensor]) -> None:
         first = {name: image[:1] for name, image in visuals.items()}  # the saved image of the batch
@@ -138,7 +143,7 @@ class InferenceMetrics:
                            fid_features=FEATURES_NAME,
                            fid_reference=self.reference or f"the test set's {self.target} images")
         elif "" not in self.pairs:
-            summary["fid_skipped"] = "the model has none of the outputs FID knows (fake_B, fake_B_rgb, fake)"
+            summary["fid_skipped"] = "the model names no output to score (its scored_pairs)"
         elif self.target is None and not self.reference:
             summary["fid_skipped"] = f"the {self.pairs[''][0]} images have no targets: pass --fid_reference DIR"
         else:

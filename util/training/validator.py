@@ -4,8 +4,9 @@ Every N epochs and at the last one, every process translates its share of the he
 (`--val_phase`, default `val`, else `test`; at most `--val_max_images` images) exactly as test.py
 would (no augmentation, `--load_size` = `--crop_size`, the generators in eval mode unless
 `--val_mode train`), and util.evaluation.metrics.TranslationMetrics combines the shares exactly: the numbers
-equal one process's on the same images. Paired models (pix2pix, colorization) get L1, PSNR and SSIM,
-CycleGAN FID and KID of both directions (FID_B: fake B vs real B). With --ema_decay the moving
+equal one process's on the same images. What is scored is the model's to say (its `scored_pairs`):
+paired data get L1, PSNR and SSIM of each output against its target, unpaired data FID and KID of each
+output against the real images of its domain (CycleGAN: both directions, FID_B: fake B vs real B). With --ema_decay the moving
 averages are scored too, under `ema_<metric>`.
 
 The scores feed `--save_best` (util/training/best_checkpoint.py), the plateau learning-rate policy and the
@@ -17,13 +18,16 @@ import argparse
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from util.training.best_checkpoint import ema_key
 from util.console import warn0
 from util.distributed import DistContext
 from util.errors import UserError
 from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
-                          needs_inception, standard_pairs)
+                                     needs_inception)
+
+Pairs = Mapping[str, tuple[str, str | None]]  # metric suffix -> (output visual, target visual or None)
 
 @dataclass
 class ValidationResult:
@@ -37,7 +41,7 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
     """The validator of a training run scoring the loader `held_out` (data.held_out), or None without
     --val_freq (then --save_best is refused)."""
     if opt.val_freq > 0:
-        return Validator(opt, ctx, model.visual_names, model.ema is not None, held_out)
+        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), model.ema is not None, held_out)
     if opt.save_best:
         raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
                         f"--val_freq 1 (validate after every epoch) or drop --save_best.")
@@ -47,8 +51,9 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
 class Validator:
     """Scores the model on the held-out split (see the module docstring); `run` is collective."""
 
-    def __init__(self, opt: argparse.Namespace, ctx: DistContext, visual_names: list[str], ema: bool,
-                 held_out) -> None:
+    def __init__(self, opt: argparse.Namespace, ctx: DistContext, pairs: Pairs, ema: bool, held_out) -> None:
+        """`pairs`: the (output, target) visuals to score, by metric suffix (the model's
+        `scored_pairs` for the held-out data); `ema`: score the moving averages too."""
         self.freq = opt.val_freq
         self.last_epoch = opt.n_epochs + opt.n_epochs_decay
         self.eval_mode = opt.val_mode == "eval"
@@ -59,7 +64,6 @@ class Validator:
                             "--val_mode eval (the default).")
         self.dataset = held_out
         paired = held_out.dataset.paired
-        pairs = standard_pairs(visual_names, paired)
         # the held-out real images are the same at every validation: their Inception features are kept
         reference = ReferenceFeatures() if not paired else None
         make = lambda: TranslationMetrics(pairs, paired=paired, distribution=not paired,  # noqa: E731
