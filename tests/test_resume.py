@@ -46,8 +46,8 @@ def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) 
     return [sys.executable, str(ROOT / "train.py"), *args]
 
 
-def run(command: list[str]) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     return result
 
@@ -58,10 +58,11 @@ def children(pid: int) -> list[int]:
 
 
 def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int = signal.SIGKILL,
-                          victim: str = "process") -> subprocess.Popen:
+                          victim: str = "process", env: dict | None = None) -> subprocess.Popen:
     """Start `command`, wait until `marker` appears in `log`, then send `sig` to the process
     (or, with victim="worker", to the last torchrun worker). Returns the finished process."""
-    proc = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
     while not (log.exists() and marker in log.read_text()):
         assert proc.poll() is None, f"finished before {marker!r}:\n{proc.stdout.read()[-3000:]}"

@@ -1,0 +1,121 @@
+"""A new model is one file: a model that exists only in the test suite
+(tests/custom_models/feature_matching_model.py, which no product file knows) goes through everything a
+built-in model does -- training through train.py in one process and two under torchrun, validation with
+best and EMA checkpoints, an exact resume, test.py, the Translator and scripts/export.py.
+
+Its projection netF is built from the first training batch (as CUT's head is), before DDP wraps it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, load_script, run_script, torchrun
+from test_distributed import assert_same_weights, ok, weights
+from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+
+pytestmark = pytest.mark.slow
+
+MODEL = "custom_models.feature_matching_model"
+# Subprocesses find the model as a user's would: its folder on PYTHONPATH.
+ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+TINY = ["--model", MODEL, "--ngf", "4", "--load_size", "32", "--crop_size", "32", "--num_threads", "0"]
+TRAINING = ["--display_id", "0", "--seed", "3", "--no_html", "--no_progress"]
+
+
+def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
+    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *TRAINING, *extra]
+
+
+@pytest.fixture(scope="module")
+def train():
+    return load_script("train.py")
+
+
+@pytest.fixture(scope="module")
+def trained(train, paired_root, tmp_path_factory) -> Path:
+    """One process, two epochs, validated after each, keeping the best and the moving average."""
+    ckpt = tmp_path_factory.mktemp("extension")
+    assert train.main(args(paired_root, ckpt, "one", "--n_epochs", "1", "--n_epochs_decay", "1", "--val_freq", "1",
+                           "--save_best", "L1", "--ema_decay", "0.5", "--print_freq", "2")) == 0
+    return ckpt / "one"
+
+
+def test_a_model_outside_the_project_trains_validates_and_keeps_best_and_ema(trained):
+    names = {path.name for path in trained.iterdir()}
+    for expected in ("latest_net_G.pth", "latest_net_F.pth", "latest_ema_net_G.pth", "best_net_G.pth",
+                     "best_ema_net_G.pth", "best.json", "latest_train_state.pth", "val_log.txt"):
+        assert expected in names, expected
+    best = json.loads((trained / "best.json").read_text())
+    assert best["metric"] == "L1"
+    assert "L1" in (trained / "val_log.txt").read_text()
+    assert f"model: {MODEL}" in (trained / "train_opt.txt").read_text()
+    assert "G_feature" in (trained / "loss_log.txt").read_text()
+
+
+def test_its_first_batch_hook_built_netF_from_the_data_before_ddp(trained):
+    state = torch.load(trained / "latest_net_F.pth", weights_only=True)
+    assert state["weight"].shape[1] == 3  # the aligned demo's B images: RGB
+    assert not any(key.startswith("module.") for key in state)  # written from the unwrapped module
+
+
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path):
+    equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--serial_batches",
+                   "--no_flip", "--no_dropout", "--max_dataset_size", "4"]
+    assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
+    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+
+
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):
+    flags = ["--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4", "--print_freq", "1",
+             "--save_latest_freq", "2"]
+    run(train_command(args(paired_root, tmp_path, "whole", *flags)), env=ENV)
+    killed = train_command(args(paired_root, tmp_path, "killed", *flags))
+    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,", env=ENV)
+    assert "resuming from" in run(killed + ["--continue_train"], env=ENV).stdout
+    assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
+
+
+def test_test_py_translates_and_scores_with_the_model_and_its_best_epoch(trained, paired_root):
+    test_script = load_script("test.py")
+    for epoch in ("latest", "best"):
+        assert test_script.main(["--dataroot", str(paired_root), "--name", trained.name, "--checkpoints_dir",
+                                 str(trained.parent), "--results_dir", str(trained.parent / "results"), *TINY,
+                                 "--epoch", epoch, "--num_test", "2"]) == 0
+        results = trained.parent / "results" / trained.name / f"test_{epoch}"
+        assert len(list((results / "images").glob("*_fake_B.png"))) == 2
+        metrics = json.loads((results / "metrics.json").read_text())
+        assert metrics["images"] == 2
+        assert metrics["output_L1"] < metrics["identity_L1"]  # scored through the model's scored_pairs
+
+
+def test_the_translator_loads_the_run_folder_and_matches_the_trained_generator(trained):
+    from models import networks
+    from models.translator import Translator
+
+    translator = Translator.load(trained, device="cpu")
+    image = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    out = translator.translate(image)
+    assert out.shape == (32, 32, 3) and out.dtype == np.uint8
+    generator = networks.define_G(3, 3, 4, "resnet_6blocks", "instance", True)
+    generator.load_state_dict(torch.load(trained / "latest_net_G.pth", weights_only=True))
+    with torch.no_grad():
+        expected = generator.eval()(torch.from_numpy(image).permute(2, 0, 1)[None].float() / 127.5 - 1.0)
+    expected = ((expected[0].permute(1, 2, 0).clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    assert np.abs(out.astype(int) - expected.astype(int)).max() <= 1
+
+
+def test_export_writes_the_models_generator(trained, tmp_path):
+    result = run_script("scripts/export.py", "--name", trained.name, "--checkpoints_dir", str(trained.parent),
+                        "--model", MODEL, "--ngf", "4", "--export_dir", str(tmp_path), "--formats", "torchscript", "--device", "cpu",
+                        env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    scripted = torch.jit.load(str(tmp_path / "latest_net_G.pt"))
+    with torch.no_grad(), torch.jit.optimized_execution(False):
+        assert scripted(torch.zeros(1, 3, 36, 40)).shape == (1, 3, 36, 40)
