@@ -21,17 +21,17 @@ import os
 import sys
 
 from data import create_dataset
-from models import create_model
-from models import networks
+from data.image_folder import image_batches, list_images
+from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
+from models import create_model, networks
 from models.networks import check_input_size
+from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.evaluation.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
-from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from util.seeding import enable_determinism, seed_everything
-from models.tiling import adapt_generators, check_tiling, receptive_radius
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
 
@@ -41,7 +41,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     dominate installed; None otherwise)."""
     seed_everything(opt.seed if opt.seed is not None else 0)
     check_tiling(opt.netG, opt.tile, opt.tile_overlap)
-    check_distribution_inputs(opt)  # fail before translating, not after
+    reference = list_images(opt.fid_reference) if opt.eval_metrics and opt.fid_reference else []
+    check_distribution_inputs(opt, reference)  # fail before translating, not after
     dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG))
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
@@ -63,7 +64,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     paired = dataset.dataset.paired
     metrics = InferenceMetrics(opt, model.scored_pairs(paired), model.input_visual, ctx.device, paired)
     rows = translate_all(opt, model, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
-    summary = metrics.compute()  # every rank takes part: the metrics gather the images of all ranks
+    # every rank takes part, with its share of the reference images: the metrics gather all ranks' images
+    summary = metrics.compute(image_batches(reference[ctx.rank::ctx.world_size], 1))
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
     if not ctx.is_main:
         return None

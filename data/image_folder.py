@@ -32,6 +32,8 @@ Picture = Union[Image.Image, torch.Tensor]
 IMG_EXTENSIONS: tuple[str, ...] = (
     ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".npy",
 )
+# The 8-bit-or-more pictures PIL decodes (what test.py saves and FID/KID reference folders hold).
+PIL_EXTENSIONS = tuple(ext for ext in IMG_EXTENSIONS if ext not in NUMPY_EXTENSIONS)
 
 # Modes that hold more than 8 bits per sample. PIL's convert("L") clips these to 0..255,
 # which turns almost every 16-bit pixel white, so they are rescaled by hand instead.
@@ -146,6 +148,35 @@ def load_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
             return _convert(img, mode)
     except PIL_UNREADABLE as e:
         raise unreadable(path, e) from e
+
+
+def list_images(folder: str, suffix: str = "") -> list[str]:
+    """Image files PIL reads directly in `folder` (not its subfolders; no .npy) whose name without the
+    extension ends with `suffix`, sorted: e.g. test.py's saved results, a folder of real images."""
+    if not os.path.isdir(folder):
+        raise UserError(f"image folder {folder} does not exist; pass a folder of images.")
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(PIL_EXTENSIONS) and not n.startswith("._")
+                   and os.path.splitext(n)[0].endswith(suffix))
+    return [os.path.join(folder, n) for n in names]
+
+
+def load_image_tensor(path: str) -> torch.Tensor:
+    """An image file as a 1x3xHxW tensor in [-1, 1], as the networks' images are (`load_image`'s RGB)."""
+    array = np.asarray(load_image(path, "RGB"), dtype=np.float32)
+    return torch.from_numpy(array).permute(2, 0, 1)[None] / 127.5 - 1.0
+
+
+def image_batches(paths: Sequence[str], batch_size: int) -> Iterator[torch.Tensor]:
+    """The images at `paths` in order, as batches of up to `batch_size` images of one size."""
+    batch: list[torch.Tensor] = []
+    for path in paths:
+        image = load_image_tensor(path)
+        if batch and (len(batch) == batch_size or batch[0].shape != image.shape):
+            yield torch.cat(batch)
+            batch = []
+        batch.append(image)
+    if batch:
+        yield torch.cat(batch)
 
 
 # ------------------------------------------------------------------------------------- pairing by name

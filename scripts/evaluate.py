@@ -30,8 +30,8 @@ from models import builtin_models  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
-from util.evaluation.metrics_report import (FEATURES_NAME, IMAGE_EXTENSIONS, image_batches, legacy_names,  # noqa: E402
-                                 list_images, load_image)
+from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
+from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
 
 
 
@@ -97,7 +97,7 @@ class Outputs:
                                 f"with the label of the translated images (the part after the last '_').")
         self.paths = list_images(self.folder, "_" + self.label if self.label else "")
         if not self.paths:
-            raise UserError(f"{self.folder} has no images ({', '.join(IMAGE_EXTENSIONS)}).")
+            raise UserError(f"{self.folder} has no images ({', '.join(PIL_EXTENSIONS)}).")
 
     def key(self, path: str) -> str:
         return _stem(path)[: -len(self.label) - 1] if self.label else _stem(path)
@@ -134,7 +134,7 @@ def paired_scores(outputs: Outputs, targets: str, target_label: str) -> dict[str
     metrics = TranslationMetrics({"": ("output", "target")}, paired=True)
     for path in outputs.paths:
         target = by_key[outputs.key(path)]
-        output_image, target_image = load_image(path), load_image(target)
+        output_image, target_image = load_image_tensor(path), load_image_tensor(target)
         if output_image.shape != target_image.shape:
             (oh, ow), (th, tw) = output_image.shape[-2:], target_image.shape[-2:]
             raise UserError(f"output {path} is {ow}x{oh} but its target {target} is {tw}x{th}; paired metrics "

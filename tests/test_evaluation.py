@@ -17,7 +17,8 @@ from models import networks
 from models.cycle_gan_model import CycleGANModel
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
 from util.evaluation.metrics import TranslationMetrics
-from util.evaluation.metrics_report import InferenceMetrics, legacy_names, list_images, load_image
+from data.image_folder import list_images, load_image_tensor as load_image
+from util.evaluation.metrics_report import InferenceMetrics, legacy_names
 
 
 def evaluate_main(*argv: str) -> int:

@@ -15,61 +15,17 @@ FID, KID_mean, KID_std, FID_A, KID_A_mean, KID_A_std (docs/evaluation.md).
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
 import torch
-from PIL import Image
 
-from util import distributed
 from util.errors import UserError
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message
 from util.evaluation.metrics import PAIRED_METRICS, TranslationMetrics
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".tif", ".tiff", ".webp")
 FEATURES_NAME = "inception-v3 (torch-fidelity, 2048-d pool3)"
 # TranslationMetrics key -> metrics.json / evaluation.json key, where earlier versions named it otherwise
 LEGACY_KEYS = {"KID": "KID_mean", "KID_A": "KID_A_mean"}
-
-
-def list_images(folder: str, suffix: str = "") -> list[str]:
-    """Image files directly in `folder` whose name (without extension) ends with `suffix`, sorted."""
-    if not os.path.isdir(folder):
-        raise UserError(f"image folder {folder} does not exist; pass a folder of images.")
-    names = sorted(n for n in os.listdir(folder)
-                   if n.lower().endswith(IMAGE_EXTENSIONS) and os.path.splitext(n)[0].endswith(suffix))
-    return [os.path.join(folder, n) for n in names]
-
-
-def load_image(path: str) -> torch.Tensor:
-    """An image file as a 1x3xHxW tensor in [-1, 1], as the networks' images are."""
-    try:
-        with Image.open(path) as img:
-            array = np.asarray(img.convert("RGB"), dtype=np.float32)
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read image {path} ({err}); remove or replace the file.") from None
-    return torch.from_numpy(array).permute(2, 0, 1)[None] / 127.5 - 1.0
-
-
-def image_batches(paths: Sequence[str], batch_size: int) -> Iterator[torch.Tensor]:
-    """The images at `paths` in order, as batches of up to `batch_size` images of one size."""
-    batch: list[torch.Tensor] = []
-    for path in paths:
-        image = load_image(path)
-        if batch and (len(batch) == batch_size or batch[0].shape != image.shape):
-            yield torch.cat(batch)
-            batch = []
-        batch.append(image)
-    if batch:
-        yield torch.cat(batch)
-
-
-def add_reference_folder(metrics: TranslationMetrics, name: str, paths: Sequence[str], batch_size: int = 1) -> None:
-    """Feed the real images at `paths` to FID/KID of pair `name`, each process its share."""
-    share = paths[distributed.rank()::distributed.world_size()]
-    for batch in image_batches(share, batch_size):
-        metrics.add_reference(name, batch)
 
 
 def legacy_names(scores: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -84,12 +40,12 @@ def legacy_names(scores: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- test.py
-def check_distribution_inputs(opt) -> None:
+def check_distribution_inputs(opt, reference_images: Sequence[str]) -> None:
     """Before translating anything: a UserError if --eval_metrics --fid_reference was given but cannot
-    be used (no such folder, no images in it, or no Inception weights)."""
+    be used (`reference_images`, the files in it, are none, or there are no Inception weights)."""
     if not (opt.eval_metrics and opt.fid_reference):
         return
-    if not list_images(opt.fid_reference):  # raises for a missing folder
+    if not reference_images:
         raise UserError(f"--fid_reference {opt.fid_reference} holds no images; point it at a folder of real images.")
     if not inception_weights_available(opt.inception_weights or None):
         raise UserError(f"--fid_reference needs FID. {missing_inception_weights_message()}")
@@ -125,11 +81,11 @@ class InferenceMetrics:
         if self.baseline is not None:
             self.baseline.update(first)
 
-    def compute(self) -> dict[str, Any]:
-        """metrics.json's content; reads the --fid_reference images first (collective: every process
-        calls it)."""
-        if self.reference:
-            add_reference_folder(self.outputs, "", list_images(self.reference))
+    def compute(self, reference_batches: Iterable[torch.Tensor] = ()) -> dict[str, Any]:
+        """metrics.json's content, after feeding `reference_batches` (this process's share of the
+        --fid_reference images) to FID/KID (collective: every process calls it)."""
+        for batch in reference_batches:
+            self.outputs.add_reference("", batch)
         scores = self.outputs.compute()
         counts = self.outputs.image_counts.get("", {})
         summary: dict[str, Any] = {"images": counts["paired"]} if counts.get("paired") else {}
