@@ -30,7 +30,7 @@ from util import distributed
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.seeding import enable_determinism, seed_everything
-from util.training.checkpointer import Checkpointer
+from util.training.checkpointer import Checkpointer, StartPoint
 from util.training.position import Position
 from util.training.run_control import RunLock, StopRequest
 from util.training.validator import Validator, make_validator
@@ -72,13 +72,31 @@ class Run:
         return self.opt.n_epochs + self.opt.n_epochs_decay
 
 
+def check_epochs_left(opt: argparse.Namespace, start: StartPoint, run_dir: str) -> None:
+    """A continued run that has trained all its epochs: UserError with --continue_train (it was
+    asked to train and would not), a note otherwise (--auto_resume, a restart: nothing to do)."""
+    last_epoch = opt.n_epochs + opt.n_epochs_decay
+    if start.state is None or start.position.epoch <= last_epoch:
+        return
+    done = start.position.epoch - 1  # epochs are saved as finished when the next one is where it stands
+    message = (f"the run in {run_dir} has finished epoch {done}, and this command trains up to epoch {last_epoch} "
+               f"(--n_epochs {opt.n_epochs} + --n_epochs_decay {opt.n_epochs_decay}), so nothing is left to train; "
+               f"to train more, raise --n_epochs or --n_epochs_decay (e.g. --n_epochs_decay {done + 10 - opt.n_epochs} "
+               f"for ten more epochs)")
+    if opt.continue_train:
+        raise UserError(f"--continue_train: {message}.")
+    print0(f"note: {message}.")
+
+
 def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, Position]:
-    """Everything the loop needs, and where it starts (a saved training state, or epoch --epoch_count)."""
+    """Everything the loop needs, and where it starts (a saved training state, or epoch --epoch_count).
+    Every check comes before the first write to the run folder: a refused run changes nothing there."""
     check_distributed_options(opt, ctx)
     global_batch = opt.batch_size * ctx.world_size
-    checkpointer = Checkpointer(os.path.join(opt.checkpoints_dir, opt.name), ctx, global_batch, opt.save_by_iter)
-    checkpointer.remove_stale_temporary_files()  # a killed run's; this run holds the run lock
-    start = checkpointer.find_start(opt)  # the training state to continue from, or afresh
+    run_dir = os.path.join(opt.checkpoints_dir, opt.name)
+    checkpointer = Checkpointer(run_dir, ctx, global_batch, opt.save_by_iter)
+    start = checkpointer.find_start(opt)  # the training state to continue from (its flags checked), or afresh
+    check_epochs_left(opt, start, run_dir)
     seed_everything(start.seed)  # the same initial weights on every rank
     size_rule = networks.size_rule(opt.netG)  # the image sizes the generator takes
     dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule)  # a sampler per rank
@@ -92,11 +110,14 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
     validator = make_validator(opt, ctx, model, held_out)  # checks --save_best against what it reports
     checkpointer.track_best(opt.save_best, start)  # --save_best: best_net_*.pth, best.json
+    # --display_channels and the optional packages of the displays are checked before their first write
+    visualizer = make_visualizer(opt, ctx.is_main)
+    # Every check is done: from here on the run writes (a refused run overwrites nothing).
+    checkpointer.remove_stale_temporary_files()  # a killed run's; this run holds the run lock
     print0(format_options(opt))
-    if ctx.is_main:  # only once the input is known to be good: a refused run overwrites nothing
+    if ctx.is_main:
         save_options(opt)
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
-    visualizer = make_visualizer(opt, ctx.is_main)
     visualizer.message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
                        f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()

@@ -272,13 +272,18 @@ class BaseModel(ABC):
             known = set(self.model_names)
             self.data_dependent_initialize(first_batch)
             self._set_precision({name: net for name, net in self.named_networks().items() if name not in known})
-        if self.isTrain:
-            self.schedulers = [networks.get_scheduler(optimizer, opt) for optimizer in self.optimizers]
+        saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
+        if self.isTrain:  # a continued run's linear schedule counts from the epoch the run started at
+            first_epoch = saved_options.get("epoch_count") if saved_options else None
+            self.schedulers = [networks.get_scheduler(optimizer, opt, first_epoch) for optimizer in self.optimizers]
         self._make_grad_scalers()
         if self.isTrain and getattr(opt, "ema_decay", 0.0) > 0:  # the parser keeps it in [0, 1)
             self.ema = GeneratorEMA(self.generators(), opt.ema_decay)
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
+            if saved_options:  # changed --lr, --n_epochs, ...: the loaded states would keep the old ones
+                for optimizer, scheduler in zip(self.optimizers, self.schedulers):
+                    networks.reapply_schedule_flags(optimizer, scheduler, opt, saved_options)
             if rank_state is not None:
                 self.load_rank_training_state(rank_state["model"])
         elif not self.isTrain or opt.continue_train:
@@ -381,6 +386,13 @@ class BaseModel(ABC):
             raise UserError(f"the training state {where} holds the networks {', '.join(sorted(saved_networks))}, "
                             f"but --model {self.opt.model} has {', '.join(self.model_names)}: it was saved by "
                             f"another model; pass the --model it was trained with, or choose another --name.")
+        for saved in state["schedulers"]:  # states that recorded no options are checked here
+            policy = networks.policy_of_scheduler_state(saved)
+            if policy is not None and policy != self.opt.lr_policy:
+                raise UserError(f"--continue_train: the training state {where} holds a --lr_policy {policy} "
+                                f"schedule, but this command has --lr_policy {self.opt.lr_policy}; pass --lr_policy "
+                                f"{policy} to continue the run, or start a new schedule from its weights with "
+                                f"--continue_train --epoch_count N (weights only).")
         for name, net in self.named_networks().items():
             try:
                 distributed.unwrap(net).load_state_dict(saved_networks[name])

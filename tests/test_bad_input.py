@@ -33,6 +33,7 @@ import torch
 from PIL import Image
 
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
+from bad_resume_flags import RESUME_FLAG_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
                            run_args)
 from conftest import FAST_FLAGS, ROOT, run_script
@@ -312,6 +313,7 @@ CASES = [
     Case("second concurrent run on the same --name is refused by the run lock naming the folder",
          b_second_concurrent_run, 2, heavy=True),
     *FLAG_AND_PATH_CASES,
+    *RESUME_FLAG_CASES,
 ]
 
 

@@ -6,6 +6,7 @@ compared with torch.equal against a run that was never interrupted.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -18,6 +19,9 @@ import pytest
 import torch
 
 from conftest import ROOT, torchrun_command
+from models import networks
+from util.errors import UserError
+from util.training import resume_flags
 
 pytestmark = pytest.mark.slow
 
@@ -209,3 +213,136 @@ def test_two_process_run_killed_and_continued_matches_the_uninterrupted_two_proc
     assert restarted.returncode == 0, restarted.output[-4000:]
     assert "resuming from" in restarted.output
     assert_identical(final_weights(tmp_path / "elastic"), final_weights(tmp_path / "whole"))
+
+
+def test_training_state_written_before_options_were_recorded_still_resumes_bit_identically(uninterrupted, paired_root,
+                                                                                            tmp_path):
+    args = pix2pix(paired_root, tmp_path, "pix2pix")
+    interrupt_when_logged(train_command(args), tmp_path / "pix2pix" / "loss_log.txt", "(epoch: 1, iters: 4,")
+    for path in (tmp_path / "pix2pix").glob("*_train_state.pth"):  # as an older version wrote them
+        state = torch.load(path, weights_only=True)
+        del state["options"]
+        torch.save(state, path)
+    resumed = run(train_command(args + ["--continue_train"]))
+    assert "resuming from" in resumed.stdout
+    assert_identical(final_weights(tmp_path / "pix2pix"), uninterrupted["pix2pix"])
+
+
+# ---------------------------------------------------------------------------------- flags changed on --continue_train
+# (end to end, with the runs' messages: the RESUME_FLAG_CASES of tests/test_bad_input.py)
+def built_in_training_flags() -> set[str]:
+    """Every flag train.py takes with a built-in model and dataset mode, and the options' isTrain."""
+    import data
+    import models
+    from options.train_options import TrainOptions
+
+    flags = {"isTrain"}
+    for model in models.builtin_model_names():
+        for mode in data.BUILT_IN_MODES:
+            try:
+                parser = TrainOptions().build_parser(["--dataroot", "x", "--model", model, "--dataset_mode", mode])
+            except SystemExit:  # --model test does not train
+                continue
+            flags |= {action.dest for action in parser._actions if action.dest != "help"}
+    return flags
+
+
+def test_every_training_flag_is_in_exactly_one_resume_class():
+    flags = built_in_training_flags()
+    classes = resume_flags.CLASSES
+    for flag in sorted(flags):
+        homes = [name for name, members in classes.items() if flag in members]
+        assert len(homes) == 1, f"--{flag} is in {homes or 'no class'} of util/training/resume_flags.py"
+    stale = set().union(*classes.values()) - flags
+    assert not stale, f"util/training/resume_flags.py lists flags that do not exist: {stale}"
+
+
+def test_architecture_and_lr_policy_changes_are_refused_naming_each_flag_with_both_values():
+    saved = {"ngf": 64, "norm": "batch", "no_dropout": False, "lr_policy": "plateau", "print_freq": 100}
+    current = {"ngf": 32, "norm": "batch", "no_dropout": True, "lr_policy": "linear", "print_freq": 1}
+    with pytest.raises(UserError) as refused:
+        resume_flags.check_changed_flags(saved, current, {}, "ck/run/latest_train_state.pth")
+    message = str(refused.value)
+    for text in ("ck/run/latest_train_state.pth", "--ngf 64", "--ngf 32", "no --no_dropout", "--lr_policy plateau",
+                 "--lr_policy linear"):
+        assert text in message, (text, message)
+    assert "--norm" not in message and "print_freq" not in message  # unchanged or harmless
+
+
+def test_honoured_changes_are_noted_ignored_ones_only_when_set_and_harmless_ones_not_at_all():
+    saved = {"lr": 0.0002, "batch_size": 1, "seed": 0, "init_type": "xavier", "print_freq": 100, "my_flag": 1}
+    current = {"lr": 0.001, "batch_size": 4, "seed": 5, "init_type": "normal", "print_freq": 1, "my_flag": 2,
+               "added_since": 3}
+    defaults = {"seed": None, "init_type": "normal"}
+    said = "\n".join(resume_flags.check_changed_flags(saved, current, defaults, "state.pth"))
+    for text in ("--lr 0.001 (it trained with --lr 0.0002)", "--batch_size 4 (it trained with --batch_size 1)",
+                 "--my_flag 2 (it trained with --my_flag 1)", "--seed 5 is ignored"):
+        assert text in said, (text, said)
+    for text in ("init_type", "print_freq", "added_since"):  # left at its default; harmless; not recorded
+        assert text not in said, (text, said)
+    assert resume_flags.check_changed_flags(None, current, defaults, "state.pth") == []  # an older state
+
+
+def schedule_options(**changes) -> argparse.Namespace:
+    base = dict(lr_policy="linear", lr=0.0002, beta1=0.5, fused_adam=False, n_epochs=3, n_epochs_decay=4,
+                lr_decay_iters=2, epoch_count=1)
+    return argparse.Namespace(**{**base, **changes})
+
+
+def stepped(opt: argparse.Namespace, epochs: int, first_epoch: int | None = None):
+    """An Adam optimizer and --lr_policy schedule of `opt`, after `epochs` epochs."""
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=opt.lr, betas=(opt.beta1, 0.999))
+    scheduler = networks.get_scheduler(optimizer, opt, first_epoch)
+    for _ in range(epochs):
+        optimizer.step()
+        scheduler.step(1.0) if opt.lr_policy == "plateau" else scheduler.step()
+    return optimizer, scheduler
+
+
+@pytest.mark.parametrize("policy", ["linear", "step", "cosine", "plateau"])
+def test_changed_schedule_flags_on_a_loaded_state_give_the_rates_of_the_new_schedule(policy):
+    old = schedule_options(lr_policy=policy)
+    new = schedule_options(lr_policy=policy, lr=0.001, beta1=0.9, n_epochs=5, n_epochs_decay=6, lr_decay_iters=3)
+    saved_optimizer, saved_scheduler = stepped(old, 4)
+    optimizer, scheduler = stepped(new, 0)
+    optimizer.load_state_dict(saved_optimizer.state_dict())
+    scheduler.load_state_dict(saved_scheduler.state_dict())
+    networks.reapply_schedule_flags(optimizer, scheduler, new, vars(old))
+    fresh, fresh_scheduler = stepped(new, 4)  # the new flags from the start
+    for _ in range(3):  # now, and as the schedule goes on
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(fresh.param_groups[0]["lr"], rel=1e-9)
+        assert optimizer.param_groups[0]["betas"] == (0.9, 0.999)
+        for opt_, sched in ((optimizer, scheduler), (fresh, fresh_scheduler)):
+            opt_.step()
+            sched.step(1.0) if policy == "plateau" else sched.step()
+
+
+def test_unchanged_schedule_flags_leave_a_loaded_state_untouched():
+    opt = schedule_options()
+    optimizer, scheduler = stepped(opt, 4)
+    before = (optimizer.state_dict()["param_groups"], scheduler.state_dict())
+    networks.reapply_schedule_flags(optimizer, scheduler, opt, {**vars(opt), "print_freq": 1})
+    assert (optimizer.state_dict()["param_groups"], scheduler.state_dict()) == before
+
+
+def test_a_continued_linear_schedule_counts_from_the_epoch_the_run_started_at():
+    started_at_3 = stepped(schedule_options(epoch_count=3), 2)[0].param_groups[0]["lr"]
+    continued = stepped(schedule_options(epoch_count=1), 2, first_epoch=3)[0].param_groups[0]["lr"]
+    assert continued == started_at_3 != stepped(schedule_options(), 2)[0].param_groups[0]["lr"]
+
+
+@pytest.mark.parametrize("continue_train", [True, False])
+def test_continuing_a_finished_run_says_so_and_how_to_train_more(continue_train, capsys):
+    import train
+    from util.training.checkpointer import StartPoint
+    from util.training.position import Position
+
+    opt = argparse.Namespace(n_epochs=2, n_epochs_decay=1, continue_train=continue_train)
+    finished = StartPoint(Position(epoch=4), seed=0, state={})
+    train.check_epochs_left(opt, StartPoint(Position(epoch=3), seed=0, state={}), "ck/run")  # epoch 3 is left
+    if continue_train:  # asked to train: refused
+        with pytest.raises(UserError, match="nothing is left to train.*raise --n_epochs or --n_epochs_decay"):
+            train.check_epochs_left(opt, finished, "ck/run")
+    else:  # --auto_resume, a restart: a note, and nothing to do
+        train.check_epochs_left(opt, finished, "ck/run")
+        assert "note: the run in ck/run has finished epoch 3" in capsys.readouterr().out

@@ -37,8 +37,9 @@ from util.errors import UserError
 from util.seeding import seed_everything
 from util.training.best_checkpoint import EMA_WEIGHTS, TRAINED_WEIGHTS, BestTracker
 from util.training.position import Position
-from util.training.training_state import (capture_rng, load_training_state, newest_training_state, position_of,
-                                          rank_part, restore_rng, state_path, write_training_state)
+from util.training.resume_flags import check_changed_flags, recorded_options
+from util.training.training_state import (capture_rng, load_training_state, newest_training_state, options_of,
+                                          position_of, rank_part, restore_rng, state_path, write_training_state)
 
 
 class CheckpointedModel(Protocol):
@@ -78,6 +79,7 @@ class Checkpointer:
         self.save_by_iter = save_by_iter
         self.seed: int | None = None  # the run's seed, once `find_start` has decided it
         self.best: BestTracker | None = None  # the best validation so far (--save_best)
+        self.options: dict | None = None  # the run's options, recorded in every training state
 
     def remove_stale_temporary_files(self) -> None:
         """Delete the temporary files of a process killed while writing (main process, holding the
@@ -96,8 +98,11 @@ class Checkpointer:
         `--load_iter` or `--epoch_count`, `--continue_train` behaves as the reference's: weights only
         (the model loads them), counting from --epoch_count. UserError if `--continue_train` finds
         nothing to continue from. Reads --continue_train, --auto_resume, --epoch, --load_iter,
-        --epoch_count and --seed.
+        --epoch_count and --seed. A training state that recorded the options it was trained with
+        is checked against `opt` (util/training/resume_flags.py): UserError for a flag that cannot
+        change, a note for one that is honoured or ignored.
         """
+        self.options = recorded_options({key: value for key, value in vars(opt).items() if not key.startswith("_")})
         saved = self._saved_state(opt)
         if saved is None:
             self.seed = distributed.shared_seed(opt.seed)
@@ -119,8 +124,11 @@ class Checkpointer:
                 self._continue_from_weights_only(opt.epoch)
             return None
         state = found[1] if self.ctx.is_main else load_training_state(path)
+        notes = check_changed_flags(options_of(state), self.options, getattr(opt, "_defaults", {}), path)
         p = position_of(state)
         print0(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
+        for note in notes:
+            print0(note)
         return state
 
     def _continue_from_weights_only(self, epoch: str) -> None:
@@ -166,7 +174,7 @@ class Checkpointer:
         if self.ctx.is_main:
             write_training_state(state_path(self.run_dir, label), position, self.seed, self.ctx.world_size,
                                  model.shared_training_state(), rank_parts,
-                                 self.best.state_dict() if self.best else None)
+                                 self.best.state_dict() if self.best else None, self.options)
 
     def track_best(self, metric: str, start: StartPoint) -> None:
         """From now on `keep_best` keeps the best validation by `metric` (--save_best; "": keep

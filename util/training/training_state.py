@@ -9,6 +9,8 @@ and containers (so that it loads with `weights_only=True`):
     (the model's `shared_training_state()`),
   - where training stands (a Position: the epoch, the images already done in it, in total),
   - the run's seed, the number of processes, the best-checkpoint tracker's state,
+  - the options the run trained with (plain values; util/training/resume_flags.py compares them
+    with a continuation's flags; states written before they were recorded have none),
   - for every rank its random generators (Python, NumPy, torch CPU/CUDA) and its own model state
     (the model's `rank_training_state()`).
 Augmentations need no saved state: they are drawn from (seed, epoch, image index).
@@ -60,9 +62,10 @@ def restore_rng(state: dict) -> None:
 
 
 def write_training_state(path: str, position: Position, seed: int, world_size: int, model_state: dict,
-                         rank_parts: list[dict], best: dict | None) -> None:
+                         rank_parts: list[dict], best: dict | None, options: dict | None = None) -> None:
     """Write one training-state file (crash-safe). `rank_parts[r]` is rank r's
-    {"rng": capture_rng(), "model": its rank_training_state()}; `best` the tracker's state."""
+    {"rng": capture_rng(), "model": its rank_training_state()}; `best` the tracker's state;
+    `options` the run's options (resume_flags.recorded_options)."""
     state = {
         "format": FORMAT_VERSION,
         "progress": asdict(position),
@@ -71,6 +74,7 @@ def write_training_state(path: str, position: Position, seed: int, world_size: i
         "model": model_state,
         "ranks": rank_parts,
         "best": best,
+        "options": options,
     }
     atomic_torch_save(state, path)
 
@@ -100,6 +104,11 @@ def rank_part(state: dict, rank: int) -> dict | None:
     """Rank `rank`'s saved random generators and model state, if the saved run had that rank."""
     ranks = state["ranks"]
     return ranks[rank] if rank < len(ranks) else None
+
+
+def options_of(state: dict) -> dict | None:
+    """The options the saved run trained with, or None for a state written before they were recorded."""
+    return state.get("options")
 
 
 def position_of(state: dict) -> Position:
