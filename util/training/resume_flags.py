@@ -86,11 +86,20 @@ def flag_text(name: str, value: Any) -> str:
     return f"--{name} {value}"
 
 
+# Values that build the same networks: batch norm synchronised across processes (needed under
+# torchrun) is batch norm, so a run may go from one process to several and back.
+SAME_NETWORKS = {"norm": {"syncbatch": "batch"}}
+
+
 def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The flags whose value differs: name -> (recorded, current). A flag the run did not have is
     not compared (it was added since, and has no recorded value)."""
     now = recorded_options(current)
-    return {key: (saved[key], now[key]) for key in sorted(now) if key in saved and saved[key] != now[key]}
+
+    def same(key: str) -> bool:
+        alias = SAME_NETWORKS.get(key, {})
+        return alias.get(saved[key], saved[key]) == alias.get(now[key], now[key])
+    return {key: (saved[key], now[key]) for key in sorted(now) if key in saved and not same(key)}
 
 
 def check_changed_flags(saved: Mapping[str, Any] | None, current: Mapping[str, Any], defaults: Mapping[str, Any],
