@@ -115,7 +115,8 @@ def reapply_schedule_flags(optimizer: torch.optim.Optimizer, scheduler, opt, sav
         elif isinstance(scheduler, lr_scheduler.CosineAnnealingLR):
             scheduler.T_max = opt.n_epochs
             turn = math.pi * epoch / max(opt.n_epochs, 1)
-            rates = [scheduler.eta_min + (lr - scheduler.eta_min) * (1 + math.cos(turn)) / 2 for lr in scheduler.base_lrs]
+            low = scheduler.eta_min
+            rates = [low + (lr - low) * (1 + math.cos(turn)) / 2 for lr in scheduler.base_lrs]
         else:  # linear: its rule reads this run's --n_epochs and --n_epochs_decay
             rates = [lr * rule(epoch) for lr, rule in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
     for group, rate in zip(optimizer.param_groups, rates):
