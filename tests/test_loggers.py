@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -138,3 +139,15 @@ def test_logger_can_be_a_python_file_holding_one_backend_class(tmp_path, capsys)
         logger_class(str(tmp_path / "two_loggers.py"))
     with pytest.raises(UserError, match=r"no such file"):
         logger_class(str(tmp_path / "missing.py"))
+
+
+def test_a_missing_logger_package_refuses_the_run_before_any_logger_writes_a_file(paired_root, tmp_path, monkeypatch,
+                                                                                    capsys):
+    import train
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails as if it were not installed
+    code = train.main(["--dataroot", str(paired_root), "--name", "n", "--checkpoints_dir", str(tmp_path), *TINY,
+                       "--use_tensorboard", "--use_wandb"])
+    assert code == 2
+    assert "--use_wandb needs the wandb package" in capsys.readouterr().err
+    assert not (tmp_path / "n" / "tensorboard").exists()  # TensorBoard was asked first, and built nothing

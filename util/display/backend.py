@@ -62,6 +62,11 @@ class LoggerBackend:
     def __init__(self, run: RunInfo) -> None:
         self.run = run
 
+    @classmethod
+    def check_can_start(cls) -> None:
+        """Raise util.errors.UserError if this back end cannot start (e.g. its package is missing).
+        Every chosen back end is asked before any is built, so that a refusal leaves no file behind."""
+
     def begin_epoch(self, position: Position, images_in_epoch: int) -> None:
         """An epoch of `images_in_epoch` images starts at `position`."""
 

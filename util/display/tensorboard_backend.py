@@ -22,13 +22,19 @@ if TYPE_CHECKING:
 
 
 class TensorBoardBackend(LoggerBackend):
-    def __init__(self, run: RunInfo) -> None:
-        super().__init__(run)
+    @classmethod
+    def check_can_start(cls) -> None:
         try:
-            from torch.utils.tensorboard import SummaryWriter
+            import torch.utils.tensorboard  # noqa: F401
         except ImportError:
             raise UserError("--use_tensorboard needs the tensorboard package, which is not installed; run "
                             "`pip install tensorboard` (or `bash scripts/setup.sh`) or drop --use_tensorboard.") from None
+
+    def __init__(self, run: RunInfo) -> None:
+        super().__init__(run)
+        self.check_can_start()
+        from torch.utils.tensorboard import SummaryWriter
+
         self.writer = SummaryWriter(log_dir=os.path.join(run.run_dir, "tensorboard"), flush_secs=30)
         self.ncols = run.opt.display_ncols
         self.steps = ImagesSeen()

@@ -48,19 +48,19 @@ def create_backends(opt: Any, progress: ProgressBar) -> list[LoggerBackend]:
     """The back ends the flags ask for, the console's first. Those that need an optional package are
     started before anything is written, so that a missing one (a UserError) leaves no trace."""
     run = RunInfo(opt=opt, run_dir=os.path.join(opt.checkpoints_dir, opt.name), say=progress.write)
-    chosen: list[LoggerBackend] = []
-    if opt.use_tensorboard:
-        chosen.append(TensorBoardBackend(run))
-    if opt.use_wandb:
-        chosen.append(WandbBackend(run))
-    if opt.display_id > 0:
-        chosen.append(VisdomBackend(run))
+    optional: list[type[LoggerBackend]] = [kind for kind, wanted in ((TensorBoardBackend, opt.use_tensorboard),
+                                                                     (WandbBackend, opt.use_wandb),
+                                                                     (VisdomBackend, opt.display_id > 0)) if wanted]
+    users = logger_classes(list(opt.logger))
+    for kind in optional + users:
+        kind.check_can_start()  # all of them before any writes a file
+    chosen = [kind(run) for kind in optional]
     if not opt.no_html and not html.available():  # a display, like visdom: training goes on without it
         run.say(f"warning: {html.MISSING}; training goes on without web/index.html. Pass --no_html to silence this.")
     elif not opt.no_html:
         chosen.append(HtmlBackend(run))
     os.makedirs(run.run_dir, exist_ok=True)  # --logger classes may write there from their constructor
-    chosen += [logger(run) for logger in logger_classes(list(opt.logger))]
+    chosen += [logger(run) for logger in users]
     return [ConsoleBackend(run, progress)] + chosen
 
 

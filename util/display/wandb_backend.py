@@ -23,11 +23,9 @@ if TYPE_CHECKING:
 
 def start_wandb_run(run: RunInfo):
     """The wandb run to log to: the one already started in this process, else a new one."""
-    try:
-        import wandb
-    except ImportError:
-        raise UserError("--use_wandb needs the wandb package, which is not installed; "
-                        "run `pip install wandb` or drop --use_wandb.") from None
+    WandbBackend.check_can_start()
+    import wandb
+
     if wandb.run is not None:
         return wandb.run
     opt = run.opt
@@ -38,6 +36,14 @@ def start_wandb_run(run: RunInfo):
 
 
 class WandbBackend(LoggerBackend):
+    @classmethod
+    def check_can_start(cls) -> None:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise UserError("--use_wandb needs the wandb package, which is not installed; "
+                            "run `pip install wandb` or drop --use_wandb.") from None
+
     def __init__(self, run: RunInfo) -> None:
         super().__init__(run)
         self.wandb_run = start_wandb_run(run)
