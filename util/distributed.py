@@ -61,7 +61,9 @@ def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnviron
     MASTER_ADDR or else the first host of SLURM_STEP_NODELIST (SLURM_JOB_NODELIST), port
     MASTER_PORT or else SLURM_PORT_BASE + SLURM_JOB_ID % SLURM_PORT_SPAN. A batch script's own
     shell has SLURM_NTASKS and SLURM_PROCID=0 but no step variables, so `python train.py` run
-    there stays a single process, as does a one-task step. Malformed values raise a UserError.
+    there stays a single process, as does a one-task step. Malformed values raise a UserError, and so
+    do RANK and WORLD_SIZE that no launcher set (a rank outside the world; two or more processes
+    without MASTER_ADDR and MASTER_PORT): leftovers of another job or a notebook.
     """
     def number(name: str, default: str | None = None) -> int:
         value = environ.get(name, default)
