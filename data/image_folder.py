@@ -23,8 +23,9 @@ import torch
 from PIL import Image
 
 from data.image_io import (NUMPY_EXTENSIONS, PIL_UNREADABLE, ImageInfo, ValueRange, match_channels, probe_image,
-                           read_image, to_network, unreadable)
+                           layout_hint, read_image, require_finite, to_network, unreadable)
 from util.errors import UserError
+from util.util import why_missing
 
 # What the dataset transforms take: an 8-bit PIL image, or a float C x H x W tensor in [-1, 1].
 Picture = Union[Image.Image, torch.Tensor]
@@ -63,6 +64,11 @@ def iter_image_files(folder: str) -> Iterator[str]:
                 yield os.path.join(root, name)
 
 
+def _not_a_folder(path: str) -> str:
+    """Why `path`, which is not a folder, is not: a file, missing, or behind a symbolic link leading nowhere."""
+    return "is a file, not a folder" if os.path.exists(path) else why_missing(path)
+
+
 def make_dataset(dir: str, max_dataset_size: float = float("inf")) -> list[str]:
     """Return the sorted paths of all images under `dir`, at most `max_dataset_size` of them.
 
@@ -71,7 +77,7 @@ def make_dataset(dir: str, max_dataset_size: float = float("inf")) -> list[str]:
     """
     if not os.path.isdir(dir):
         raise UserError(
-            f"dataset folder {dir} does not exist; check --dataroot/--phase "
+            f"dataset folder {dir} {_not_a_folder(dir)}; check --dataroot/--phase "
             f"(and --dataset_mode, which decides the expected subfolders)."
         )
     images = sorted(iter_image_files(dir))
@@ -154,7 +160,7 @@ def list_images(folder: str, suffix: str = "") -> list[str]:
     """Image files PIL reads directly in `folder` (not its subfolders; no .npy) whose name without the
     extension ends with `suffix`, sorted: e.g. test.py's saved results, a folder of real images."""
     if not os.path.isdir(folder):
-        raise UserError(f"image folder {folder} does not exist; pass a folder of images.")
+        raise UserError(f"image folder {folder} {_not_a_folder(folder)}; pass a folder of images.")
     names = sorted(n for n in os.listdir(folder) if n.lower().endswith(PIL_EXTENSIONS) and not n.startswith("._")
                    and os.path.splitext(n)[0].endswith(suffix))
     return [os.path.join(folder, n) for n in names]
@@ -214,12 +220,12 @@ def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("
 def channel_mismatch(path: str, info: ImageInfo, channels: int, flag: str) -> UserError:
     """The error for an image whose channels cannot be converted to the `channels` that `flag` asks for."""
     what = f"{info.channels} channel{'s' if info.channels > 1 else ''}" + (" (the last one alpha)" if info.alpha else "")
-    hint = ""
-    if path.lower().endswith(NUMPY_EXTENSIONS) and info.channels > 16 and info.height <= 16:
-        hint = (" (.npy images are height x width x channels; this one looks like channels x height x width: "
-                "save array.transpose(1, 2, 0) instead)")
+    hint = layout_hint(path, info)
+    if hint:  # the channel count is another axis of the data: no flag would fix it
+        return UserError(f"image {path} has {what}{hint}, but {flag} is {channels}. Save the files again that way, "
+                         f"then set {flag} to their channel count if it is not {channels}.")
     return UserError(
-        f"image {path} has {what}{hint}, but {flag} is {channels}. Set {flag} {info.channels} if the data has "
+        f"image {path} has {what}, but {flag} is {channels}. Set {flag} {info.channels} if the data has "
         f"{info.channels} channels, or convert the files; only gray and RGB convert into each other (with an "
         f"alpha channel composited on white).")
 
@@ -248,11 +254,12 @@ def load_for_network(path: str, specs: Sequence[DomainSpec], side_by_side: bool 
     exactly. Everything else - 16-bit or float data, other channel counts - comes back as float32
     C x H x W tensors in [-1, 1] at the file's full precision: values mapped by their dtype's range
     (float data by the spec's `data_range`), channels converted by `image_io.match_channels`.
-    Raises `UserError` naming the file if it is unreadable, an A|B image has an odd width, or its
-    channels cannot be converted to a spec's.
+    Raises `UserError` naming the file if it is unreadable, holds NaN or infinite values, an A|B image has
+    an odd width, or its channels cannot be converted to a spec's.
     """
     alpha = probe_image(path).alpha
     array = read_image(path)
+    require_finite(array, f"image {path}")
     height, width, count = array.shape
     if side_by_side and width % 2:
         raise _odd_width(path, width)

@@ -26,6 +26,7 @@ from data.layout import FileGroup, RequiredFolder
 from data.registry import find_dataset_using_name
 from util.console import print0, warn0
 from util.errors import UserError
+from util.util import broken_link, why_missing
 
 # Wall-clock budget for reading image headers. 10k local files take about one second; the
 # budget only matters on slow (network) disks, where the check stops early rather than delay
@@ -48,7 +49,9 @@ def _some_files(folder: str, limit: int = 3) -> list[str]:
 
 def _require_images(folder: RequiredFolder) -> None:
     if not os.path.isdir(folder.path):
-        raise UserError(f"missing folder {folder.path}: {folder.why}")
+        link = broken_link(folder.path)
+        raise UserError(f"missing folder {folder.path}{f' ({link}; fix the link)' if link else ''}: "
+                        f"{folder.why}")
     if not _has_image(folder.path):
         if folder.when_empty:
             raise UserError(folder.when_empty)
@@ -73,7 +76,9 @@ def check_dataset_root(opt: argparse.Namespace, size_rule=None) -> None:
         raise UserError(f"--dataroot {root} is a file, not a folder; set --dataroot to the dataset folder "
                         f"(unpack it first if it is an archive).")
     if not root or not os.path.isdir(root):
-        raise UserError(f"dataset root {root} does not exist; set --dataroot to the dataset folder.")
+        fix = "fix the link, or set --dataroot to the dataset folder" if broken_link(root or ".") else \
+            "set --dataroot to the dataset folder"
+        raise UserError(f"dataset root {root} {why_missing(root or '.')}; {fix}.")
     for folder in find_dataset_using_name(opt.dataset_mode).required_folders(opt):
         _require_images(folder)
     check_image_files(opt, size_rule)

@@ -27,6 +27,7 @@ from models.base_model import BaseModel
 from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats
 from util.training.checkpoint_io import load_state_dict_file
 from util.errors import UserError
+from util.util import why_missing
 
 # define_G's arguments, under the names of the flags (and of Translator.load's keywords).
 ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")
@@ -123,7 +124,7 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
     source = os.fspath(source)
     folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
     if not os.path.exists(source):
-        raise UserError(f"checkpoint {source} does not exist; pass a run folder (e.g. checkpoints/<name>) or a "
+        raise UserError(f"checkpoint {source} {why_missing(source)}; pass a run folder (e.g. checkpoints/<name>) or a "
                         f"<epoch>_net_<name>.pth file.")
     saved = _read_architecture_json(folder)
     trained = saved.get("direction", "AtoB")

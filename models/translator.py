@@ -51,7 +51,7 @@ from torch import nn
 from data.base_dataset import parse_data_range
 from data.image_folder import DomainSpec, network_input
 from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, match_channels, probe_image,
-                           read_image, write_image)
+                           layout_hint, read_image, require_finite, write_image)
 from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
@@ -137,7 +137,7 @@ class Translator:
         if isinstance(image, (str, os.PathLike)):
             path = os.fspath(image)
             return self._translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
-                                          tile, tile_overlap)[0]
+                                          tile, tile_overlap, path=path)[0]
         if isinstance(image, Image.Image):
             return self._translate_pil(image, tile, tile_overlap)
         if isinstance(image, np.ndarray):
@@ -166,19 +166,24 @@ class Translator:
 
     # ------------------------------------------------------------------ one kind each
     def _translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,
-                          out_dtype: np.dtype | None = None) -> np.ndarray:
+                          out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
         """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
         (default: the input's dtype), values mapped as test.py maps a dataset's."""
+        dtype = np.dtype(out_dtype or batch.dtype)
+        if len(batch) == 0:  # an empty batch translates to an empty batch, as a tensor's does
+            return np.zeros((0, *batch.shape[1:3], self.output_nc), dtype)
+        require_finite(batch, what, "then translate it")
         spec = DomainSpec(self.input_nc, "input_nc", self.input_range)
         inputs = [network_input(image, alpha, spec) for image in batch]
         if inputs[0] is None:
-            raise self._channel_error(what, batch.shape[-1], alpha)
+            hint = layout_hint(path, probe_image(path)) if path else ""
+            raise self._channel_error(what, batch.shape[-1], alpha, hint)
         out = self._forward(torch.stack(inputs), tile, tile_overlap)
-        dtype = np.dtype(out_dtype or batch.dtype)
         value_range = ValueRange.for_dtype(dtype, self.output_range)
         return np.stack([from_network(image, value_range, dtype) for image in out])
 
     def _translate_pil(self, image: Image.Image, tile: int, tile_overlap: int) -> Image.Image:
+        _require_pixels((image.height, image.width), f"a {image.width}x{image.height} PIL image", "an image")
         try:
             array, alpha = array_from_pil(image)
         except PIL_UNREADABLE as err:
@@ -199,6 +204,8 @@ class Translator:
         if array.dtype not in ARRAY_DTYPES:
             raise UserError(f"cannot translate a {array.dtype} array: pass uint8, uint16, or float values (in the "
                             f"data range {_describe(self.input_range)}).")
+        _require_pixels(array.shape[-3:] if array.ndim == 4 else array.shape, f"an array of shape {array.shape}",
+                        "HxW, HxWxC or NxHxWxC")
         batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
         out = self._translate_images(batch, False, "this array", tile, tile_overlap)
         if array.ndim == 4:
@@ -209,7 +216,10 @@ class Translator:
         if not x.is_floating_point() or x.ndim not in (3, 4):
             raise UserError(f"cannot translate a {x.dtype} tensor of shape {tuple(x.shape)}: pass a float tensor "
                             f"CxHxW or NxCxHxW in [-1, 1] (e.g. rgb_uint8.float() / 127.5 - 1).")
+        _require_pixels(tuple(x.shape[-3:]), f"a tensor of shape {tuple(x.shape)}", "CxHxW or NxCxHxW")
         batch = x if x.ndim == 4 else x[None]
+        if len(batch) == 0:
+            return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
         if batch.shape[1] != self.input_nc:
             matched = [match_channels(image.float().cpu(), False, self.input_nc) for image in batch]
             if matched[0] is None:
@@ -219,11 +229,11 @@ class Translator:
         out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
         return out if x.ndim == 4 else out[0]
 
-    def _channel_error(self, what: str, channels: int, alpha: bool) -> UserError:
+    def _channel_error(self, what: str, channels: int, alpha: bool, hint: str = "") -> UserError:
         fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
                else f"pass images with {self.input_nc} channels (bands)")
         return UserError(f"the generator takes {self.input_nc}-channel images, {what} has {channels} channels"
-                         f"{' (the last one alpha)' if alpha else ''}; {fix}. Gray and RGB convert into each "
+                         f"{' (the last one alpha)' if alpha else ''}{hint}; {fix}. Gray and RGB convert into each "
                          f"other (alpha composited on white), other channel counts do not.")
 
     # ------------------------------------------------------------------ the network
@@ -252,6 +262,14 @@ class Translator:
             else:
                 torch.default_generator.manual_seed(self.seed)
             return net(x)
+
+
+def _require_pixels(image_shape: tuple[int, ...], what: str, layout: str) -> None:
+    """Raise `UserError` naming `what` when one image's dimensions (without the batch's) include a 0:
+    there is nothing to translate, and the network's layers would fail on it."""
+    if 0 in image_shape:
+        raise UserError(f"cannot translate {what}: it holds no pixels (a height, width or channel count of 0); "
+                        f"pass {layout} with at least one pixel.")
 
 
 def _describe(data_range: DataRange | None) -> str:

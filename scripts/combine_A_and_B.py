@@ -25,22 +25,29 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
+from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 
 SHOWN = 5  # files named in one error message
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="create image pairs",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneParagraphParser(description="create image pairs",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--fold_A", dest="fold_A", help="input directory for image A", type=str, default="../dataset/50kshoes_edges")
     parser.add_argument("--fold_B", dest="fold_B", help="input directory for image B", type=str, default="../dataset/50kshoes_jpg")
     parser.add_argument("--fold_AB", dest="fold_AB", help="output directory", type=str, default="../dataset/test_AB")
-    parser.add_argument("--num_imgs", dest="num_imgs", help="number of images per split", type=int, default=1000000)
+    parser.add_argument("--num_imgs", dest="num_imgs", help="number of images per split", type=positive_int, default=1000000)
     parser.add_argument("--use_AB", dest="use_AB", help="if true: (0001_A, 0001_B) to (0001_AB)", action="store_true")
     parser.add_argument("--no_multiprocessing", dest="no_multiprocessing", help="if true: single process", action="store_true")
     parser.add_argument("--skip_unmatched", action="store_true", help="combine the matched pairs and only list unmatched files")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    reason = unwritable_folder_reason(args.fold_AB)
+    if reason:  # refused before any image is read
+        parser.error(f"argument --fold_AB: cannot write the pairs into {args.fold_AB} ({reason}); choose another "
+                     f"--fold_AB")
+    return args
 
 
 def _listing(paths: list[str]) -> str:

@@ -33,15 +33,21 @@ def folders(root: str, phase: str) -> dict[str, str]:
 
 
 def value_range(paths: list[str]) -> tuple[float, float]:
-    """(min, max) over the finite values of all images in `paths`."""
+    """(min, max) over the finite values of all images in `paths`; names the images holding others."""
     low, high = np.inf, -np.inf
+    non_finite = []
     for path in paths:
         values = read_image(path)
-        values = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            non_finite.append(path)
+            values = values[np.isfinite(values)]
         if values.size:
             low, high = min(low, float(values.min())), max(high, float(values.max()))
     if not np.isfinite(low):
         raise UserError(f"no finite value in the {len(paths)} images starting with {paths[0]}.")
+    if non_finite:  # train.py and test.py refuse these files: say so now
+        print(f"note: {len(non_finite)} image(s) hold NaN or infinite values, e.g. {non_finite[0]}; they are left out "
+              f"of the range, and train.py and test.py refuse them: replace those values first.")
     return low, high
 
 

@@ -26,8 +26,14 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import torch  # noqa: E402
+
 from models import builtin_models  # noqa: E402
+from options.base_options import unwritable_file_reason  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.util import why_missing  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
+from util.training.checkpoint_io import atomic_write  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
@@ -53,8 +59,8 @@ OUTPUT_LABELS = tuple(TARGET_FOR)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("results", help="test.py results folder (with images/) or a folder of output images")
     parser.add_argument("--targets", default="", help="folder of ground-truth images with the outputs' names, "
                         "or 'real' for the results folder's saved real images: PSNR, SSIM, L1")
@@ -66,13 +72,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inception_weights", default="", help="Inception weights file (default: "
                         "$IMG2IMG_INCEPTION_WEIGHTS, else weights-inception-2015-12-05-6726825d.pth in "
                         "$TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
-    parser.add_argument("--batch_size", type=int, default=32, help="images of one size per Inception batch")
+    parser.add_argument("--batch_size", type=positive_int, default=32, help="images of one size per Inception batch")
     parser.add_argument("--device", default="cpu", help="device for the feature network (cpu, cuda)")
-    parser.add_argument("--kid_subsets", type=int, default=KID_SUBSETS, help="KID: number of random subsets")
-    parser.add_argument("--kid_subset_size", type=int, default=KID_SUBSET_SIZE,
+    parser.add_argument("--kid_subsets", type=positive_int, default=KID_SUBSETS, help="KID: number of random subsets")
+    parser.add_argument("--kid_subset_size", type=Bounded(int, low=2, name="kid_subset_size"), default=KID_SUBSET_SIZE,
                         help="KID: images per subset (capped at the set sizes)")
     parser.add_argument("--json", default="", help="where to write the scores (default RESULTS/evaluation.json)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_device(parser, args.device)
+    reason = unwritable_file_reason(json_path(args))
+    if reason:  # refused now, not after the scores have been computed
+        parser.error(f"argument --json: cannot write the scores to {json_path(args)} ({reason}); "
+                     f"pass --json with another file")
+    return args
+
+
+def json_path(args: argparse.Namespace) -> str:
+    return args.json or os.path.join(args.results, "evaluation.json")
+
+
+def check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """Refuse a --device that is not one, or CUDA where PyTorch sees no GPU."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        parser.error(f"argument --device: {device!r} is not a device; use cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
+        parser.error("argument --device: PyTorch sees no CUDA GPU on this machine; use --device cpu")
 
 
 class Outputs:
@@ -80,7 +106,7 @@ class Outputs:
 
     def __init__(self, results: str, output_label: str):
         if not os.path.isdir(results):
-            raise UserError(f"results folder {results} does not exist; pass the folder test.py printed "
+            raise UserError(f"results folder {results} {why_missing(results)}; pass the folder test.py printed "
                             f"(results/<name>/<phase>_<epoch>) or a folder of images.")
         images = os.path.join(results, "images")
         self.from_test_py = os.path.isdir(images)
@@ -197,9 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("PSNR", "SSIM", "L1", "FID", "KID_mean", "KID_std"):
         if key in result:
             print(f"{key:<10}{result[key]:.6f}")
-    path = args.json or os.path.join(args.results, "evaluation.json")
-    with open(path, "wt") as f:
-        json.dump(result, f, indent=1)
+    path = json_path(args)
+    atomic_write(path, lambda f: f.write(json.dumps(result, indent=1).encode()))
     print(f"scores of {result['outputs']} images written to {path}")
     return 0
 

@@ -36,9 +36,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from models import create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
+from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
 from models.tiling import PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
@@ -57,11 +59,34 @@ class ExportOptions(TestOptions):
         parser.add_argument("--weights", type=str, default="", help="a generator state_dict .pth to export instead of the checkpoints folder's")
         parser.add_argument("--which_net", type=str, default="", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
         parser.add_argument("--export_dir", type=str, default="", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
-        parser.add_argument("--formats", type=str, default="torchscript,onnx", help="comma-separated: torchscript, onnx")
-        parser.add_argument("--check_sizes", type=str, default="", help="HxW sizes to compare on, comma-separated (default: two sizes that suit --netG)")
-        parser.add_argument("--tolerance", type=float, default=1e-4, help="largest absolute difference from PyTorch that passes the check")
-        parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: torch's)")
+        parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", help="comma-separated: torchscript, onnx")
+        parser.add_argument("--check_sizes", type=hw_sizes, default=None, help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
+        parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, help="largest absolute difference from PyTorch that passes the check")
+        parser.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default: torch's)")
         return parser
+
+    def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
+        """Refuse, before anything is loaded or written, check sizes below what --netG exports take and an
+        output folder that cannot be written (test.py's --results_dir is not used)."""
+        min_size = export_min_size(opt.netG)
+        small = [f"{h}x{w}" for h, w in opt.check_sizes or () if min(h, w) < min_size]
+        if small:
+            parser.error(f"argument --check_sizes: {', '.join(small)} is below the {min_size}x{min_size} that "
+                         f"--netG {opt.netG} exports take")
+        reason = unwritable_folder_reason(export_dir(opt))
+        if reason:
+            flag = "--export_dir" if opt.export_dir else ("--weights" if opt.weights else "--checkpoints_dir/--name")
+            parser.error(f"argument {flag}: cannot write the exports into {export_dir(opt)} ({reason}); "
+                         f"choose another --export_dir")
+
+
+def export_dir(opt) -> str:
+    """Where the exports go: --export_dir, or beside --weights, or <checkpoints_dir>/<name>/export."""
+    if opt.export_dir:
+        return opt.export_dir
+    if opt.weights:
+        return os.path.dirname(os.path.abspath(opt.weights))
+    return os.path.join(opt.checkpoints_dir, opt.name, "export")
 
 
 def load_generator(opt) -> tuple[torch.nn.Module, str]:
@@ -85,10 +110,7 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
 
 def check_sizes(opt) -> list[tuple[int, int]]:
     if opt.check_sizes:
-        try:
-            return [tuple(int(v) for v in size.lower().split("x")) for size in opt.check_sizes.split(",")]
-        except ValueError:
-            raise UserError(f"--check_sizes {opt.check_sizes} is not a list of HxW sizes; use e.g. 256x256,200x312.") from None
+        return opt.check_sizes
     multiple = networks.size_rule(opt.netG).multiple
     if multiple >= 128:  # U-Nets: one exact multiple, one size that needs padding
         return [(multiple, multiple), (multiple + multiple // 2 + 3, multiple * 2)]
@@ -181,22 +203,16 @@ def run_onnx(path: str):
 def main(argv: list[str] | None = None) -> int:
     opt = ExportOptions().parse(argv)
     try:
-        formats = [f.strip() for f in opt.formats.split(",") if f.strip()]
-        unknown = [f for f in formats if f not in FORMATS]
-        if unknown or not formats:
-            raise UserError(f"--formats {opt.formats}: choose among {', '.join(FORMATS)}.")
+        formats = opt.formats
         sizes = check_sizes(opt)
         min_size = export_min_size(opt.netG)
-        if any(min(size) < min_size for size in sizes):
-            raise UserError(f"--check_sizes {opt.check_sizes}: --netG {opt.netG} exports take at least {min_size}x{min_size}.")
         net, stem = load_generator(opt)
         module = PadToMultiple(net, networks.size_rule(opt.netG).multiple).eval()
         # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
         in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
         source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
         refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance)
-        out_dir = opt.export_dir or (os.path.dirname(os.path.abspath(opt.weights)) if opt.weights
-                                     else os.path.join(opt.checkpoints_dir, opt.name, "export"))
+        out_dir = export_dir(opt)
         os.makedirs(out_dir, exist_ok=True)
         runners = {}
         if "torchscript" in formats:

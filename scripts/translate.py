@@ -28,12 +28,15 @@ from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator  # noqa: E402
+from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.util import broken_link  # noqa: E402
+from util.flag_types import OneParagraphParser, finite_float, non_negative_int, positive_int  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
     parser.add_argument("--checkpoint", required=True, help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
     parser.add_argument("--output", required=True, help="folder for the translated images")
@@ -41,19 +44,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
-    parser.add_argument("--tile", type=int, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
-    parser.add_argument("--tile_overlap", type=int, default=64, help="pixels by which neighbouring tiles overlap")
+    parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
+    parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap")
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval")
-    parser.add_argument("--data_range", type=float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
+    parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", choices=networks.GENERATORS, default=None)
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
-    arch.add_argument("--ngf", type=int, default=None)
-    arch.add_argument("--input_nc", type=int, default=None)
-    arch.add_argument("--output_nc", type=int, default=None)
+    arch.add_argument("--ngf", type=positive_int, default=None)
+    arch.add_argument("--input_nc", type=positive_int, default=None)
+    arch.add_argument("--output_nc", type=positive_int, default=None)
     arch.add_argument("--no_dropout", action="store_true", default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    reason = unwritable_folder_reason(args.output)
+    if reason:  # refused now, not once per image after the model has been loaded
+        parser.error(f"argument --output: cannot write the translations into {args.output} ({reason}); "
+                     f"choose another --output")
+    return args
 
 
 def keep_name(source: str, destination: str) -> str:
@@ -108,7 +116,7 @@ def list_jobs(inputs: list[str], output_dir: str, output_name: Callable[[str, st
             elif os.path.isfile(path):
                 add(path, os.path.basename(path))
             else:
-                skipped.append((path, "no such file or folder"))
+                skipped.append((path, broken_link(path) or "no such file or folder"))
     return jobs, skipped
 
 

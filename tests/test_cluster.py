@@ -74,7 +74,8 @@ def test_the_step_node_list_wins_over_the_job_node_list():
 
 def test_torchrun_variables_win_over_slurm_ones():
     # srun starting one torchrun per node: the workers carry both sets of variables
-    launch = launch_environment(srun_task(1, RANK="5", LOCAL_RANK="2", WORLD_SIZE="16"))
+    launch = launch_environment(srun_task(1, RANK="5", LOCAL_RANK="2", WORLD_SIZE="16", MASTER_ADDR="gpu07",
+                                          MASTER_PORT="29500"))
     assert (launch.launcher, launch.rank, launch.local_rank, launch.world_size) == ("torchrun", 5, 2, 16)
     assert launch.rendezvous_url == "env://"
 
@@ -95,6 +96,39 @@ def test_a_batch_shell_a_one_task_step_and_a_laptop_run_a_single_process():
 def test_malformed_launch_variables_are_refused_naming_the_variable(variables, named):
     with pytest.raises(UserError, match=named):
         launch_environment(srun_task(**variables))
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, ("RANK=0, WORLD_SIZE=2", "MASTER_ADDR and MASTER_PORT", "are missing")),
+    ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "gpu07"},
+     ("RANK=1, LOCAL_RANK=1, WORLD_SIZE=4, MASTER_ADDR=gpu07", "MASTER_PORT, which", "is missing")),
+    ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "gpu07", "MASTER_PORT": "29500"}, ("RANK 2 of WORLD_SIZE 2",)),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, ("RANK 0 of WORLD_SIZE 0",)),
+], ids=["notebook leftovers", "no port", "rank outside the world", "empty world"])
+def test_torchrun_variables_left_over_without_torchrun_are_refused_naming_them_and_the_fix(variables, named):
+    with pytest.raises(UserError) as refused:
+        launch_environment(variables)
+    for text in (*named, "unset RANK LOCAL_RANK WORLD_SIZE", "torchrun --nproc_per_node"):
+        assert text in str(refused.value), str(refused.value)
+
+
+def test_a_single_process_world_needs_no_rendezvous_address():
+    launch = launch_environment({"RANK": "0", "WORLD_SIZE": "1"})
+    assert (launch.rank, launch.world_size) == (0, 1)  # init_distributed then runs alone
+
+
+def test_processes_that_never_meet_at_the_rendezvous_are_told_in_one_paragraph(monkeypatch):
+    """Rank 1 of 2 whose rank 0 was never started (left-over MASTER_ADDR/MASTER_PORT included): after
+    --ddp_timeout, a UserError naming the address and the variables, not torch's DistNetworkError."""
+    port = str(free_port())
+    for name, value in {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": port}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UserError) as refused:
+        distributed.init_distributed("cpu", timeout_s=1.0)
+    message = str(refused.value)
+    assert f"MASTER_ADDR=127.0.0.1, MASTER_PORT={port}" in message and "--ddp_timeout 1 s" in message
+    assert "unset RANK" in message and not torch.distributed.is_initialized()
 
 
 def test_only_srun_task_0_prints_a_user_error_others_say_who_they_are(monkeypatch, capsys):

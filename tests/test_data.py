@@ -12,11 +12,13 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import load_script
 from util.distributed import DistContext
 from data import DATASETS, create_dataset, find_dataset_using_name, get_option_setter
 from data.base_dataset import get_params, get_transform
 from data.colorization_dataset import lab_to_rgb, lab_to_srgb, rgb_to_lab
-from data.image_folder import is_image_file, load_image, make_dataset
+from data.image_folder import DomainSpec, is_image_file, load_for_network, load_image, make_dataset
+from data.image_io import layout_hint, probe_image, read_image
 from util.errors import UserError
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
@@ -375,6 +377,59 @@ def test_odd_width_aligned_image_is_user_error(tmp_path):
 def test_load_size_smaller_than_crop_size_is_user_error(aligned_root):
     assert_user_error(lambda: create_dataset(make_opt(aligned_root, load_size=8, crop_size=16), seed=0),
                       "--load_size", "--crop_size")
+
+
+@pytest.mark.parametrize("bad, counted", [(np.nan, "1 NaN"), (np.inf, "1 infinite"), (-np.inf, "1 infinite")])
+def test_float_image_holding_nan_or_infinity_is_user_error_naming_file_and_place(tmp_path, bad, counted):
+    pixels = np.random.default_rng(0).random((8, 12, 2), dtype=np.float32)
+    pixels[5, 7, 1] = bad
+    np.save(tmp_path / "x.npy", pixels)
+    spec = DomainSpec(2, "--input_nc", (0.0, 1.0))
+    assert_user_error(lambda: load_for_network(str(tmp_path / "x.npy"), [spec]),
+                      f"image {tmp_path / 'x.npy'} holds non-finite values: {counted}", "row 5, column 7, band 1")
+    pixels[5, 7, 1] = 0.5
+    np.save(tmp_path / "x.npy", pixels)
+    assert load_for_network(str(tmp_path / "x.npy"), [spec])[0].shape == (2, 8, 12)
+
+
+def test_data_range_script_leaves_out_non_finite_values_and_names_their_file(tmp_path, capsys):
+    (tmp_path / "train").mkdir()
+    np.save(tmp_path / "train" / "a.npy", np.array([[-2.0, 3.0]], np.float32))
+    np.save(tmp_path / "train" / "b.npy", np.array([[np.nan, 5.0], [-np.inf, 1.0]], np.float32))
+    assert load_script("scripts/data_range.py").main(["--dataroot", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "--data_range -2 5" in out and f"1 image(s) hold NaN or infinite values, e.g. {tmp_path / 'train' / 'b.npy'}" in out
+
+
+def test_links_that_lead_nowhere_are_described_as_links_not_as_missing(tmp_path):
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "unmounted")
+    loop = f"{tmp_path / 'loop_a'} is a symbolic link in a loop ({tmp_path / 'loop_a'} -> {tmp_path / 'loop_b'} ->"
+    gone = f"{tmp_path / 'dangling'} is a symbolic link to {tmp_path / 'unmounted'}, which does not exist"
+    assert_user_error(lambda: create_dataset(make_opt(tmp_path / "loop_a"), seed=0), "--dataroot", loop)
+    assert_user_error(lambda: create_dataset(make_opt(tmp_path / "dangling"), seed=0), "--dataroot", gone)
+    assert_user_error(lambda: make_dataset(str(tmp_path / "dangling" / "train")), gone)
+    assert_user_error(lambda: create_dataset(make_opt(tmp_path / "nowhere"), seed=0), "does not exist")
+    image = tmp_path / "photos" / "a.png"
+    image.parent.mkdir()
+    image.symlink_to(tmp_path / "moved.png")
+    with pytest.raises(UserError) as refused:
+        load_image(str(image))
+    assert f"{image} is a symbolic link to {tmp_path / 'moved.png'}" in str(refused.value)
+    assert "moved or deleted" not in str(refused.value)
+
+
+def test_a_tiff_of_band_pages_reads_as_bands_and_only_rows_stored_as_pages_get_a_hint(tmp_path):
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "bands.tif", np.zeros((6, 32, 40), np.float32))  # 6 bands of 32 x 40, as pages
+    tifffile.imwrite(tmp_path / "rows.tif", np.zeros((32, 40, 6), np.float32))   # H x W x C: 32 pages of 40 x 6
+    assert read_image(str(tmp_path / "bands.tif")).shape == (32, 40, 6)
+    assert layout_hint(str(tmp_path / "bands.tif"), probe_image(str(tmp_path / "bands.tif"))) == ""
+    spec = DomainSpec(3, "--input_nc", (0.0, 1.0))
+    assert_user_error(lambda: load_for_network(str(tmp_path / "rows.tif"), [spec]), "has 32 channels",
+                      "32 pages of 40x6 pixels", "40x32 image with 6 channels", 'planarconfig="contig"')
 
 
 # ---------------------------------------------------------------- Lab conversion

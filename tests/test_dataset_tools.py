@@ -148,6 +148,24 @@ def test_combine_names_both_files_of_a_pair_of_different_sizes(tmp_path, capsys)
     assert not (tmp_path / "AB").exists()
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--fold_AB", "{file}/AB"], ("--fold_AB", "{file} is a file")),
+    (["--fold_AB", "{tmp}/AB", "--num_imgs", "0"], ("--num_imgs", ">= 1")),
+], ids=["output under a file", "no images"])
+def test_combine_refuses_its_flags_and_output_before_reading_an_image(tmp_path, capsys, flags, named):
+    fold_A, fold_B = paired_folders(tmp_path, {"train": 2})
+    (tmp_path / "notes.txt").write_text("a file where a folder is expected")
+    fill = {"file": str(tmp_path / "notes.txt"), "tmp": str(tmp_path)}
+    with pytest.raises(SystemExit) as stopped:
+        tool(capsys, "scripts/combine_A_and_B.py", "--fold_A", str(fold_A), "--fold_B", str(fold_B),
+             *(flag.format(**fill) for flag in flags))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: argument ")
+    for text in named:
+        assert text.format(**fill) in err, err
+    assert not (tmp_path / "AB").exists()
+
+
 def test_make_dataset_aligned_names_unmatched_files_and_pairs_by_order_on_request(tmp_path, capsys):
     for i in range(2):
         solid(tmp_path / "trainA" / f"a{i}.png", color_of(i, "A"))

@@ -72,6 +72,30 @@ def test_evaluate_py_names_outputs_without_a_target_or_of_another_size(image_set
     assert "nothing to compute" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--json", "{file}/scores.json"], ("--json", "{file} is a file")),
+    (["--json", "{folder}"], ("--json", "{folder} is a folder")),
+    (["--batch_size", "0"], ("--batch_size", ">= 1")),
+    (["--kid_subset_size", "1"], ("--kid_subset_size", ">= 2")),
+    (["--device", "gpu"], ("--device", "'gpu' is not a device")),
+], ids=["json under a file", "json is a folder", "batch_size 0", "kid subsets of one", "no such device"])
+def test_evaluate_py_refuses_its_flags_and_output_before_scoring(image_sets, tmp_path, capsys, flags, named):
+    (tmp_path / "notes.txt").write_text("a file where a folder is expected")
+    fill = {"file": str(tmp_path / "notes.txt"), "folder": str(tmp_path)}
+    with pytest.raises(SystemExit) as stopped:
+        evaluate_main(str(image_sets / "a"), "--targets", str(image_sets / "b"), *(f.format(**fill) for f in flags))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: argument ")
+    for text in named:
+        assert text.format(**fill) in err, err
+
+
+def test_evaluate_py_writes_its_scores_into_a_folder_it_creates(image_sets, tmp_path):
+    out = tmp_path / "new" / "scores.json"
+    assert evaluate_main(str(image_sets / "a"), "--targets", str(image_sets / "b"), "--json", str(out)) == 0
+    assert json.loads(out.read_text())["paired_images"] == 4 and [p.name for p in out.parent.iterdir()] == [out.name]
+
+
 def test_evaluate_py_without_inception_weights_says_where_to_put_them(image_sets, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     monkeypatch.setenv(OFFLINE_ENV, "1")

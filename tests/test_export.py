@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import load_script, run_script
 from models import networks
 from models.tiling import SizeAdapter
 
@@ -139,3 +139,28 @@ def test_export_refuses_weights_whose_output_float32_cannot_pin_down(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert str(tmp_path / "g.pth") in result.stderr and "--tolerance" in result.stderr
     assert "float32" in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--check_sizes", "256"], ("--check_sizes", "HEIGHTxWIDTH", "'256'")),
+    (["--check_sizes", "64x64,64x"], ("--check_sizes", "'64x' is not one")),
+    (["--check_sizes", "64x64,4x64"], ("--check_sizes", "4x64", "8x8")),
+    (["--formats", "onnx,tflite"], ("--formats", "torchscript, onnx")),
+    (["--tolerance", "-1"], ("--tolerance", ">= 0")),
+    (["--opset", "0"], ("--opset", ">= 1")),
+    (["--export_dir", "{file}/export"], ("--export_dir", "{file} is a file")),
+], ids=["size as one number", "half a size", "size below the minimum", "unknown format", "negative tolerance",
+        "opset 0", "export_dir under a file"])
+def test_export_refuses_its_flags_and_output_folder_before_loading_anything(tmp_path, capsys, flags, named):
+    (tmp_path / "notes.txt").write_text("a file where a folder is expected")
+    fill = {"file": str(tmp_path / "notes.txt")}
+    export = load_script("scripts/export.py")
+    with pytest.raises(SystemExit) as stopped:  # the weights do not exist: nothing was loaded
+        export.main(["--weights", str(tmp_path / "missing.pth"), "--netG", "resnet_6blocks", "--ngf", "8",
+                     *(flag.format(**fill) for flag in flags)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: argument ")
+    for text in named:
+        assert text.format(**fill) in err, err
+    assert "missing.pth" not in err
+

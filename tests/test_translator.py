@@ -211,6 +211,58 @@ def test_bf16_runs_on_the_cpu_close_to_fp32_and_fp16_asks_for_a_gpu(work):
         Translator.load(work / "ckpt" / "c", device="cpu", precision="fp16")
 
 
+def tiny_translator(input_nc: int = 3) -> Translator:
+    """An untrained resnet generator (ngf 4) in eval mode: enough to see what translate accepts."""
+    torch.manual_seed(0)
+    return Translator(networks.define_G(input_nc, 3, 4, "resnet_6blocks", "instance"), "resnet_6blocks", input_nc, 3,
+                      device="cpu")
+
+
+@pytest.mark.parametrize("image, shape", [
+    (np.zeros((0, 0, 3), np.uint8), "(0, 0, 3)"),
+    (np.zeros((0, 16), np.float32), "(0, 16)"),
+    (np.zeros((16, 16, 0), np.uint16), "(16, 16, 0)"),
+    (np.zeros((2, 16, 0, 3), np.uint8), "(2, 16, 0, 3)"),
+    (torch.zeros(3, 0, 16), "(3, 0, 16)"),
+    (torch.zeros(1, 0, 16, 16), "(1, 0, 16, 16)"),
+    (Image.new("RGB", (0, 0)), "0x0 PIL image"),
+], ids=["array HxWxC", "array HxW", "no channels", "batch of empty images", "tensor CxHxW", "tensor no channels",
+        "PIL"])
+def test_translate_of_an_image_without_pixels_raises_the_documented_error_naming_its_shape(image, shape):
+    with pytest.raises(UserError, match="holds no pixels") as refused:
+        tiny_translator().translate(image)
+    assert shape in str(refused.value)
+
+
+def test_translate_of_an_empty_batch_is_an_empty_batch():
+    translator = tiny_translator()
+    assert translator.translate(np.zeros((0, 16, 20, 3), np.uint8)).shape == (0, 16, 20, 3)
+    assert translator.translate(torch.zeros(0, 3, 16, 20)).shape == (0, 3, 16, 20)
+    assert translator.translate([]) == []
+
+
+def test_translate_of_float_data_holding_nan_or_infinity_names_it(tmp_path):
+    translator = tiny_translator()
+    pixels = np.random.default_rng(0).random((16, 16, 3), dtype=np.float32)
+    pixels[2, 5, 1] = np.nan
+    with pytest.raises(UserError, match=r"this array holds non-finite values: 1 NaN \(the first at row 2, column 5"):
+        translator.translate(pixels)
+    pixels[2, 5, 1] = np.inf
+    np.save(tmp_path / "x.npy", pixels)
+    with pytest.raises(UserError, match="1 infinite") as refused:
+        translator.translate(tmp_path / "x.npy")
+    assert f"image {tmp_path / 'x.npy'}" in str(refused.value)
+
+
+def test_translate_of_a_tiff_whose_rows_tifffile_stored_as_pages_says_how_to_write_it(tmp_path):
+    import tifffile
+
+    tifffile.imwrite(tmp_path / "bands.tif", np.zeros((24, 20, 5), np.uint16))  # H x W x C, stored as 24 pages
+    with pytest.raises(UserError, match="24 pages of 20x5 pixels") as refused:
+        tiny_translator().translate(tmp_path / "bands.tif")
+    assert 'photometric="minisblack", planarconfig="contig"' in str(refused.value)
+
+
 # ---------------------------------------------------------------------------------- 16-bit, float, bands
 GRAY16 = ["--model", "cycle_gan", "--ngf", "8", "--input_nc", "1", "--output_nc", "1"]
 # Domain A: 6-band float32 TIFFs in [-50, 50]; domain B: 2-band .npy in [-25, 25]; trained B -> A.
@@ -356,6 +408,26 @@ def test_translate_command_exits_2_naming_a_folder_with_nothing_translatable(wor
     assert status == 2
     assert f"nothing could be translated from {tmp_path / 'docs'}" in err and "readme.txt" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--output", "{file}/out"], ("--output", "{file} is a file")),
+    (["--output", "{file}"], ("--output", "{file} is a file")),
+    (["--output", "{tmp}/out", "--tile", "-8"], ("--tile", ">= 0", "'-8'")),
+    (["--output", "{tmp}/out", "--ngf", "0"], ("--ngf", ">= 1")),
+    (["--output", "{tmp}/out", "--data_range", "0", "inf"], ("--data_range", "'inf'")),
+], ids=["output under a file", "output is a file", "negative tile", "ngf 0", "infinite data range"])
+def test_translate_command_refuses_its_flags_and_output_before_loading_anything(tmp_path, capsys, flags, named):
+    (tmp_path / "notes.txt").write_text("a file where a folder is expected")
+    fill = {"file": str(tmp_path / "notes.txt"), "tmp": str(tmp_path)}
+    with pytest.raises(SystemExit) as stopped:  # the checkpoint does not exist: nothing was loaded
+        translate_py.main(["in.png", "--checkpoint", str(tmp_path / "no_such_run"),
+                           *(flag.format(**fill) for flag in flags)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: argument ")
+    for text in named:
+        assert text.format(**fill) in err, err
+    assert "no_such_run" not in err and not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------- HTTP example

@@ -61,7 +61,9 @@ def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnviron
     MASTER_ADDR or else the first host of SLURM_STEP_NODELIST (SLURM_JOB_NODELIST), port
     MASTER_PORT or else SLURM_PORT_BASE + SLURM_JOB_ID % SLURM_PORT_SPAN. A batch script's own
     shell has SLURM_NTASKS and SLURM_PROCID=0 but no step variables, so `python train.py` run
-    there stays a single process, as does a one-task step. Malformed values raise a UserError.
+    there stays a single process, as does a one-task step. Malformed values raise a UserError, and so
+    do RANK and WORLD_SIZE that no launcher set (a rank outside the world; two or more processes
+    without MASTER_ADDR and MASTER_PORT): leftovers of another job or a notebook.
     """
     def number(name: str, default: str | None = None) -> int:
         value = environ.get(name, default)
@@ -71,7 +73,9 @@ def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnviron
         return int(value)
 
     if "RANK" in environ and "WORLD_SIZE" in environ:
-        return LaunchEnvironment("torchrun", number("RANK"), number("LOCAL_RANK", "0"), number("WORLD_SIZE"))
+        launch = LaunchEnvironment("torchrun", number("RANK"), number("LOCAL_RANK", "0"), number("WORLD_SIZE"))
+        _check_torchrun_variables(launch, environ)
+        return launch
     if "SLURM_STEP_NUM_TASKS" not in environ or number("SLURM_STEP_NUM_TASKS") <= 1:
         return None
     if environ.get("MASTER_ADDR"):
@@ -88,6 +92,28 @@ def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnviron
                    else SLURM_PORT_BASE + number("SLURM_JOB_ID", "0") % SLURM_PORT_SPAN)
     return LaunchEnvironment("srun", number("SLURM_PROCID"), number("SLURM_LOCALID", "0"),
                              number("SLURM_STEP_NUM_TASKS"), master_addr, master_port)
+
+
+def _check_torchrun_variables(launch: LaunchEnvironment, environ: Mapping[str, str]) -> None:
+    """Raise a UserError when RANK and WORLD_SIZE cannot have come from a launcher: a rank outside the
+    world, or several processes without the rendezvous address that torchrun (and every other env://
+    launcher) sets with them -- typically variables left over in a notebook or job script."""
+    found = ", ".join(f"{name}={environ[name]}" for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                              "MASTER_PORT") if name in environ)
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "train.py"
+    to_run_alone = (f"To run a single process, unset them (`unset RANK LOCAL_RANK WORLD_SIZE`, or "
+                    f"os.environ.pop(...) in a notebook); to run several, start them with "
+                    f"`torchrun --nproc_per_node N {script} ...`, which sets all of them")
+    if launch.world_size == 0 or launch.rank >= launch.world_size:
+        raise UserError(f"the environment says this is process RANK {launch.rank} of WORLD_SIZE "
+                        f"{launch.world_size} ({found}), which cannot be: ranks run from 0 to WORLD_SIZE - 1. "
+                        f"{to_run_alone}.")
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(name)]
+    if launch.world_size > 1 and missing:
+        raise UserError(f"the environment says this is process {launch.rank} of {launch.world_size} ({found}), but "
+                        f"{' and '.join(missing)}, which torchrun sets along with them, "
+                        f"{'is' if len(missing) == 1 else 'are'} missing, so these variables are probably left over "
+                        f"from another job or a notebook, not set by a launcher. {to_run_alone}.")
 
 
 @dataclass(frozen=True)
@@ -185,7 +211,7 @@ def _start(device: str, timeout_s: float, backend: str) -> DistContext:
     # torchrun may hand restarted workers the same key-value store as the workers they replace;
     # without a fresh key prefix per restart, the new processes read the dead ones' addresses
     # and fail to connect. (Seen with gloo and --max-restarts on torch 2.14.)
-    store, _, _ = next(dist.rendezvous(launch.rendezvous_url, rank, world, timeout=timeout))
+    store = _rendezvous(launch, timeout)
     store = dist.PrefixStore(f"img2img/restart_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
     if chosen.type == "cuda":
         torch.cuda.set_device(chosen)
@@ -195,6 +221,24 @@ def _start(device: str, timeout_s: float, backend: str) -> DistContext:
     else:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     return DistContext(rank=rank, local_rank=local_rank, world_size=world, device=chosen, backend=backend)
+
+
+def _rendezvous(launch: LaunchEnvironment, timeout: datetime.timedelta) -> dist.Store:
+    """The key-value store all processes meet at. Not meeting them (they were never started, the address
+    is unreachable, its port is taken) is a UserError naming the launch variables, as the usual cause is
+    a launch that went wrong or variables left over from an earlier one, not a bug."""
+    try:
+        store, _, _ = next(dist.rendezvous(launch.rendezvous_url, launch.rank, launch.world_size, timeout=timeout))
+        return store
+    except dist.DistError as err:
+        where = (f"MASTER_ADDR={os.environ.get('MASTER_ADDR')}, MASTER_PORT={os.environ.get('MASTER_PORT')}"
+                 if launch.launcher == "torchrun" else launch.rendezvous_url)
+        raise UserError(
+            f"process {launch.rank} of {launch.world_size} (as {launch.launcher}'s variables say) could not meet the "
+            f"others at {where} within --ddp_timeout {timeout.total_seconds():g} s: {' '.join(str(err).split()).rstrip('.')}. "
+            f"Check that all {launch.world_size} processes were started and reach that address, and that nothing "
+            f"else uses the port; if this process was meant to run alone, the variables are left over from "
+            f"another job: unset RANK, LOCAL_RANK, WORLD_SIZE (and the SLURM_STEP_* ones).") from None
 
 
 def is_distributed() -> bool:

@@ -5,12 +5,15 @@ argparse before anything runs, in one paragraph that names the flag, the allowed
 value given, with exit status 2 -- the same form as every other bad input (util/errors.py).
 
     parser.add_argument("--batch_size", type=positive_int, default=1)
+
+Scripts use `OneParagraphParser` too, so that their bad flags read like train.py's.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from util import distributed
@@ -54,6 +57,33 @@ non_negative_float = Bounded(float, low=0, name="non_negative_float")
 finite_float = Bounded(float, name="finite_float")
 port_number = Bounded(int, low=1, high=65535, name="port_number")
 fraction_below_one = Bounded(float, low=0, high=1, high_open=True, name="fraction_below_one")  # 0 <= x < 1
+
+def hw_sizes(text: str) -> list[tuple[int, int]]:
+    """An argparse `type` for image sizes: "256x256,200x312" -> [(256, 256), (200, 312)], height x width,
+    each at least 1; a size written as one number is refused rather than guessed to be a square."""
+    sizes = []
+    for part in text.split(","):
+        sides = part.strip().lower().split("x")
+        if len(sides) != 2 or not all(side.strip().isdigit() and int(side) >= 1 for side in sides):
+            raise argparse.ArgumentTypeError(f"expected sizes HEIGHTxWIDTH (whole numbers >= 1) separated by commas, "
+                                             f"e.g. 256x256,200x312; got {text!r}"
+                                             + (f" ({part.strip()!r} is not one)" if "," in text else ""))
+        sizes.append((int(sides[0]), int(sides[1])))
+    return sizes
+
+
+def comma_choices(*choices: str) -> Callable[[str], list[str]]:
+    """An argparse `type` for a comma-separated selection among `choices`: "a, b" -> ["a", "b"]."""
+    def parse(text: str) -> list[str]:
+        picked = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in picked if item not in choices]
+        if unknown or not picked:
+            raise argparse.ArgumentTypeError(f"choose one or more of {', '.join(choices)}, separated by commas, "
+                                             f"got {text!r}")
+        return picked
+    parse.__name__ = "comma_choices"
+    return parse
+
 
 # Names the reference's README gives for DDP (`--norm sync_batch`, `--norm sync_instance`) that its
 # code never accepted. Instance norm has no statistics across images to synchronise: under DDP it

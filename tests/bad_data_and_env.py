@@ -1,0 +1,140 @@
+"""Corpus cases of tests/test_bad_input.py for data and the environment: float images holding NaN or
+infinity, launcher variables left over without torchrun, symbolic links that lead nowhere, a TIFF
+whose rows tifffile stored as pages, and a malformed flag of a script that writes (export.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from bad_input_kit import NAME, PIX, Case, Setup, aligned, random_pixels, run_args
+
+
+def float_pairs(work: Path, ext: str = ".tif", count: int = 2) -> list[Path]:
+    """`count` aligned A|B float32 images (32x64x3 in [0, 1]) as .tif or .npy."""
+    folder = work / "data" / "train"
+    folder.mkdir(parents=True)
+    paths = []
+    for i in range(count):
+        pixels = np.random.default_rng(i).random((32, 64, 3), dtype=np.float32)
+        path = folder / f"{i:04d}{ext}"
+        if ext == ".npy":
+            np.save(path, pixels)
+        else:
+            tifffile.imwrite(path, pixels, photometric="rgb")
+        paths.append(path)
+    return paths
+
+
+def rewrite_float(path: Path, change) -> None:
+    pixels = np.load(path) if path.suffix == ".npy" else tifffile.imread(path)
+    change(pixels)
+    if path.suffix == ".npy":
+        np.save(path, pixels)
+    else:
+        tifffile.imwrite(path, pixels, photometric="rgb")
+
+
+# ---------------------------------------------------------------------------------- non-finite data
+def b_nan_in_float_tiff(work):
+    """The issue's example: NaN pixels used to load, and training stopped at the first step with
+    "training diverged ... start again with a lower --lr". The first image is read before the model
+    is built, so the refusal is cheap; one met later in the epoch goes through the same loader."""
+    paths = float_pairs(work)
+    rewrite_float(paths[0], lambda pixels: pixels.__setitem__((3, 40, 1), np.nan))
+    return Setup(run_args(work, *PIX, "--data_range", "0", "1"),
+                 stderr_has=(paths[0], "non-finite", "1 NaN", "row 3, column 40", "np.nan_to_num"),
+                 stderr_lacks=("diverged", "--lr"))
+
+
+def b_infinity_in_npy(work):
+    paths = float_pairs(work, ".npy")
+    rewrite_float(paths[0], lambda pixels: pixels.__setitem__((0, slice(0, 2), 0), (np.inf, -np.inf)))
+    return Setup(run_args(work, *PIX, "--data_range", "0", "1"), stderr_has=(paths[0], "2 infinite"))
+
+
+# ---------------------------------------------------------------------------------- the environment
+def b_stray_rank_and_world_size(work):
+    aligned(work / "data" / "train", 2)
+    return Setup(run_args(work, *PIX), env={"RANK": "0", "WORLD_SIZE": "2"},
+                 stderr_has=("RANK=0", "WORLD_SIZE=2", "MASTER_ADDR", "unset RANK", "torchrun"),
+                 stderr_lacks=("ValueError",))
+
+
+# ---------------------------------------------------------------------------------- symbolic links
+def b_dataroot_symlink_loop(work):
+    (work / "loop_a").symlink_to(work / "loop_b")
+    (work / "loop_b").symlink_to(work / "loop_a")
+    return Setup(run_args(work, *PIX, data=work / "loop_a"),
+                 stderr_has=(work / "loop_a", "symbolic link in a loop", "--dataroot"), stderr_lacks=("does not exist",))
+
+
+def b_image_links_leading_nowhere(work):
+    paths = aligned(work / "data" / "train", 3)
+    paths[1].unlink()
+    paths[1].symlink_to(work / "moved_away.png")  # dangling
+    paths[2].unlink()
+    paths[2].symlink_to(paths[2])                 # a loop
+    return Setup(run_args(work, *PIX), stderr_has=(paths[1], "symbolic link to", work / "moved_away.png",
+                                                   "1 more", paths[2]),
+                 stderr_lacks=("moved or deleted",))
+
+
+def b_checkpoints_dir_through_dangling_link(work):
+    aligned(work / "data" / "train", 2)
+    (work / "runs").symlink_to(work / "unmounted_disk")
+    args = run_args(work, *PIX) + ["--checkpoints_dir", str(work / "runs")]
+    return Setup(args, stderr_has=("--checkpoints_dir", work / "runs", "symbolic link to", work / "unmounted_disk"))
+
+
+# ---------------------------------------------------------------------------------- file layouts
+def b_tiff_rows_stored_as_pages(work):
+    folder = work / "data" / "train"
+    folder.mkdir(parents=True)
+    paths = []
+    for i in range(2):
+        bands = np.random.default_rng(i).integers(0, 65536, (32, 64, 5), dtype=np.uint16)  # H x W x C, C = 5
+        tifffile.imwrite(folder / f"{i}.tif", bands)  # stored as 32 pages of 64 x 5 pixels
+        paths.append(folder / f"{i}.tif")
+    return Setup(run_args(work, *PIX), stderr_has=(paths[0], "32 pages of 64x5", 'photometric="minisblack"',
+                                                   'planarconfig="contig"', "5 channels"),
+                 stderr_lacks=("Set --input_nc 32",))
+
+
+# ---------------------------------------------------------------------------------- scripts that write
+def b_export_size_as_one_number(work):
+    aligned(work / "data" / "train", 1)
+    return Setup(["--weights", str(work / "ck" / NAME / "latest_net_G.pth"), "--netG", "resnet_6blocks",
+                  "--ngf", "8", "--export_dir", str(work / "export"), "--check_sizes", "256"],
+                 stderr_has=("--check_sizes", "'256'", "HEIGHTxWIDTH"))
+
+
+def b_export_dir_under_a_file(work):
+    (work / "notes.txt").write_text("a file where a folder is expected\n")
+    return Setup(["--weights", str(work / "ck" / NAME / "latest_net_G.pth"), "--netG", "resnet_6blocks",
+                  "--ngf", "8", "--export_dir", str(work / "notes.txt" / "export")],
+                 stderr_has=("--export_dir", work / "notes.txt", "is a file"))
+
+
+DATA_AND_ENV_CASES = [
+    # float data holding NaN or infinity: the file is named, not "training diverged"
+    Case("NaN in a float tiff is refused naming the file, not as divergence", b_nan_in_float_tiff, 2),
+    Case("infinity in a float npy is refused naming the file", b_infinity_in_npy, 2),
+    # launcher variables
+    Case("RANK and WORLD_SIZE left over without torchrun are refused naming them and how to unset them",
+         b_stray_rank_and_world_size, 2),
+    # symbolic links
+    Case("--dataroot that is a symbolic link loop is refused as a loop, not as missing", b_dataroot_symlink_loop, 2),
+    Case("dangling and looping image links are refused as links, not as files moved away",
+         b_image_links_leading_nowhere, 2),
+    Case("--checkpoints_dir through a dangling symbolic link is refused naming the link",
+         b_checkpoints_dir_through_dangling_link, 2, parse_only=True),
+    # layouts
+    Case("HxWxC tiff stored by tifffile as H pages is refused saying how to write it", b_tiff_rows_stored_as_pages, 2),
+    # scripts that write: their own flags and output paths, before any work
+    Case("export.py --check_sizes written as one number is refused naming the flag", b_export_size_as_one_number, 2,
+         script="scripts/export.py"),
+    Case("export.py --export_dir under a regular file is refused before exporting", b_export_dir_under_a_file, 2,
+         script="scripts/export.py"),
+]
