@@ -20,7 +20,6 @@ Prints a table and writes JSON (default RESULTS/evaluation.json). Exit status 2 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -32,6 +31,7 @@ from util.evaluation.inception import inception_weights_available, missing_incep
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
+from util.safe_files import atomic_write_json  # noqa: E402
 
 
 
@@ -198,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if key in result:
             print(f"{key:<10}{result[key]:.6f}")
     path = args.json or os.path.join(args.results, "evaluation.json")
-    with open(path, "wt") as f:
-        json.dump(result, f, indent=1)
+    atomic_write_json(path, result, indent=1)
     print(f"scores of {result['outputs']} images written to {path}")
     return 0
 
