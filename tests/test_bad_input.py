@@ -32,6 +32,7 @@ import pytest
 import torch
 from PIL import Image
 
+from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
                            run_args)
@@ -312,6 +313,7 @@ CASES = [
     Case("second concurrent run on the same --name is refused by the run lock naming the folder",
          b_second_concurrent_run, 2, heavy=True),
     *FLAG_AND_PATH_CASES,
+    *DAMAGED_FILE_CASES,
 ]
 
 

@@ -4,7 +4,8 @@ a note naming the damaged file where an older copy is used instead), or stops wi
 naming the file. And a run killed inside a save leaves nothing damaged behind (docs/resume.md).
 
 The runs are tiny (2 images of 32 px, --ngf 4) and, but for the one killed for real, in-process:
-`train.main` / `test.main` return the exit status and print what a user would read.
+`train.main` / `test.main` return the exit status and print what a user would read. The readers
+and writers themselves (util/safe_files.py, util/training/checkpoint_io.py) are tested first.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from PIL import Image
 
 from conftest import ROOT, load_script
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 NAME = "run"
 TINY = ["--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4", "--ndf", "4", "--load_size", "32",
@@ -52,6 +53,83 @@ def cut_in_half(path: Path) -> None:
 
 
 DAMAGE = {"empty": empty, "cut in half": cut_in_half}
+
+
+# ---------------------------------------------------------------------------------- readers and writers
+def legacy_checkpoint(path: Path) -> None:
+    torch.save({"weight": torch.randn(500)}, path, _use_new_zipfile_serialization=False)  # PyTorch < 1.6's format
+
+
+def zip_checkpoint(path: Path) -> None:
+    torch.save({"weight": torch.randn(500)}, path)
+
+
+@pytest.mark.parametrize("make, damage, says", [
+    (None, lambda p: p.write_bytes(b""), "is empty (0 bytes"),
+    (zip_checkpoint, cut_in_half, "is cut short or damaged"),
+    (legacy_checkpoint, cut_in_half, "is cut short or damaged"),
+    (None, lambda p: p.write_bytes(b"<html><body>404 Not Found</body></html>"), "is not a PyTorch checkpoint"),
+    (None, lambda p: p.write_bytes(bytes(range(7, 250)) * 4), "is not a PyTorch checkpoint"),
+    (None, lambda p: p.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:1\n"), "git lfs pull"),
+], ids=["empty", "zip cut short", "legacy cut short", "html page", "random bytes", "git-lfs pointer"])
+def test_a_checkpoint_that_cannot_be_read_is_named_with_what_it_holds(make, damage, says, tmp_path):
+    from util.errors import UserError
+    from util.training.checkpoint_io import load_checkpoint_file
+
+    path = tmp_path / "latest_net_G.pth"
+    if make:
+        make(path)
+    damage(path)
+    with pytest.raises(UserError) as refused:
+        load_checkpoint_file(str(path))
+    message = str(refused.value)
+    assert str(path) in message and says in message and "\n" not in message, message
+
+
+def test_a_log_line_cut_by_a_kill_is_skipped_and_the_next_one_starts_on_a_line_of_its_own(tmp_path, capsys):
+    from util.display.validation_log import read_metrics
+    from util.safe_files import append_line
+
+    log = tmp_path / "metrics.jsonl"
+    append_line(str(log), '{"epoch": 1, "metrics": {"L1": 0.5}}')
+    with open(log, "a") as f:
+        f.write('{"epoch": 2, "metr')  # killed in the middle of a write
+    append_line(str(log), '{"epoch": 2, "metrics": {"L1": 0.4}}')
+    assert log.read_text().splitlines()[-1] == '{"epoch": 2, "metrics": {"L1": 0.4}}'
+    assert {epoch: row["metrics"]["L1"] for epoch, row in read_metrics(str(tmp_path)).items()} == {1: 0.5, 2: 0.4}
+    assert f"{log}: skipping line(s) 2," in capsys.readouterr().err
+
+
+def test_a_file_written_whole_or_not_at_all_keeps_the_old_one_when_the_writer_fails_and_gets_plain_permissions(
+        tmp_path):
+    from util.safe_files import atomic_write, atomic_write_text
+
+    target = tmp_path / "best.json"
+    target.write_text("old")
+
+    def fails_halfway(f):
+        f.write(b"new, but only ha")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(str(target), fails_halfway)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["best.json"]
+    atomic_write_text(str(tmp_path / "new.txt"), "text")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not 0600
+
+
+def test_damaged_json_files_of_a_run_are_one_paragraph_naming_them(tmp_path):
+    from util.errors import UserError
+    from util.safe_files import read_json_object
+
+    for content, says in ((b"", "it is empty"), (b'{"netG": "res', "JSONDecodeError"), (b"[1, 2]", "no JSON object")):
+        path = tmp_path / "architecture.json"
+        path.write_bytes(content)
+        with pytest.raises(UserError, match="is damaged") as refused:
+            read_json_object(str(path), "Delete it.")
+        assert str(path) in str(refused.value) and says in str(refused.value)
 
 
 # ---------------------------------------------------------------------------------- runs
@@ -123,6 +201,7 @@ def files(run_dir: Path, keep: Callable[[Path], bool]) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------- every file
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_every_file_damaged_but_an_older_training_state_the_run_continues_from_it_and_test_py_names_the_rest(
         damage, scripts, data, interrupted, capsys):
@@ -151,6 +230,7 @@ def test_every_file_damaged_but_an_older_training_state_the_run_continues_from_i
                                 "is empty" if damage == "empty" else "cut short")
 
 
+@pytest.mark.slow
 def test_every_training_state_damaged_is_refused_naming_them_and_changing_nothing(scripts, data, interrupted, capsys):
     for path in interrupted.glob("*_train_state.pth"):
         cut_in_half(path)
@@ -161,6 +241,7 @@ def test_every_training_state_damaged_is_refused_naming_them_and_changing_nothin
     assert {path: path.read_bytes() for path in before} == before
 
 
+@pytest.mark.slow
 def test_damaged_architecture_json_is_named_where_it_is_read(scripts, data, interrupted, capsys):
     """test.py with flags that do not fit the weights reads architecture.json for the flags to use;
     the Translator reads it to build the generator."""
@@ -181,6 +262,7 @@ def test_damaged_architecture_json_is_named_where_it_is_read(scripts, data, inte
 
 
 # ---------------------------------------------------------------------------------- killed inside a save
+@pytest.mark.slow
 def test_run_killed_at_a_random_point_inside_a_save_continues_and_tests_from_the_last_good_state(
         scripts, data, tmp_path, capsys):
     """SIGKILL while one of the files of a save (weights, moving averages, architecture.json, the
