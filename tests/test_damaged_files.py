@@ -44,10 +44,11 @@ def empty(path: Path) -> None:
 
 
 def cut_in_half(path: Path) -> None:
-    """Keep the first half, ending inside a line rather than at its end (a log's lines are alike)."""
+    """Keep about the first half, ending inside a line, not just before or after its newline (a log
+    whose lines are alike could otherwise lose a whole line and keep only whole ones)."""
     data = path.read_bytes()
     keep = len(data) // 2
-    while 0 < keep < len(data) and data[keep - 1:keep] == b"\n":
+    while 0 < keep < len(data) and b"\n" in data[keep - 1:keep + 1]:
         keep += 1
     path.write_bytes(data[:keep])
 
