@@ -16,7 +16,6 @@ N x N tiles (models/tiling.py, docs/evaluation.md).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -31,6 +30,7 @@ from util import distributed, html
 from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.evaluation.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
+from util.safe_files import atomic_write_json
 from util.seeding import enable_determinism, seed_everything
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
@@ -112,8 +112,7 @@ def write_results(opt, web_dir: str, summary: dict, rows: list[tuple]) -> str | 
     if os.path.isdir(full_precision_dir):
         notes.append(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
     if summary:
-        with open(os.path.join(web_dir, "metrics.json"), "wt") as f:
-            json.dump(summary, f, indent=1)
+        atomic_write_json(os.path.join(web_dir, "metrics.json"), summary, indent=1)
     if not html.available():
         print(f"warning: {html.MISSING}; no results page, the images are in {image_dir}", file=sys.stderr)
         return None

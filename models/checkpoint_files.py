@@ -7,14 +7,14 @@ exactly which flags to pass, and models/saved_generator.py can rebuild a generat
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
 from torch import nn
 
-from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 from util.errors import UserError
+from util.safe_files import atomic_write_json, read_json_object
+from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 
 ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
                         "input_nc", "output_nc", "direction")
@@ -28,8 +28,7 @@ def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -
         state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
         atomic_torch_save(state, os.path.join(save_dir, f"{label}_net_{name}.pth"))
     architecture = {key: getattr(opt, key) for key in ARCHITECTURE_OPTIONS if hasattr(opt, key)}
-    with open(os.path.join(save_dir, ARCHITECTURE_FILE), "wt") as f:
-        json.dump(architecture, f, indent=1)
+    atomic_write_json(os.path.join(save_dir, ARCHITECTURE_FILE), architecture, indent=1)  # whole, even if killed
 
 
 def read_network(path: str, net: nn.Module, device: torch.device, opt, save_dir: str) -> None:
@@ -46,24 +45,36 @@ def read_network(path: str, net: nn.Module, device: torch.device, opt, save_dir:
 def mismatch_message(path: str, err: RuntimeError, opt, save_dir: str) -> str:
     """Which file does not fit the networks the flags build, and (from architecture.json) the flags
     it was trained with."""
-    flags = ""
-    saved = os.path.join(save_dir, ARCHITECTURE_FILE)
-    if os.path.exists(saved):
-        with open(saved) as f:
-            arch = json.load(f)
-        parts = []
-        for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
-            if key in arch and arch[key] != getattr(opt, key, arch[key]):
-                parts.append(f"--{key} {arch[key]}")
-        if arch.get("no_dropout") != getattr(opt, "no_dropout", None):
-            parts.append("--no_dropout" if arch.get("no_dropout") else "(without --no_dropout)")
-        if parts:
-            flags = " It was trained with " + " ".join(parts) + "; pass the same flags."
+    flags = _trained_flags(os.path.join(save_dir, ARCHITECTURE_FILE), opt)
     first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
     return (f"checkpoint {path} does not fit the network built from your flags "
             f"(--netG {opt.netG} --norm {opt.norm} --ngf {opt.ngf}"
             f"{' --no_dropout' if opt.no_dropout else ''}).{flags} "
             f"PyTorch says: {first}")
+
+
+def _trained_flags(saved: str, opt) -> str:
+    """The sentence naming the flags architecture.json `saved` records where they differ from
+    `opt`'s ("" without the file or a difference; what is wrong with the file when it is damaged)."""
+    if not os.path.exists(saved):
+        return ""
+    try:
+        arch = read_architecture_file(saved)
+    except UserError as damaged:  # it would only have added a hint: say so, and give the rest
+        return f" ({damaged})"
+    parts = []
+    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
+        if key in arch and arch[key] != getattr(opt, key, arch[key]):
+            parts.append(f"--{key} {arch[key]}")
+    if arch.get("no_dropout") != getattr(opt, "no_dropout", None):
+        parts.append("--no_dropout" if arch.get("no_dropout") else "(without --no_dropout)")
+    return " It was trained with " + " ".join(parts) + "; pass the same flags." if parts else ""
+
+
+def read_architecture_file(path: str) -> dict:
+    """The options architecture.json `path` records; a UserError naming it when it is damaged."""
+    return read_json_object(path, "train.py rewrites it at every save; delete it and the architecture is taken "
+                                  "from the flags or the weights.")
 
 
 def drop_old_instance_norm_stats(state: dict, net: nn.Module) -> None:

@@ -14,7 +14,6 @@ The --data_range a run trained with comes from the options train.py saved beside
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -24,10 +23,11 @@ from torch import nn
 
 from models import builtin_models, find_model_using_name, networks
 from models.base_model import BaseModel
-from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats
+from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
 from util.training.checkpoint_io import load_state_dict_file
 from util.errors import UserError
 from util.util import why_missing
+from util.safe_files import read_json_object
 
 # define_G's arguments, under the names of the flags (and of Translator.load's keywords).
 ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")
@@ -150,14 +150,6 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
     return GeneratorCheckpoint(path, arch, translates, _read_trained_data_range(folder))
 
 
-def _read_json(path: str, consequence: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path} is not readable JSON ({err}); restore it or delete it ({consequence}).") from None
-
-
 def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
     """The --data_range numbers in the options train.py saved in `folder` (`<phase>_opt.json`: train_opt.json,
     else the newest other one); None when the run trained without it or no options file is there."""
@@ -167,7 +159,8 @@ def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
         if not others:
             return None
         path = max(others, key=os.path.getmtime)
-    values = _read_json(path, "then pass the --data_range the run trained with, if any").get("data_range")
+    values = read_json_object(path, "Restore it, or delete it and pass the --data_range the run trained with, "
+                                    "if any.").get("data_range")
     return tuple(float(v) for v in values) if values else None
 
 
@@ -176,7 +169,7 @@ def _read_architecture_json(folder: str) -> dict:
     path = os.path.join(folder, ARCHITECTURE_FILE)
     if not os.path.isfile(path):
         return {}
-    saved = _read_json(path, "the architecture is then read from the weights")
+    saved = read_architecture_file(path)
     if "model" in saved:
         model_class = _saved_model_class(folder, saved["model"])
         refusal = model_class.translator_refusal or ("" if model_class.translators else

@@ -8,7 +8,6 @@ meaning, so its users' scripts run unchanged. Models and datasets add their own 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -23,6 +22,7 @@ from util.util import broken_link
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
                                 positive_int)
+from util.safe_files import atomic_write_json, atomic_write_text
 
 
 class BaseOptions:
@@ -184,9 +184,7 @@ def save_options(opt: FrozenOptions) -> None:
     """Write `<phase>_opt.txt` (as the reference) and `<phase>_opt.json` into the run folder."""
     run_dir = os.path.join(opt.checkpoints_dir, opt.name)
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, f"{opt.phase}_opt.txt"), "wt") as f:
-        f.write(format_options(opt) + "\n")
-    with open(os.path.join(run_dir, f"{opt.phase}_opt.json"), "wt") as f:
-        json.dump(opt.as_dict(), f, indent=1, default=str)
+    atomic_write_text(os.path.join(run_dir, f"{opt.phase}_opt.txt"), format_options(opt) + "\n")
+    atomic_write_json(os.path.join(run_dir, f"{opt.phase}_opt.json"), opt.as_dict(), indent=1, default=str)
 
 

@@ -12,7 +12,6 @@ Writes the table as JSON beside the results page and exits non-zero if training 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -25,6 +24,7 @@ from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
+from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
 
@@ -33,8 +33,8 @@ def best_epoch(opt) -> dict | None:
     path = os.path.join(opt.checkpoints_dir, opt.name, "best.json")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f).get("best")
+    return read_json_object(path, "train.py rewrites it at the next validation that beats the best; delete it to "
+                                  "report without it.").get("best")
 
 
 def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
@@ -63,8 +63,8 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
 
 def main() -> int:
     opt = TestOptions().parse()
-    best = best_epoch(opt)
     try:
+        best = best_epoch(opt)
         table = report(opt, best)
     except UserError as err:
         print(describe(err), file=sys.stderr)
@@ -79,8 +79,7 @@ def main() -> int:
         table["best"]["epoch"] = best["epoch"]
     out_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "demo_report.json"), "wt") as f:
-        json.dump(table, f, indent=1)
+    atomic_write_json(os.path.join(out_dir, "demo_report.json"), table, indent=1)
     improved = table["trained"]["L1"] < min(table["untrained"]["L1"], table["identity"]["L1"])
     print("training works: the trained model beats both baselines" if improved
           else "training did NOT beat the baselines")

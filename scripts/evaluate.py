@@ -20,7 +20,6 @@ Prints a table and writes JSON (default RESULTS/evaluation.json). Exit status 2 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -33,11 +32,11 @@ from options.base_options import unwritable_file_reason  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.util import why_missing  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
-from util.training.checkpoint_io import atomic_write  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
+from util.safe_files import atomic_write_json  # noqa: E402
 
 
 
@@ -224,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         if key in result:
             print(f"{key:<10}{result[key]:.6f}")
     path = json_path(args)
-    atomic_write(path, lambda f: f.write(json.dumps(result, indent=1).encode()))
+    atomic_write_json(path, result, indent=1)
     print(f"scores of {result['outputs']} images written to {path}")
     return 0
 

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.safe_files import atomic_write  # noqa: E402
 
 SHOWN = 5
 
@@ -86,7 +87,9 @@ def align_images(pairs: list[tuple[str, str]], target_path: str) -> int:
             aligned.paste(img_a, (0, 0))
             aligned.paste(img_b, (img_a.width, 0))
         out = os.path.join(target_path, os.path.basename(a))
-        aligned.save(out, quality=95) if out.lower().endswith((".jpg", ".jpeg")) else aligned.save(out)
+        image_format = Image.registered_extensions().get(os.path.splitext(out)[1].lower(), "PNG")
+        extra = {"quality": 95} if image_format == "JPEG" else {}
+        atomic_write(out, lambda f: aligned.save(f, format=image_format, **extra))  # never half an image
     return len(pairs)
 
 

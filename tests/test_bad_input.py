@@ -33,6 +33,7 @@ import torch
 from PIL import Image
 
 from bad_data_and_env import DATA_AND_ENV_CASES
+from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
@@ -316,6 +317,7 @@ CASES = [
     *FLAG_AND_PATH_CASES,
     *RESUME_FLAG_CASES,
     *DATA_AND_ENV_CASES,
+    *DAMAGED_FILE_CASES,
 ]
 
 

@@ -90,5 +90,8 @@ def test_continue_train_in_an_empty_folder_is_refused_naming_it(tmp_path):
 def test_stale_temporary_files_of_a_killed_writer_are_removed(tmp_path):
     (tmp_path / ".latest_net_G.pth.abc.tmp").write_bytes(b"half")
     (tmp_path / "latest_net_G.pth").write_bytes(b"whole")
+    (tmp_path / "web" / "images").mkdir(parents=True)
+    (tmp_path / "web" / "images" / ".epoch001_fake_B.png.abc.tmp").write_bytes(b"half")  # the pages' images too
     Checkpointer(str(tmp_path), DistContext(), images_per_step=1).remove_stale_temporary_files()
-    assert [path.name for path in tmp_path.iterdir()] == ["latest_net_G.pth"]
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()) == \
+        ["latest_net_G.pth"]

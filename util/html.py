@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from util import util
+from util.safe_files import atomic_write_text
 
 try:  # needed only for the pages: without it train.py and test.py run on and say that no page is written
     import dominate
@@ -97,10 +98,7 @@ class HTML:
     def save(self) -> str:
         """Write `index.html` (atomically: a browser reloading it never sees half a page)."""
         path = os.path.join(self.web_dir, "index.html")
-        tmp = path + ".tmp"
-        with open(tmp, "wt", encoding="utf-8") as f:
-            f.write(self.doc.render())
-        os.replace(tmp, path)
+        atomic_write_text(path, self.doc.render())
         return path
 
 

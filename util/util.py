@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from util.errors import UserError
+from util.safe_files import atomic_write
 
 
 def parse_display_channels(text: str) -> list[int] | None:
@@ -57,7 +58,8 @@ def save_image(image_numpy: np.ndarray, image_path: str, aspect_ratio: float = 1
         image = image.resize((int(w * aspect_ratio), h), Image.BICUBIC)
     elif aspect_ratio < 1.0:
         image = image.resize((w, int(h / aspect_ratio)), Image.BICUBIC)
-    image.save(image_path)
+    image_format = Image.registered_extensions().get(os.path.splitext(image_path)[1].lower(), "PNG")
+    atomic_write(image_path, lambda f: image.save(f, format=image_format))  # a page never shows half an image
 
 
 def mkdirs(paths: str | list[str]) -> None:

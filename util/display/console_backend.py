@@ -15,6 +15,7 @@ from util.display.backend import LoggerBackend, RunInfo
 from util.display.loss_log import plot_loss_log
 from util.display.progress import ProgressBar
 from util.display.validation_log import ValidationLog, plot_metrics
+from util.safe_files import append_line
 from util.training.position import Position
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ class ConsoleBackend(LoggerBackend):
         self.log_name = os.path.join(run.run_dir, LOSS_LOG)
         self.validation_log = ValidationLog(run.run_dir)
         os.makedirs(run.run_dir, exist_ok=True)
-        with open(self.log_name, "a") as log_file:  # a new section: scripts/plot_losses.py joins them
-            log_file.write(f"================ Training Loss ({time.strftime('%c')}) ================\n")
+        # a new section (scripts/plot_losses.py joins them); append_line: a line cut by a kill stays alone
+        append_line(self.log_name, f"================ Training Loss ({time.strftime('%c')}) ================")
 
     def begin_epoch(self, position: Position, images_in_epoch: int) -> None:
         self.progress.begin_epoch(position.epoch, images_in_epoch, position.images_done)
@@ -82,8 +83,7 @@ class ConsoleBackend(LoggerBackend):
 
     def _print_and_log(self, text: str) -> None:
         self.run.say(text)
-        with open(self.log_name, "a") as log_file:
-            log_file.write(text + "\n")
+        append_line(self.log_name, text)
 
     def close(self) -> None:
         self.progress.close()

@@ -18,6 +18,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from util.safe_files import atomic_write
+
 SECTION_MARK = "================ Training Loss"
 LOSS_LINE = re.compile(r"^\(epoch: (\d+), iters: (\d+), time: [^,]*, data: [^)]*\)\s?(.*)$")
 LOSS_PAIR = re.compile(r"([^\s:]+): (\S+)")
@@ -158,7 +160,7 @@ def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, t
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    tmp = out_path + ".tmp.png"
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, out_path)
+    try:
+        atomic_write(out_path, lambda f: fig.savefig(f, dpi=90, format="png"))  # a viewer never sees half a plot
+    finally:
+        plt.close(fig)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
 from util.display.loss_log import draw_panels
+from util.safe_files import append_line, read_json_lines
 
 VAL_LOG = "val_log.txt"
 METRICS_JSONL = "metrics.jsonl"
@@ -32,31 +34,29 @@ class ValidationLog:
         values = " ".join(f"{k}: {v:.4f}" for k, v in scores.items()) or "no metrics (see the warnings above)"
         line = f"(epoch: {epoch}, iters: {iteration}, time: {seconds:.1f} s{share}) {values}"
         os.makedirs(self.run_dir, exist_ok=True)
-        with open(os.path.join(self.run_dir, VAL_LOG), "a") as log:
-            if not self.started:
-                log.write(f"================ Validation ({time.strftime('%c')}) ================\n")
-                self.started = True
-            log.write(line + "\n")
+        if not self.started:
+            append_line(os.path.join(self.run_dir, VAL_LOG),
+                        f"================ Validation ({time.strftime('%c')}) ================")
+            self.started = True
+        append_line(os.path.join(self.run_dir, VAL_LOG), line)
         record = {"epoch": epoch, "iteration": iteration, "seconds": round(seconds, 3),
                   "epoch_seconds": round(epoch_seconds, 3), "images": images,
                   "metrics": {k: (v if math.isfinite(v) else str(v)) for k, v in scores.items()}}
-        with open(os.path.join(self.run_dir, METRICS_JSONL), "a") as jsonl:
-            jsonl.write(json.dumps(record) + "\n")
+        append_line(os.path.join(self.run_dir, METRICS_JSONL), json.dumps(record))
         return f"validation {line}"
 
 
 def read_metrics(run_dir: str) -> dict[int, dict]:
-    """The rows of metrics.jsonl by epoch (the last row of each epoch)."""
-    rows: dict[int, dict] = {}
+    """The rows of metrics.jsonl by epoch (the last row of each epoch). Lines that are no record (the
+    last one cut short by a kill, or damage) are skipped with a warning naming them."""
     path = os.path.join(run_dir, METRICS_JSONL)
     if not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                rows[int(record["epoch"])] = record
-    return rows
+        return {}
+    records, damaged = read_json_lines(path)
+    if damaged:
+        print(f"warning: {path}: skipping line(s) {', '.join(map(str, damaged))}, which hold no validation record "
+              f"(cut short by a killed run, or damaged)", file=sys.stderr)
+    return {int(record["epoch"]): record for record in records if isinstance(record.get("epoch"), int)}
 
 
 def metric_series(run_dir: str) -> tuple[list[int], dict[str, list[float]]]:
@@ -64,8 +64,8 @@ def metric_series(run_dir: str) -> tuple[list[int], dict[str, list[float]]]:
     it; the `_std` companions of KID left out): what the metrics plots draw."""
     rows = read_metrics(run_dir)
     epochs = sorted(rows)
-    names = dict.fromkeys(k for e in epochs for k in rows[e]["metrics"] if not k.endswith("_std"))
-    return epochs, {name: [float(rows[e]["metrics"].get(name, math.nan)) for e in epochs] for name in names}
+    names = dict.fromkeys(k for e in epochs for k in rows[e].get("metrics", {}) if not k.endswith("_std"))
+    return epochs, {name: [float(rows[e].get("metrics", {}).get(name, math.nan)) for e in epochs] for name in names}
 
 
 def plot_metrics(run_dir: str, title: str) -> str | None:

@@ -12,7 +12,7 @@ import json
 import os
 
 from util.evaluation.metrics import higher_is_better
-from util.training.checkpoint_io import atomic_write
+from util.safe_files import atomic_write_text
 
 # The two kinds of weights a validation scores, by the keys the tracker's state has always been
 # saved under in training-state files (so those files keep loading): the trained weights under ""
@@ -58,7 +58,7 @@ class BestTracker:
     def write(self, run_dir: str) -> None:
         """Write best.json into `run_dir` (main process only)."""
         text = json.dumps(self.summary(), indent=1, sort_keys=True) + "\n"
-        atomic_write(os.path.join(run_dir, BEST_FILE), lambda f: f.write(text.encode()))
+        atomic_write_text(os.path.join(run_dir, BEST_FILE), text)
 
     def state_dict(self) -> dict:
         return {"metric": self.metric, "best": self.best}

@@ -1,40 +1,23 @@
 """Reading and writing checkpoint files safely.
 
 Writes go to a temporary file in the same folder, are flushed to disk and renamed over the
-target, so a crash at any instant leaves either the old file or the new one, never half of one.
-Reads use `weights_only=True`: a checkpoint is data, and a file that needs code to unpickle is
-refused rather than executed.
+target (util/safe_files.py), so a crash at any instant leaves either the old file or the new one,
+never half of one. Reads use `weights_only=True`: a checkpoint is data, and a file that needs code
+to unpickle is refused rather than executed. A file that cannot be read (empty, cut short, not a
+checkpoint at all) is a UserError that names it and says what it holds instead.
 """
 from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import warnings
-from typing import Any, BinaryIO, Callable
+from typing import Any
 
 import torch
 
 from util.console import print0
 from util.errors import UserError
-
-
-def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`: a crash at
-    any instant leaves the old `path` or the new one, never a truncated one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+from util.safe_files import atomic_write
 
 
 def atomic_torch_save(obj: Any, path: str) -> None:
@@ -58,12 +41,49 @@ def load_checkpoint_file(path: str, map_location: torch.device | str = "cpu") ->
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        raise UserError(f"checkpoint {path} is not a plain weights file (loading it would run code "
-                        f"stored inside it, which we refuse): {str(err).splitlines()[0]} "
-                        f"Only load checkpoints written by this tool or the reference implementation.") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(err).splitlines()[0]}); "
-                        f"delete it or load another epoch with --epoch.") from None
+        if _looks_like_a_checkpoint(path):
+            raise UserError(f"checkpoint {path} is not a plain weights file (loading it would run code "
+                            f"stored inside it, which we refuse): {_first_line(err)} Only load "
+                            f"checkpoints written by this tool or the reference implementation.") from None
+        raise UserError(damaged_checkpoint_message(path, err)) from None
+    except Exception as err:  # torch.load fails on damaged bytes in many ways (EOFError, KeyError, ...)
+        raise UserError(damaged_checkpoint_message(path, err)) from None
+
+
+# How the files torch.save writes begin: a zip archive (PyTorch >= 1.6), or a pickle (older ones).
+ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+GIT_LFS_POINTER = b"version https://git-lfs"
+
+
+def _looks_like_a_checkpoint(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4).startswith((ZIP_MAGIC, PICKLE_MAGIC))
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none (EOFError)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def damaged_checkpoint_message(path: str, err: BaseException) -> str:
+    """One paragraph naming the unreadable checkpoint `path`, what it holds instead of weights and
+    what to do; `err` is what torch.load raised."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(32)
+    fix = "Copy it again from where it came from, or delete it and load another checkpoint (--epoch, --load_iter)."
+    if size == 0:
+        what = "is empty (0 bytes: a copy or save that was interrupted, or a full disk)"
+    elif head.startswith(GIT_LFS_POINTER):
+        what, fix = "is a Git LFS pointer, not the weights themselves", "Run `git lfs pull` in its repository."
+    elif head.startswith(ZIP_MAGIC):
+        what = f"is cut short or damaged ({size} bytes; its zip archive cannot be read: {_first_line(err)})"
+    elif head.startswith(PICKLE_MAGIC):
+        what = f"is cut short or damaged ({size} bytes; {_first_line(err)})"
+    else:
+        what = f"is not a PyTorch checkpoint (it begins with {head[:16]!r})"
+    return f"checkpoint {path} {what}. {fix}"
 
 
 def load_state_dict_file(path: str, map_location: torch.device | str = "cpu") -> dict:

@@ -82,10 +82,11 @@ class Checkpointer:
         self.options: dict | None = None  # the run's options, recorded in every training state
 
     def remove_stale_temporary_files(self) -> None:
-        """Delete the temporary files of a process killed while writing (main process, holding the
-        run lock, so no live run is writing them; does nothing on other ranks)."""
+        """Delete the temporary files of a process killed while writing (util/safe_files.py), in the
+        run folder and below it (web/images), on the main process, which holds the run lock, so no
+        live run is writing them; does nothing on other ranks."""
         if self.ctx.is_main:
-            for path in glob.glob(os.path.join(self.run_dir, ".*.tmp")):
+            for path in glob.glob(os.path.join(glob.escape(self.run_dir), "**", ".*.tmp"), recursive=True):
                 os.remove(path)
 
     # ------------------------------------------------------------------ resuming
@@ -117,8 +118,15 @@ class Checkpointer:
                                                                             "SLURM_RESTART_COUNT"))
         if reference_style or not (opt.continue_train or opt.auto_resume or restarted):
             return None
-        found = newest_training_state(self.run_dir) if self.ctx.is_main else None  # rank 0 picks; all load it
-        path = distributed.broadcast_object(found[0] if found else None)
+        found, refusal = None, None
+        if self.ctx.is_main:  # rank 0 picks; all load it
+            try:
+                found = newest_training_state(self.run_dir)
+            except UserError as err:
+                refusal = str(err)
+        path, refusal = distributed.broadcast_object((found[0] if found else None, refusal))
+        if refusal:  # on every rank, so that none waits for the others in a collective
+            raise UserError(refusal)
         if path is None:
             if opt.continue_train:
                 self._continue_from_weights_only(opt.epoch)

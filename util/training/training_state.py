@@ -89,15 +89,27 @@ def load_training_state(path: str) -> dict:
 
 
 def newest_training_state(run_dir: str) -> tuple[str, dict] | None:
-    """The newest training state in `run_dir` that loads, with its path; a corrupt one is reported
-    and skipped."""
-    candidates = sorted(glob.glob(os.path.join(run_dir, "*" + STATE_SUFFIX)), key=os.path.getmtime, reverse=True)
+    """The newest training state in `run_dir` that loads, with its path; None if there is none. A
+    damaged newer one is reported (a warning naming it) and skipped. UserError, naming them, if there
+    are training states but none of them loads: starting afresh would throw their run away."""
+    candidates = sorted(glob.glob(os.path.join(glob.escape(run_dir), "*" + STATE_SUFFIX)), key=os.path.getmtime,
+                        reverse=True)
+    damaged: list[tuple[str, UserError]] = []
     for path in candidates:
         try:
-            return path, load_training_state(path)
+            state = load_training_state(path)
         except UserError as err:
-            print(f"warning: cannot resume from {path}, trying an older checkpoint: {err}", file=sys.stderr)
-    return None
+            damaged.append((path, err))
+            continue
+        for bad, err in damaged:
+            print(f"warning: cannot resume from {bad}, trying an older checkpoint: {err}", file=sys.stderr)
+        return path, state
+    if not damaged:
+        return None
+    others = f" Nor can the older {', '.join(os.path.basename(p) for p, _ in damaged[1:])}." if damaged[1:] else ""
+    raise UserError(f"no training state in {run_dir} can be read, so the run cannot be continued exactly: "
+                    f"{damaged[0][1]}{others} Or continue from the weights alone, with fresh optimizers: "
+                    f"--continue_train --epoch <label of a *_net_*.pth> --epoch_count <the epoch to start at>.")
 
 
 def rank_part(state: dict, rank: int) -> dict | None:

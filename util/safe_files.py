@@ -1,0 +1,105 @@
+"""Writing files so that a crash at any instant never leaves a damaged one.
+
+Every file a run writes goes through here (checkpoints through util/training/checkpoint_io.py):
+
+- whole files (weights, training states, architecture.json, <phase>_opt.txt/json, best.json,
+  metrics.json, images) with `atomic_write`: into a temporary file beside the target, flushed to
+  disk, then renamed over it, so the target is the old file or the new one, never half of one;
+- logs that grow line by line (loss_log.txt, val_log.txt, metrics.jsonl) with `append_line`: one
+  write per line, so a kill can cut only the last line, and the next line then starts on a line of
+  its own instead of joining the cut one (readers skip a cut line; see `read_json_lines`).
+
+Temporary files are named `.<name>.<random>.tmp` in the target's folder (the Checkpointer removes a
+killed run's at the next start).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import BinaryIO, Callable
+
+from util.errors import UserError
+
+# The process's umask, read once (reading it means setting it): a temporary file is created
+# readable by its owner only, and gets the permissions a plain open() would have given the file.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`: a crash at
+    any instant leaves the old `path` or the new one, never a truncated one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_json(path: str, obj: object, **dump_args) -> None:
+    """`json.dump(obj)` into `path` whole or not at all (`dump_args`: json.dumps's, e.g. indent)."""
+    atomic_write_text(path, json.dumps(obj, **dump_args) + "\n")
+
+
+def append_line(path: str, line: str) -> None:
+    """Append `line` and a newline to the log `path` in one write. If a killed process left the
+    log's last line cut short (no newline at its end), the new line starts on a line of its own."""
+    with open(path, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        cut = False
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            cut = f.read(1) != b"\n"
+        f.write((("\n" if cut else "") + line + "\n").encode("utf-8"))
+
+
+def read_json_lines(path: str) -> tuple[list[dict], list[int]]:
+    """The records of the JSON-lines log `path`, and the numbers (from 1) of the lines that are no
+    JSON object (cut short by a kill, or damaged), which are skipped."""
+    records, damaged = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                damaged.append(number)
+    return records, damaged
+
+
+def read_json_object(path: str, advice: str) -> dict:
+    """The JSON object in the file `path`; a UserError naming it, saying what is wrong (empty, cut
+    short, not an object) and giving `advice` (what to do) when it is damaged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as err:
+        saved = err
+    if isinstance(saved, dict):
+        return saved
+    if os.path.exists(path) and os.path.getsize(path) == 0:
+        why = "it is empty"
+    else:
+        why = f"{type(saved).__name__}: {saved}" if isinstance(saved, Exception) else "it holds no JSON object"
+    raise UserError(f"{path} is damaged ({why}). {advice}")
