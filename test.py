@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         page = run_test(opt, ctx)
         if page is not None:
             print0(f"results page: {os.path.abspath(page)}")
+        # Under torchrun the other ranks wait for rank 0's results page: a rank that tears its process
+        # group down while a peer is still busy can be aborted by the launcher (seen once with gloo).
+        distributed.barrier()
     except UserError as err:
         distributed.report_user_error(describe(err))
         return EXIT_USER_ERROR
