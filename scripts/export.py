@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (path, run) in runners.items():
         print(f"{name}: {path}")
         if run is None:
-            print(f"  not checked: onnxruntime is not installed (pip install onnxruntime)")
+            print("  not checked: onnxruntime is not installed (pip install onnxruntime)")
             continue
         for i, (h, w) in enumerate(sizes):
             x = torch.rand(1 + i % 2, in_channels, h, w, generator=generator) * 2 - 1  # batch 1, then 2
