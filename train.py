@@ -31,6 +31,7 @@ from util.console import print0
 from util.errors import EXIT_USER_ERROR, UserError, describe
 from util.seeding import enable_determinism, seed_everything
 from util.training.checkpointer import Checkpointer, StartPoint
+from util.training.compile_probe import CompileProbe
 from util.training.position import Position
 from util.training.run_control import RunLock, StopRequest
 from util.training.validator import Validator, make_validator
@@ -62,6 +63,7 @@ class Run:
     visualizer: Visualizer | NullVisualizer  # the null one, doing nothing, on non-main ranks
     checkpointer: Checkpointer    # every save, resume and best file
     stop: StopRequest             # SIGTERM / Ctrl-C: save, then stop
+    compile_probe: CompileProbe   # --compile: times the first steps both ways, keeps the faster
 
     @property
     def global_batch(self) -> int:
@@ -121,7 +123,8 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     visualizer.message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
                        f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
     stop = StopRequest().install()
-    return Run(opt, ctx, dataset, model, validator, visualizer, checkpointer, stop), start.position
+    compile_probe = CompileProbe.for_model(model, opt.compile, opt.compile_probe, visualizer.message)
+    return Run(opt, ctx, dataset, model, validator, visualizer, checkpointer, stop, compile_probe), start.position
 
 
 def train_one_epoch(run: Run, progress: Position) -> bool:
@@ -140,7 +143,8 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
         progress.images_done += global_batch
 
         model.set_input(data)          # unpack the batch onto the device
-        model.optimize_parameters()    # losses, gradients, weight updates
+        with run.compile_probe.timing(model):  # --compile: the first steps measure whether it pays
+            model.optimize_parameters()        # losses, gradients, weight updates
         model.update_ema()             # --ema_decay: the generators' moving averages
 
         total_iters = progress.total_iters

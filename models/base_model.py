@@ -107,6 +107,10 @@ class BaseModel(ABC):
         self.loss_watch = LossWatch(self.device)
         # Networks as the generator step calls them through `frozen` (compiled, never DDP-wrapped).
         self._unsynced: dict[str, nn.Module] = {}
+        # --compile: each network as run compiled (True) and eagerly (False), as (trained, unsynced),
+        # so that `use_compiled` can switch; the choice, once made, is part of the training state.
+        self._run_variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
+        self.compile_choice: bool | None = None
         self.ema: GeneratorEMA | None = None  # --ema_decay: moving averages of the generators
 
     @staticmethod
@@ -310,12 +314,23 @@ class BaseModel(ABC):
         training_together = self.isTrain and distributed.is_distributed()
         if training_together and self.opt.norm == "syncbatch":
             net = convert_sync_batchnorm(net, self.device)  # keeps the same Parameter objects
-        compiled = networks.compile_network(net, name) if self.opt.compile else net
-        self._unsynced[name] = compiled
         synced = distributed.wrap_ddp(net, self.device) if training_together else net
-        if synced is net:
-            return compiled
-        return networks.compile_network(synced, name) if self.opt.compile else synced
+        if not self.opt.compile:
+            self._unsynced[name] = net
+            return synced
+        compiled = networks.compile_network(net, name)
+        compiled_synced = compiled if synced is net else networks.compile_network(synced, name)
+        self._run_variants[name] = {True: (compiled_synced, compiled), False: (synced, net)}
+        self._unsynced[name] = compiled
+        return compiled_synced
+
+    def use_compiled(self, compiled: bool) -> None:
+        """--compile: run the networks compiled (as `setup` leaves them) or eagerly (the compile
+        probe's choice where compiling proved slower, util/training/compile_probe.py)."""
+        for name, variants in self._run_variants.items():
+            trained, unsynced = variants[compiled]
+            setattr(self, "net" + name, trained)
+            self._unsynced[name] = unsynced
 
     def eval(self) -> None:
         for net in self.named_networks().values():
@@ -375,6 +390,7 @@ class BaseModel(ABC):
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
             "grad_scalers": [scaler.state_dict() for scaler in self.grad_scalers],
             "ema": self.ema.state_dict() if self.ema is not None else None,
+            "compile_choice": self.compile_choice,
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -410,6 +426,7 @@ class BaseModel(ABC):
         elif self.ema is not None:
             print0("note: the run being continued kept no moving averages; --ema_decay starts them from "
                    "the current weights.")
+        self.compile_choice = state.get("compile_choice")  # --compile: as the continued run chose
 
     def rank_training_state(self) -> dict:
         """State that differs between ranks: this rank's share of the epoch's losses; subclasses

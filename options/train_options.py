@@ -50,6 +50,10 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--n_epochs_decay", type=non_negative_int, default=100, help="number of epochs to linearly decay learning rate to zero")
         parser.add_argument("--beta1", type=fraction_below_one, default=0.5, help="momentum term of adam")
         parser.add_argument("--lr", type=positive_float, default=0.0002, help="initial learning rate for adam")
+        parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",
+                            help="with --compile, time N training steps eager and N compiled at the start of the "
+                                 "run and go on with the faster (compiling is slower on some CPUs); 0: compile "
+                                 "without measuring")
         parser.add_argument("--fused_adam", action="store_true", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
         parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper.")
         parser.add_argument("--pool_size", type=non_negative_int, default=50, help="the size of image buffer that stores previously generated images")

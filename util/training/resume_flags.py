@@ -49,7 +49,7 @@ IGNORED = {
 }
 SILENT = frozenset((
     "name", "checkpoints_dir", "suffix", "continue_train", "auto_resume", "epoch", "load_iter", "isTrain",
-    "device", "gpu_ids", "compile", "num_threads", "ddp_backend", "ddp_timeout", "skip_bad_images", "verbose",
+    "device", "gpu_ids", "compile", "compile_probe", "num_threads", "ddp_backend", "ddp_timeout", "skip_bad_images", "verbose",
     "display_freq", "display_ncols", "display_id", "display_server", "display_env", "display_port",
     "display_channels", "display_winsize", "update_html_freq", "print_freq", "no_html", "use_tensorboard",
     "no_progress", "logger", "progress_interval", "use_wandb", "wandb_project_name",

@@ -1,0 +1,138 @@
+"""--compile keeps compiling only where it is faster: the first steps are timed eagerly and compiled,
+the faster goes on, the user is told what was measured, and a continued run keeps the choice.
+
+The decision is tested with a fake clock; train.py's wiring with a "compiler" that makes every
+network slower (no inductor needed), so that what a user on a slow-compiling CPU sees is shown.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import load_script
+from models import create_model, networks
+from options.train_options import TrainOptions
+from util.distributed import DistContext
+from util.training.compile_probe import COMPILING_STEPS, CompileProbe, keep_compiled
+
+
+class FakeModel:
+    """What the probe needs of a model; records which networks each step ran on."""
+
+    def __init__(self) -> None:
+        self.compile_choice: bool | None = None
+        self.device = torch.device("cpu")
+        self.compiled = True  # as setup leaves a --compile model
+
+    def use_compiled(self, compiled: bool) -> None:
+        self.compiled = compiled
+
+
+class FakeClock:
+    """Steps take `eager` or `compiled` seconds, as the model runs."""
+
+    def __init__(self, model: FakeModel, eager: float, compiled: float) -> None:
+        self.model, self.eager, self.compiled, self.now = model, eager, compiled, 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.compiled if self.model.compiled else self.eager
+
+
+def probe_run(eager: float, compiled: float, probe_steps: int = 3, steps: int = 12):
+    model, messages = FakeModel(), []
+    probe = CompileProbe.for_model(model, True, probe_steps, messages.append)
+    clock = FakeClock(model, eager, compiled)
+    probe.clock = clock
+    ran_compiled = []
+    for _ in range(steps):
+        with probe.timing(model):
+            ran_compiled.append(model.compiled)
+            clock.step()
+    return model, messages, ran_compiled
+
+
+def test_a_compiled_step_slower_than_eager_sends_the_run_on_eagerly_and_says_why():
+    model, messages, ran_compiled = probe_run(eager=4.67, compiled=10.6)
+    first_compiled = 1 + 3
+    decided_after = first_compiled + COMPILING_STEPS + 3
+    assert ran_compiled[:first_compiled] == [False] * first_compiled  # one untimed step, 3 timed
+    assert ran_compiled[first_compiled:decided_after] == [True] * (decided_after - first_compiled)
+    assert ran_compiled[decided_after:] == [False] * (len(ran_compiled) - decided_after)
+    assert model.compile_choice is False
+    assert len(messages) == 1
+    assert "10.600 s against 4.670 s eager" in messages[0] and "0.44x" in messages[0]
+    assert "without compiling" in messages[0] and "--compile_probe 0" in messages[0]
+
+
+@pytest.mark.parametrize("compiled", [0.5, 1.04])
+def test_a_compiled_step_as_fast_or_faster_keeps_the_run_compiled(compiled):
+    model, messages, ran_compiled = probe_run(eager=1.0, compiled=compiled)
+    assert model.compile_choice is True
+    assert all(ran_compiled[1 + 3:])
+    assert "the run stays compiled" in messages[0]
+
+
+def test_the_noise_margin_is_five_percent():
+    assert keep_compiled(1.0, 1.05) and not keep_compiled(1.0, 1.06)
+
+
+def test_without_compile_with_probe_zero_or_a_recorded_choice_nothing_is_timed():
+    model = FakeModel()
+    assert CompileProbe.for_model(model, False, 3, print).finished
+    assert CompileProbe.for_model(model, True, 0, print).finished and model.compile_choice is True
+    continued = FakeModel()
+    continued.compile_choice = False  # loaded from the training state of the run it continues
+    assert CompileProbe.for_model(continued, True, 3, print).finished
+    assert continued.compiled is False
+
+
+class SlowWrapper(nn.Module):
+    """Stands in for torch.compile on a CPU where compiling makes every network slower."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = net
+
+    def forward(self, *args, **kwargs):
+        time.sleep(0.05)
+        return self._orig_mod(*args, **kwargs)
+
+
+def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restored(tmp_path, monkeypatch):
+    monkeypatch.setattr(networks, "compile_network", lambda net, name: SlowWrapper(net))
+    opt = TrainOptions().parse(["--dataroot", "unused", "--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4",
+                                "--ndf", "4", "--compile", "--checkpoints_dir", str(tmp_path), "--name", "c"])
+    model = create_model(opt, DistContext())
+    model.setup(opt)
+    assert isinstance(model.netG, SlowWrapper) and isinstance(model.netD, SlowWrapper)
+    model.use_compiled(False)
+    assert not isinstance(model.netG, SlowWrapper) and not isinstance(model.netD, SlowWrapper)
+    model.compile_choice = False
+    state = model.shared_training_state()
+    continued = create_model(opt, DistContext())
+    continued.setup(opt, resume_state={"model": state, "options": None})
+    assert continued.compile_choice is False
+
+
+def test_train_py_measures_keeps_the_faster_and_a_continued_run_keeps_the_choice(paired_root, tmp_path, monkeypatch,
+                                                                                capsys):
+    monkeypatch.setattr(networks, "compile_network", lambda net, name: SlowWrapper(net))
+    train = load_script("train.py")
+    args = ["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path), "--name", "probe",
+            "--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4", "--ndf", "4", "--load_size", "32",
+            "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--no_html", "--no_progress",
+            "--n_epochs", "1", "--n_epochs_decay", "1", "--compile", "--compile_probe", "1"]
+    assert train.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("--compile: a compiled training step took") == 1
+    assert "slower on this machine), so the run goes on without compiling" in out
+    state = torch.load(tmp_path / "probe" / "latest_train_state.pth", weights_only=True)
+    assert state["model"]["compile_choice"] is False
+    assert train.main(args[:-5] + ["--n_epochs_decay", "2", "--compile", "--continue_train"]) == 0
+    assert "--compile: a compiled training step took" not in capsys.readouterr().out
