@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from models import create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
+from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
@@ -169,7 +170,7 @@ def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptMo
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.script(module)
-        scripted.save(path)
+        atomic_write(path, lambda f: torch.jit.save(scripted, f))  # an interrupted export leaves no half file
         return torch.jit.load(path)
 
 
@@ -186,8 +187,9 @@ def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int
     # tie two equal ones together.
     example = torch.rand(2, channels, max(min_size, 64), max(min_size, 64) + 8) * 2 - 1
     kwargs = {"opset_version": opset} if opset else {}
-    torch.onnx.export(module, (example,), path, dynamo=True, input_names=["input"], output_names=["output"],
-                      dynamic_shapes={"x": {0: batch, 2: height, 3: width}}, verbose=False, **kwargs)
+    atomic_write_by_name(path, lambda temporary: torch.onnx.export(
+        module, (example,), temporary, dynamo=True, input_names=["input"], output_names=["output"],
+        dynamic_shapes={"x": {0: batch, 2: height, 3: width}}, verbose=False, **kwargs))
 
 
 def run_onnx(path: str):

@@ -121,6 +121,25 @@ def test_a_file_written_whole_or_not_at_all_keeps_the_old_one_when_the_writer_fa
     assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not 0600
 
 
+def test_an_export_written_by_file_name_is_whole_or_absent(tmp_path):
+    # scripts/export.py's ONNX writer takes a file name, not a file: an export interrupted halfway
+    # leaves the previous file (or none), never a half-written one.
+    from util.safe_files import atomic_write_by_name
+
+    target = tmp_path / "latest_net_G.onnx"
+    target.write_bytes(b"old")
+
+    def fails_halfway(name):
+        Path(name).write_bytes(b"new, but only ha")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_by_name(str(target), fails_halfway)
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == [target.name]
+    atomic_write_by_name(str(target), lambda name: Path(name).write_bytes(b"new"))
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
 def test_damaged_json_files_of_a_run_are_one_paragraph_naming_them(tmp_path):
     from util.errors import UserError
     from util.safe_files import read_json_object

@@ -5,6 +5,8 @@ Every file a run writes goes through here (checkpoints through util/training/che
 - whole files (weights, training states, architecture.json, <phase>_opt.txt/json, best.json,
   metrics.json, images) with `atomic_write`: into a temporary file beside the target, flushed to
   disk, then renamed over it, so the target is the old file or the new one, never half of one;
+- files written by a library that wants a file name (scripts/export.py's ONNX) with
+  `atomic_write_by_name`, the same way;
 - logs that grow line by line (loss_log.txt, val_log.txt, metrics.jsonl) with `append_line`: one
   write per line, so a kill can cut only the last line, and the next line then starts on a line of
   its own instead of joining the cut one (readers skip a cut line; see `read_json_lines`).
@@ -38,6 +40,25 @@ def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+
+
+def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
+    """`atomic_write` for writers that take a file name rather than a file (torch.onnx.export):
+    `write(temporary_path)` beside `path`, flushed to disk, then renamed to `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write(tmp_path)
+        os.chmod(tmp_path, 0o666 & ~_UMASK)
+        with open(tmp_path, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
