@@ -11,7 +11,6 @@ training and testing (compute it on the training set).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -22,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import make_dataset  # noqa: E402
 from data.image_io import read_image  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 
 def folders(root: str, phase: str) -> dict[str, str]:
@@ -52,7 +52,7 @@ def value_range(paths: list[str]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataroot", required=True, help="dataset folder (as for train.py)")
     parser.add_argument("--phase", default="train", help="which split to scan (default train)")
     parser.add_argument("--per_domain", action="store_true", help="print A_MIN A_MAX B_MIN B_MAX (one range per domain)")

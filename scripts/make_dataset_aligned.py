@@ -14,7 +14,6 @@ Output images keep A's file name and format.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import is_image_file  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
 from util.safe_files import atomic_write  # noqa: E402
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 SHOWN = 5
 
@@ -94,7 +94,7 @@ def align_images(pairs: list[tuple[str, str]], target_path: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset-path", "--dataset_path", dest="dataset_path", required=True,
                         help="folder with <split>A and <split>B subfolders (trainA, trainB, testA, testB, ...)")
     parser.add_argument("--pair_by", choices=["name", "order"], default="name",

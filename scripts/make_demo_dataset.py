@@ -20,15 +20,20 @@ Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
 
@@ -212,7 +217,7 @@ def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
     parser.add_argument("--size", type=int, default=64, help="image side S in pixels")
     parser.add_argument("--seed", type=int, default=0)

@@ -10,19 +10,19 @@ after that point, and marked with a dotted line. train.py writes the same plot w
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from util.display.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 EXIT_USER_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder (checkpoints/NAME) or its loss_log.txt")
     parser.add_argument("-o", "--output", default=None, help="PNG to write (default: loss_plot.png next to the log)")
     parser.add_argument("--title", default=None, help="title of the figure (default: the run folder's name)")

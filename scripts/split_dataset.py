@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 
 def split_counts(total: int, ratios: list[float]) -> list[int]:
@@ -67,8 +68,8 @@ def parse_ratios(text: str, splits: list[str]) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--source", required=True, help="folder of images to split")
     parser.add_argument("--dest", required=True, help="dataset folder that receives the split folders")
     parser.add_argument("--ratios", default="0.8,0.1,0.1", help="fractions of the images per split")

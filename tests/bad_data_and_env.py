@@ -1,6 +1,7 @@
 """Corpus cases of tests/test_bad_input.py for data and the environment: float images holding NaN or
 infinity, launcher variables left over without torchrun, symbolic links that lead nowhere, a TIFF
-whose rows tifffile stored as pages, and a malformed flag of a script that writes (export.py)."""
+whose rows tifffile stored as pages, a malformed flag of a script that writes (export.py), and the
+dataset tools' flags."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -110,6 +111,19 @@ def b_export_size_as_one_number(work):
                  stderr_has=("--check_sizes", "'256'", "HEIGHTxWIDTH"))
 
 
+def b_split_dataset_no_folders(work):
+    return Setup([], stderr_has=("--source", "--dest", "--help"), stderr_lacks=("usage:",))
+
+
+def b_demo_dataset_too_small(work):
+    return Setup(["--size", "8", "--out", str(work / "demo")], stderr_has=("--size", "at least 16"),
+                 stderr_lacks=("usage:",), after=lambda: _assert_absent(work / "demo"))
+
+
+def _assert_absent(path: Path) -> None:
+    assert not path.exists(), f"{path} was written by a refused command"
+
+
 def b_export_dir_under_a_file(work):
     (work / "notes.txt").write_text("a file where a folder is expected\n")
     return Setup(["--weights", str(work / "ck" / NAME / "latest_net_G.pth"), "--netG", "resnet_6blocks",
@@ -137,4 +151,9 @@ DATA_AND_ENV_CASES = [
          script="scripts/export.py"),
     Case("export.py --export_dir under a regular file is refused before exporting", b_export_dir_under_a_file, 2,
          script="scripts/export.py"),
+    # the dataset tools speak as train.py does: one paragraph, not argparse's usage block
+    Case("split_dataset.py without its folders is refused in one paragraph naming them", b_split_dataset_no_folders,
+         2, script="scripts/split_dataset.py"),
+    Case("make_demo_dataset.py --size 8 is refused in one paragraph naming the flag", b_demo_dataset_too_small, 2,
+         script="scripts/make_demo_dataset.py"),
 ]
