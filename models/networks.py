@@ -268,6 +268,17 @@ class SlicedReflectionPad2d(nn.ReflectionPad2d):
         return torch.cat([x[..., 1:top + 1, :].flip(-2), x, x[..., x.shape[-2] - bottom - 1:-1, :].flip(-2)], dim=-2)
 
 
+class CompileFriendlyReflectionPad2d(SlicedReflectionPad2d):
+    """SlicedReflectionPad2d while inductor traces the network, the native kernel when it runs
+    eagerly: under --compile the same modules also run uncompiled (the compile probe's eager
+    steps, or the whole run where compiling proved slower), and there the slices only cost time."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return super().forward(x)
+        return nn.ReflectionPad2d.forward(self, x)
+
+
 def compile_network(net: nn.Module, name: str) -> nn.Module:
     """torch.compile(net), or `net` itself with a message if this machine cannot compile."""
     import shutil
@@ -276,7 +287,9 @@ def compile_network(net: nn.Module, name: str) -> nn.Module:
         print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
               f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
         return net
-    pad_reflections_with_slices(net)
+    for module in net.modules():
+        if type(module) is nn.ReflectionPad2d:
+            module.__class__ = CompileFriendlyReflectionPad2d
     return torch.compile(net)
 
 

@@ -100,6 +100,17 @@ def test_the_compile_friendly_reflection_pad_equals_reflection_pad(padding, size
     assert torch.allclose(got_grad, expected_grad, rtol=1e-12, atol=1e-12)
 
 
+def test_a_compiled_network_pads_with_slices_only_while_traced_and_with_the_native_kernel_when_eager(monkeypatch):
+    # Under --compile the same modules also run eagerly (the compile probe's eager steps, or a run
+    # that found compiling slower), where the slices would only cost time.
+    net = torch.nn.Sequential(torch.nn.ReflectionPad2d(2), torch.nn.Conv2d(3, 3, 3))
+    networks.compile_network(net, "G")
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    assert net[0](x).grad_fn.name() == "ReflectionPad2DBackward0"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # as when inductor traces it
+    assert net[0](x).grad_fn.name() == "CatBackward0"
+
+
 @pytest.mark.slow
 def test_compiled_bf16_training_follows_eager_bf16():
     # torch 2.14 inductor misreads reflection_pad2d_backward's channels-last result under bf16
