@@ -64,11 +64,19 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> li
             *EQUIVALENCE, *PLAIN, *FAST_FLAGS]
 
 
-def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch(unpaired_root, tmp_path):
-    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2)))
+@pytest.fixture(scope="module")
+def one_process_cycle_gan(unpaired_root, tmp_path_factory) -> Path:
+    """The one-process CycleGAN run (batch 2) that the two-process runs below must equal."""
+    ckpt = tmp_path_factory.mktemp("one_process")
+    ok(single("train.py", *cycle_gan_args(unpaired_root, ckpt, "one", 2)))
+    return ckpt / "one"
+
+
+def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch(one_process_cycle_gan,
+                                                                                  unpaired_root, tmp_path):
     ddp = ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1)))
     for epoch in ("1", "2", "latest"):
-        assert_same_weights(weights(tmp_path / "one", epoch), weights(tmp_path / "two", epoch))
+        assert_same_weights(weights(one_process_cycle_gan, epoch), weights(tmp_path / "two", epoch))
     # one set of outputs, written once, and the log states the global batch
     assert sorted(p.name for p in (tmp_path / "two").glob("latest_net_*.pth")) == \
         ["latest_net_D_A.pth", "latest_net_D_B.pth", "latest_net_G_A.pth", "latest_net_G_B.pth"]
@@ -132,8 +140,7 @@ def test_batch_norm_under_ddp_is_refused_with_advice_on_every_rank(paired_root, 
     assert not list((tmp_path / "bn").glob("*.pth"))
 
 
-def test_two_nodes_on_one_machine_train_the_same_model(unpaired_root, tmp_path):
-    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2)))
+def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, unpaired_root, tmp_path):
     port = free_port()
     rendezvous = ["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two_nodes_test"]
@@ -143,7 +150,7 @@ def test_two_nodes_on_one_machine_train_the_same_model(unpaired_root, tmp_path):
               for _ in range(2)]
     outputs = [agent.communicate(timeout=240)[0] for agent in agents]
     assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "nodes"))
+    assert_same_weights(weights(one_process_cycle_gan), weights(tmp_path / "nodes"))
 
 
 def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_root, tmp_path):
