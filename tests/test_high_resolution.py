@@ -19,7 +19,17 @@ import torch
 from conftest import load_script, torchrun
 from test_distributed import assert_same_weights, ok, weights
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_one_thread():
+    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
+    per test, and starts after module fixtures): runs compared bit for bit use the same arithmetic."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 TINY = ["--ngf", "4", "--ndf", "4", "--display_id", "0", "--num_threads", "0", "--seed", "0", "--no_html",
         "--no_progress", "--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1"]
@@ -147,3 +157,101 @@ def test_checkpointed_generators_give_the_same_outputs_gradients_and_statistics(
 
 def test_a_run_with_checkpointed_activations_trains_the_same_weights(runs):
     assert_same_weights(weights(runs / "pix2pix_batch4"), weights(runs / "pix2pix_checkpointed"), rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- --netD multiscale
+# Two scales of 2-layer PatchGANs: the coarse one sees the 32 px crops at 16 px (it needs 12).
+MULTISCALE = ["--netD", "multiscale", "--num_D", "2", "--n_layers_D", "2"]
+
+
+@pytest.fixture(scope="module")
+def multiscale_run(train, paired_root, tmp_path_factory) -> Path:
+    """pix2pix with the multi-scale D and feature matching, validated every epoch, a training state
+    after every step (2 epochs of 4 images, batch 2)."""
+    ckpt = tmp_path_factory.mktemp("multiscale")
+    assert train.main(args(paired_root, ckpt, "pix2pix_ms", "--model", "pix2pix", "--netG", "resnet_6blocks",
+                           *MULTISCALE, "--lambda_feat", "10", "--batch_size", "2", "--max_dataset_size", "4",
+                           "--val_freq", "1", "--print_freq", "2", "--save_by_iter", "--save_latest_freq", "2")) == 0
+    return ckpt / "pix2pix_ms"
+
+
+def test_pix2pix_trains_with_multiscale_discriminators_and_feature_matching(multiscale_run):
+    keys = torch.load(multiscale_run / "latest_net_D.pth", weights_only=True).keys()
+    assert {key.split(".")[0] for key in keys} == {"scale0", "scale1"}  # one PatchGAN per scale, plain keys
+    log = (multiscale_run / "loss_log.txt").read_text()
+    losses = [float(value) for value in re.findall(r"G_feat: ([\d.]+)", log)]
+    assert len(losses) == 4 and all(value > 0 for value in losses)
+    assert "L1" in (multiscale_run / "val_log.txt").read_text()  # validated after each epoch
+
+
+def test_a_multiscale_run_continued_from_its_first_step_ends_identical(train, multiscale_run, paired_root, tmp_path):
+    run_dir = tmp_path / "pix2pix_ms"
+    shutil.copytree(multiscale_run, run_dir)
+    for state in run_dir.glob("*_train_state.pth"):
+        if state.name != "iter_2_train_state.pth":
+            state.unlink()
+    assert train.main(args(paired_root, tmp_path, "pix2pix_ms", "--model", "pix2pix", "--netG", "resnet_6blocks",
+                           *MULTISCALE, "--lambda_feat", "10", "--batch_size", "2", "--max_dataset_size", "4",
+                           "--val_freq", "1", "--print_freq", "2", "--save_by_iter", "--save_latest_freq", "2",
+                           "--continue_train")) == 0
+    assert_same_weights(weights(multiscale_run), weights(run_dir), rtol=0, atol=0)
+
+
+def test_test_py_translates_in_tiles_with_the_multiscale_runs_generator(multiscale_run, paired_root):
+    test_script = load_script("test.py")
+    results = multiscale_run.parent / "results"
+    assert test_script.main(["--dataroot", str(paired_root), "--name", multiscale_run.name, "--checkpoints_dir",
+                             str(multiscale_run.parent), "--results_dir", str(results), "--model", "pix2pix",
+                             "--netG", "resnet_6blocks", "--ngf", "4", "--netD", "multiscale", "--load_size", "32",
+                             "--crop_size", "32", "--preprocess", "none", "--tile", "16", "--tile_overlap", "8",
+                             "--num_test", "2"]) == 0
+    assert len(list((results / multiscale_run.name / "test_latest" / "images").glob("*_fake_B.png"))) == 2
+
+
+def test_cycle_gan_trains_with_multiscale_discriminators(train, unpaired_root, tmp_path):
+    assert train.main(args(unpaired_root, tmp_path, "cycle_gan_ms", "--model", "cycle_gan", *MULTISCALE,
+                           "--num_D", "3", "--n_layers_D", "1", "--max_dataset_size", "2", "--n_epochs_decay",
+                           "0")) == 0
+    for name in ("D_A", "D_B"):
+        keys = torch.load(tmp_path / "cycle_gan_ms" / f"latest_net_{name}.pth", weights_only=True).keys()
+        assert {key.split(".")[0] for key in keys} == {"scale0", "scale1", "scale2"}
+
+
+def test_each_scale_judges_the_image_halved_once_more_and_one_scale_is_the_plain_patchgan():
+    from models import networks
+    from models.multiscale import MultiscaleGANLoss, discriminator_features, feature_matching_loss
+
+    torch.manual_seed(0)
+    multiscale = networks.define_D(6, 4, "multiscale", 2, "instance", num_D=3)
+    x = torch.randn(1, 6, 64, 64)
+    assert [p.shape[-1] for p in multiscale(x)] == [14, 6, 2]  # 64, 32, 16 px through two stride-2 convs
+    single = networks.define_D(6, 4, "multiscale", 2, "instance", num_D=1)
+    plain = networks.define_D(6, 4, "n_layers", 2, "instance")
+    plain.load_state_dict({key.removeprefix("scale0."): value for key, value in single.state_dict().items()})
+    criterion = MultiscaleGANLoss(networks.GANLoss("lsgan"))
+    assert torch.equal(criterion(single(x), True), criterion(plain(x), True))
+    assert [len(scale) for scale in discriminator_features(multiscale, x)] == [4, 4, 4]  # 3 layer groups + prediction
+    prediction, loss = feature_matching_loss(multiscale, x, x.clone())
+    assert loss.item() == 0 and len(prediction) == 3
+
+
+def test_benchmark_counts_the_multiscale_discriminators_flops_per_network(tmp_path):
+    """The benchmark's step job (scripts/bench) splits a cycle_gan step with --netD multiscale by
+    network; each D is the sum of its scales, each scale passing as the plain PatchGAN does (the
+    analytic count of tests/test_benchmark.py), within 1%."""
+    from test_benchmark import assert_flops_match, conv_layer_flops, jobs
+    from models import networks
+
+    size, extra = 32, ["--ngf", "4", "--ndf", "4", *MULTISCALE]
+    result = jobs.job_step({"kind": "step", "model": "cycle_gan", "size": size, "batch": 1, "device": "cpu",
+                            "checkpoints_dir": str(tmp_path), "extra_args": extra, "warmup": 0, "min_steps": 1,
+                            "max_steps": 1, "budget_s": 0, "count_flops": True})
+    g = conv_layer_flops(networks.define_G(3, 3, 4, "resnet_9blocks", "instance"), (1, 3, size, size))
+    scales = [conv_layer_flops(networks.define_D(3, 4, "n_layers", 2, "instance"), (1, 3, side, side))
+              for side in (size, size // 2)]
+    G, G1 = sum(g), g[0]
+    D, D1 = sum(sum(s) for s in scales), sum(s[0] for s in scales)
+    generator = {"forward": 3 * G, "backward": 2 * (2 * G - G1) + 2 * G}
+    discriminator = {"forward": 3 * D, "backward": D + 2 * (2 * D - D1)}
+    row = {"batch": 1, "flops_per_step": result["flops_batch1"], "flops_by_network": result["flops_by_network_batch1"]}
+    assert_flops_match(row, {"G_A": generator, "G_B": generator, "D_A": discriminator, "D_B": discriminator})
