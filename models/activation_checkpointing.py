@@ -40,26 +40,33 @@ class CheckpointedResnetBlock(ResnetBlock):
 
 
 class CheckpointedUnetBlock(UnetSkipConnectionBlock):
-    """A U-Net level below the outermost, recomputed in backward (the outermost one's output is the
-    generator's output, which the losses keep anyway)."""
+    """A U-Net level below the outermost whose own layers are recomputed in backward: its down
+    part (conv, norm) and its up part (conv, norm, dropout), each from its input; the levels inside
+    it run as themselves (checkpointed in turn), so every layer is recomputed once. Each of the two
+    parts starts with an in-place activation whose output the plain block shares with the skip
+    connection or the inner level; it runs outside the checkpoint, whose saved input must not
+    change before the recomputation."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The level's first layer is an in-place LeakyReLU on its input, and the skip connection
-        # takes the result (as in the plain block); run it outside the checkpoint, whose saved
-        # input must not change before the recomputation.
-        x = self.model[0](x)
-        rest = self.model[1:]
-        return torch.cat([x, _checkpointed(self.model, rest, x)], 1)
+        layers = list(self.model)
+        # [downrelu, downconv, (downnorm), (submodule), uprelu, upconv, upnorm, (dropout)]
+        up_start = next(i for i, layer in enumerate(layers) if isinstance(layer, nn.ReLU))
+        inner = layers[up_start - 1] if isinstance(layers[up_start - 1], UnetSkipConnectionBlock) else None
+        down = nn.Sequential(*layers[1:up_start - 1 if inner is not None else up_start])
+        x = layers[0](x)
+        h = _checkpointed(self.model, down, x)
+        if inner is not None:
+            h = inner(h)
+        h = layers[up_start](h)
+        return torch.cat([x, _checkpointed(self.model, nn.Sequential(*layers[up_start + 1:]), h)], 1)
 
 
 def enable_activation_checkpointing(net: nn.Module) -> int:
     """Checkpoint every residual block and every U-Net level below the outermost of `net`, in place;
     returns how many blocks. Discriminators have neither and are left alone.
 
-    U-Net levels nest, so the recomputation of a level runs the checkpointed levels inside it:
-    backward holds the activations of one level at a time (and the inputs of the levels around it),
-    at the cost of recomputing level k k times. The deeper levels have a quarter of the pixels of
-    the one above, so the extra work stays a fraction of one forward pass."""
+    Each level recomputes its own layers only (not the levels inside it), so a step costs one more
+    forward pass of the generator at most."""
     count = 0
     for module in net.modules():
         if type(module) is ResnetBlock:
