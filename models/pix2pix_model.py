@@ -87,7 +87,8 @@ class Pix2PixModel(BaseModel):
                 pred_fake, self.loss_G_feat = netD(fake_AB), 0.0
             self.loss_G_GAN = self.criterionGAN(pred_fake, True)
             self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
-            return self.loss_G_GAN + self.loss_G_L1 + self.loss_G_feat
+            loss_G = self.loss_G_GAN + self.loss_G_L1
+            return loss_G + self.loss_G_feat if self.opt.lambda_feat > 0 else loss_G
 
     def optimize_parameters(self) -> None:
         with self.autocast():
