@@ -1,15 +1,16 @@
 """Corpus cases of tests/test_bad_input.py for the high-resolution flags (docs/high_resolution.md):
---accum_steps, --netD multiscale / --num_D, --lambda_feat, and changing them on --continue_train."""
+--accum_steps, --netD multiscale / --num_D, --lambda_feat, and changing the discriminator on
+--continue_train. (A model without accumulation phases, and a changed --accum_steps on continuing, are
+checked in-process in tests/test_high_resolution.py: here each would cost a subprocess building or
+training a model.)"""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from bad_input_kit import PIX, Case, Setup, aligned, run_args
 from bad_flags_and_paths import flag_case
 from bad_resume_flags import PLATEAU, continued
-from conftest import ROOT
 
 
 def b_num_D_too_large_for_the_crop(work: Path) -> Setup:
@@ -17,22 +18,6 @@ def b_num_D_too_large_for_the_crop(work: Path) -> Setup:
     # 32 px crops: 4 scales of 3-layer PatchGANs need 192 px; one scale (24 px) fits
     return Setup(run_args(work, *PIX, "--netD", "multiscale", "--num_D", "4"),
                  stderr_has=("--num_D 4", "192x192", "32x32", "use --num_D 1"))
-
-
-def b_accum_steps_with_a_model_without_phases(work: Path) -> Setup:
-    aligned(work / "data" / "train", 2)
-    # a model of the user's (tests/custom_models) that has not split its step into phases
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    return Setup(run_args(work, "--model", "custom_models.feature_matching_model", "--netG", "resnet_6blocks",
-                          "--accum_steps", "2"),
-                 stderr_has=("--accum_steps 2", "accumulation_phases", "--accum_steps 1"), env=env)
-
-
-def b_accum_steps_changed_on_continue(work: Path) -> Setup:
-    setup = continued(*PLATEAU, "--n_epochs", "2", "--accum_steps", "2")(work)
-    setup.after = None  # it trains: the folder changes
-    setup.stdout_has = ("--accum_steps 2 (it trained with --accum_steps 1)", "accumulation steps", "End of epoch 2 / 2")
-    return setup
 
 
 HIRES_CASES = [
@@ -43,13 +28,9 @@ HIRES_CASES = [
     flag_case("--lambda_feat", "10", "--netD", "pixel", names=("--netD pixel", "--lambda_feat 0")),
     Case("--netD multiscale with more --num_D scales than the crop size allows is refused naming the --num_D that "
          "fits", b_num_D_too_large_for_the_crop, 2),
-    Case("--accum_steps 2 with a model that declares no accumulation phases is refused naming the contract",
-         b_accum_steps_with_a_model_without_phases, 2),
     Case("--continue_train with --netD multiscale --num_D 3 is refused naming both discriminators",
          continued(*PLATEAU, "--n_epochs", "2", "--netD", "multiscale", "--num_D", "3",
                    stderr_has=("--netD basic", "--netD multiscale", "--num_D 2", "--num_D 3")), 2, heavy=True),
-    Case("--continue_train with another --accum_steps trains on with a note", b_accum_steps_changed_on_continue, 0,
-         heavy=True),
 ]
 # "hires" in every id: `pytest tests/test_bad_input.py -k hires` runs these cases alone
 HIRES_CASES = [dataclasses.replace(case, id=f"hires {case.id}") for case in HIRES_CASES]

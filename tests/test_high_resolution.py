@@ -35,7 +35,7 @@ TINY = ["--ngf", "4", "--ndf", "4", "--display_id", "0", "--num_threads", "0", "
         "--no_progress", "--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1"]
 # Deterministic order and arithmetic, as the DDP equivalence tests; the pool draws at random (seeded).
 EQUIVALENCE = ["--dtype", "float64", "--serial_batches", "--no_flip", "--print_freq", "4"]
-CYCLE_GAN = ["--model", "cycle_gan", "--pool_size", "3"]
+CYCLE_GAN = ["--model", "cycle_gan", "--pool_size", "3", "--ema_decay", "0.5"]  # the moving average: once per step
 PIX2PIX = ["--model", "pix2pix", "--netG", "resnet_6blocks", "--norm", "instance", "--no_dropout"]
 # A training state after every optimizer step of 4 images, to continue from one between steps.
 SAVES = ["--save_by_iter", "--save_latest_freq", "4"]
@@ -78,6 +78,8 @@ def test_two_micro_batches_of_two_train_the_weights_of_one_batch_of_four(runs, m
     # cycle_gan: the image pool sees the fakes in the order of the batch of 4; pix2pix: D steps on
     # the gradients of both micro-batches before G's loss judges with it
     assert_same_weights(weights(runs / f"{model}_batch4"), weights(runs / f"{model}_accum"))
+    if model == "cycle_gan":
+        assert_same_weights(weights(runs / "cycle_gan_batch4", "latest_ema"), weights(runs / "cycle_gan_accum", "latest_ema"))
     losses, rates = logged(runs / f"{model}_accum")
     assert (losses, rates) == logged(runs / f"{model}_batch4")  # means over the micro-batches; one schedule
     assert len(losses) == 4 and rates and rates[-1] != rates[0]  # 2 steps per epoch logged; the rate decayed
@@ -91,16 +93,16 @@ def test_the_log_states_micro_batch_accumulation_processes_and_global_batch(runs
 
 def test_an_accumulating_run_continued_between_optimizer_steps_ends_identical(train, runs, unpaired_root, tmp_path):
     """Checkpoints are written between optimizer steps only (never with half the micro-batches of a
-    step applied): the state after the first step of 4 images continues to the same weights."""
+    step applied): the state after the first step of epoch 2 continues to the same weights."""
     run_dir = tmp_path / "cycle_gan_accum"
     shutil.copytree(runs / "cycle_gan_accum", run_dir)
     for state in run_dir.glob("*_train_state.pth"):
-        if state.name != "iter_4_train_state.pth":
+        if state.name != "iter_12_train_state.pth":  # after the first step of epoch 2
             state.unlink()
     assert train.main(args(unpaired_root, tmp_path, "cycle_gan_accum", *CYCLE_GAN, *EQUIVALENCE, "--batch_size",
                            "2", "--accum_steps", "2", *SAVES, "--continue_train")) == 0
     resumed = (run_dir / "loss_log.txt").read_text().split("================ Training Loss")[-1]
-    assert "(epoch: 1, iters: 8," in resumed and "(epoch: 1, iters: 4," not in resumed
+    assert "(epoch: 2, iters: 8," in resumed and "(epoch: 2, iters: 4," not in resumed
     assert_same_weights(weights(runs / "cycle_gan_accum"), weights(run_dir), rtol=0, atol=0)
 
 
@@ -112,6 +114,22 @@ def test_two_processes_accumulating_two_micro_batches_equal_one_process_with_bat
     assert_same_weights(weights(runs / "cycle_gan_batch4"), weights(tmp_path / "ddp"))
     assert "global batch = 4 (1 per micro-batch x 2 accumulation steps x 2 processes" in \
         (tmp_path / "ddp" / "loss_log.txt").read_text()
+
+
+def test_a_model_without_accumulation_phases_is_refused_and_a_changed_accum_steps_is_noted_on_continuing():
+    from models.accumulation import check_accumulation
+    from util.errors import UserError
+    from util.training.resume_flags import check_changed_flags
+
+    class Unsplit:  # what check_accumulation reads of a model that did not adopt the contract
+        accumulation_phases = ()
+        opt = type("Opt", (), {"model": "mypackage.my_model"})()
+
+    check_accumulation(Unsplit(), 1)
+    with pytest.raises(UserError, match=r"--accum_steps 2: --model mypackage.my_model .*accumulation_phases.*--accum_steps 1"):
+        check_accumulation(Unsplit(), 2)
+    notes = check_changed_flags({"accum_steps": 1}, {"accum_steps": 2}, {"accum_steps": 1}, "latest_train_state.pth")
+    assert notes and "--accum_steps 2 (it trained with --accum_steps 1)" in notes[0]
 
 
 def test_no_gradient_sync_keeps_ddp_gradients_local_until_the_block_ends(tmp_path):
