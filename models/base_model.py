@@ -10,6 +10,9 @@ It
     `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
     fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
   - may add flags in `modify_commandline_options(parser, is_train)`;
+  - to train with --accum_steps, lists in `accumulation_phases` the methods that make one step,
+    split where a loss needs an optimizer step taken before it in the same step
+    (models/accumulation.py; `train_step` runs them over the micro-batches);
   - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own
     random streams;
   - may build more of itself from the first training batch in `data_dependent_initialize(batch)`
