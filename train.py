@@ -22,7 +22,9 @@ from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
 from models import create_model
 from models import networks
+from models.accumulation import check_accumulation, micro_batch_groups
 from models.base_model import BaseModel
+from models.multiscale import check_multiscale_input_size
 from models.networks import check_discriminator_input_size, check_input_size
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
@@ -66,12 +68,25 @@ class Run:
     compile_probe: CompileProbe   # --compile: times the first steps both ways, keeps the faster
 
     @property
-    def global_batch(self) -> int:
-        return self.opt.batch_size * self.ctx.world_size
+    def global_batch(self) -> int:  # images per optimizer step
+        return global_batch_size(self.opt, self.ctx)
 
     @property
     def last_epoch(self) -> int:
         return self.opt.n_epochs + self.opt.n_epochs_decay
+
+
+def global_batch_size(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
+    """Images per optimizer step: --batch_size per micro-batch x --accum_steps x processes."""
+    return opt.batch_size * opt.accum_steps * ctx.world_size
+
+
+def batch_description(opt: argparse.Namespace, ctx: distributed.DistContext) -> str:
+    """How the global batch is made up, for the log."""
+    if opt.accum_steps == 1:
+        return f"global batch = {global_batch_size(opt, ctx)} ({opt.batch_size} per process x {ctx.world_size} processes)"
+    return (f"global batch = {global_batch_size(opt, ctx)} ({opt.batch_size} per micro-batch x {opt.accum_steps} "
+            f"accumulation steps x {ctx.world_size} processes; one optimizer step per {opt.accum_steps} micro-batches)")
 
 
 def check_epochs_left(opt: argparse.Namespace, start: StartPoint, run_dir: str) -> None:
@@ -94,7 +109,7 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     """Everything the loop needs, and where it starts (a saved training state, or epoch --epoch_count).
     Every check comes before the first write to the run folder: a refused run changes nothing there."""
     check_distributed_options(opt, ctx)
-    global_batch = opt.batch_size * ctx.world_size
+    global_batch = global_batch_size(opt, ctx)
     run_dir = os.path.join(opt.checkpoints_dir, opt.name)
     checkpointer = Checkpointer(run_dir, ctx, global_batch, opt.save_by_iter)
     start = checkpointer.find_start(opt)  # the training state to continue from (its flags checked), or afresh
@@ -106,7 +121,10 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     first = first_sample["A"]
     check_input_size(opt.netG, first.shape[-2], first.shape[-1])
     check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
+    if opt.netD == "multiscale":  # its coarsest scale sees the image halved --num_D - 1 times
+        check_multiscale_input_size(opt.num_D, opt.n_layers_D, first.shape[-2], first.shape[-1])
     model = create_model(opt, ctx, start.seed)  # networks, losses, optimizers
+    check_accumulation(model, opt.accum_steps)  # --accum_steps needs the model's phases
     # the model may build data-dependent parts from the first batch; then schedulers, loading, DDP wrapping
     model.setup(opt, start.state, start.rank_state, first_batch=default_collate([first_sample]))
     held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
@@ -120,8 +138,7 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     if ctx.is_main:
         save_options(opt)
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
-    visualizer.message(f"The number of training images = {len(dataset)}; global batch = {global_batch} "
-                       f"({opt.batch_size} per process x {ctx.world_size} processes) on {ctx.device}")
+    visualizer.message(f"The number of training images = {len(dataset)}; {batch_description(opt, ctx)} on {ctx.device}")
     stop = StopRequest().install()
     compile_probe = CompileProbe.for_model(model, opt.compile, opt.compile_probe, visualizer.message)
     return Run(opt, ctx, dataset, model, validator, visualizer, checkpointer, stop, compile_probe), start.position
@@ -136,15 +153,15 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
     run.dataset.set_epoch(epoch, progress.images_done)  # this epoch's shuffle, from where we are
     visualizer.begin_epoch(progress, len(run.dataset))
     iter_data_time = time.time()
-    for data in run.dataset:
+    # --accum_steps K: K batches of --batch_size per optimizer step; saves and stops come between steps
+    for micro_batches in micro_batch_groups(run.dataset, opt.accum_steps):
         iter_start_time = time.time()
         t_data = iter_start_time - iter_data_time
         progress.total_iters += global_batch
         progress.images_done += global_batch
 
-        model.set_input(data)          # unpack the batch onto the device
         with run.compile_probe.timing(model):  # --compile: the first steps measure whether it pays
-            model.optimize_parameters()        # losses, gradients, weight updates
+            model.train_step(micro_batches)    # onto the device; losses, gradients, weight updates
         model.update_ema()             # --ema_decay: the generators' moving averages
 
         total_iters = progress.total_iters

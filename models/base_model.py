@@ -10,6 +10,9 @@ It
     `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
     fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
   - may add flags in `modify_commandline_options(parser, is_train)`;
+  - to train with --accum_steps, lists in `accumulation_phases` the methods that make one step,
+    split where a loss needs an optimizer step taken before it in the same step
+    (models/accumulation.py; `train_step` runs them over the micro-batches);
   - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own
     random streams;
   - may build more of itself from the first training batch in `data_dependent_initialize(batch)`
@@ -41,6 +44,8 @@ import torch
 from torch import nn
 
 from models import checkpoint_files, networks
+from models.accumulation import MicroStep, accumulated_step
+from models.activation_checkpointing import enable_activation_checkpointing
 from models.ema import GeneratorEMA
 from models.loss_watch import LossWatch
 from models.sync_batchnorm import convert_sync_batchnorm
@@ -65,6 +70,10 @@ class BaseModel(ABC):
     translator_refusal: ClassVar[str] = ""
     # The visual holding the model's input, scored against the target as the do-nothing baseline.
     input_visual: ClassVar[str | None] = None
+    # --accum_steps: the methods that make one training step, in order, each over every micro-batch
+    # before the next begins (models/accumulation.py); none: the model cannot accumulate.
+    accumulation_phases: ClassVar[tuple[str, ...]] = ()
+    _micro: MicroStep | None = None  # within a micro-batch of an accumulated step (`micro_step`)
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -172,11 +181,47 @@ class BaseModel(ABC):
         if not self.grad_scalers:
             self._make_grad_scalers()
         scaler = self.grad_scalers[index]
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
+        micro = self._micro
+        if micro is not None:  # --accum_steps: a micro-batch's share; the step comes at the last one
+            self._accumulate(index, optimizer, loss, micro)
+            if not micro.last:
+                return
+            loss = self._step_losses.pop(index)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
         self.loss_watch.note(index, loss)
+
+    def _accumulate(self, index: int, optimizer: torch.optim.Optimizer, loss: torch.Tensor, micro: MicroStep) -> None:
+        """Add one micro-batch's gradient (its loss weighted by its share of the step's images) to
+        those of the micro-batches before it, and its loss to the step's (noted once, at the step)."""
+        if micro.first:
+            optimizer.zero_grad(set_to_none=True)
+            self._step_losses[index] = 0.0
+        self.grad_scalers[index].scale(loss * micro.weight).backward()
+        self._step_losses[index] = self._step_losses[index] + loss.detach() * micro.weight
+
+    @contextmanager
+    def micro_step(self, step: MicroStep) -> Iterator[None]:
+        """Within the block, `update_weights` accumulates micro-batch `step` (models/accumulation.py)."""
+        if not hasattr(self, "_step_losses"):
+            self._step_losses: dict[int, torch.Tensor] = {}
+        self._micro = step
+        try:
+            yield
+        finally:
+            self._micro = None
+
+    def train_step(self, micro_batches: list[dict]) -> None:
+        """One optimizer step (train.py's loop): a batch as before (`set_input`, `optimize_parameters`),
+        or with --accum_steps several micro-batches, phase by phase (models/accumulation.py)."""
+        if len(micro_batches) == 1:
+            self.set_input(micro_batches[0])
+            self.optimize_parameters()
+        else:
+            accumulated_step(self, micro_batches)
 
     def _make_grad_scalers(self) -> None:
         # Scales fp16 losses so that small gradients do not underflow; a no-op otherwise.
@@ -306,6 +351,8 @@ class BaseModel(ABC):
                 networks.make_instance_norm_channels_last_safe(net)
             if self.opt.deterministic:
                 networks.pad_reflections_with_slices(net)
+            if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
+                enable_activation_checkpointing(net)
 
     def _prepare_for_run(self, name: str, net: nn.Module) -> nn.Module:
         """`net` as training or testing calls it: batch norm synchronised and the network

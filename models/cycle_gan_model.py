@@ -12,6 +12,7 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
+from models.multiscale import MultiscaleGANLoss
 from util.flag_types import non_negative_float
 from util import distributed
 from util.errors import UserError
@@ -24,6 +25,11 @@ class CycleGANModel(BaseModel):
                     "real_B": "B", "fake_A": "A", "rec_B": "B", "idt_A": "B"}
     translators = ("G_A", "G_B")  # G_A translates as trained, G_B back
     input_visual = "real_A"
+    # --accum_steps (models/accumulation.py): one phase. Every loss of the step uses the weights
+    # from before it (D's losses take the fakes computed before G's update), so each micro-batch
+    # adds to G's and D's gradients in one pass, and the image pools see the fakes in the order
+    # of one large batch.
+    accumulation_phases = ("optimize_parameters",)
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
@@ -59,7 +65,7 @@ class CycleGANModel(BaseModel):
 
         def discriminator(in_nc: int):
             return networks.define_D(in_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.norm,
-                                     opt.init_type, opt.init_gain).to(self.device)
+                                     opt.init_type, opt.init_gain, num_D=opt.num_D).to(self.device)
 
         self.netG_A = generator(opt.input_nc, opt.output_nc)
         self.netG_B = generator(opt.output_nc, opt.input_nc)
@@ -71,7 +77,8 @@ class CycleGANModel(BaseModel):
                                 f"(got {opt.input_nc} and {opt.output_nc}); pass --lambda_identity 0.")
             self.fake_A_pool = ImagePool(opt.pool_size, seed=seed * 2 + 1)
             self.fake_B_pool = ImagePool(opt.pool_size, seed=seed * 2 + 2)
-            self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+            # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+            self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
             self.criterionCycle = torch.nn.L1Loss()
             self.criterionIdt = torch.nn.L1Loss()
             self.optimizer_G = self.make_adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()))

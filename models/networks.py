@@ -21,7 +21,7 @@ from util import distributed
 from util.errors import UserError
 
 GENERATORS = ("resnet_9blocks", "resnet_6blocks", "unet_256", "unet_128")
-DISCRIMINATORS = ("basic", "n_layers", "pixel")
+DISCRIMINATORS = ("basic", "n_layers", "pixel", "multiscale")
 NORMS = ("instance", "batch", "syncbatch", "none")
 INIT_TYPES = ("normal", "xavier", "kaiming", "orthogonal")
 GAN_MODES = ("vanilla", "lsgan", "wgangp")
@@ -167,8 +167,9 @@ def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "ba
 
 
 def define_D(input_nc: int, ndf: int, netD: str, n_layers_D: int = 3, norm: str = "batch",
-             init_type: str = "normal", init_gain: float = 0.02) -> nn.Module:
-    """Build and initialise a discriminator: 70x70 PatchGAN (`basic`), `n_layers` or `pixel`."""
+             init_type: str = "normal", init_gain: float = 0.02, num_D: int = 1) -> nn.Module:
+    """Build and initialise a discriminator: 70x70 PatchGAN (`basic`), `n_layers`, `pixel`, or
+    `multiscale` (`num_D` n_layers PatchGANs, models/multiscale.py)."""
     norm_layer = get_norm_layer(norm)
     if netD == "basic":
         net = NLayerDiscriminator(input_nc, ndf, n_layers=3, norm_layer=norm_layer)
@@ -176,6 +177,9 @@ def define_D(input_nc: int, ndf: int, netD: str, n_layers_D: int = 3, norm: str 
         net = NLayerDiscriminator(input_nc, ndf, n_layers_D, norm_layer=norm_layer)
     elif netD == "pixel":
         net = PixelDiscriminator(input_nc, ndf, norm_layer=norm_layer)
+    elif netD == "multiscale":  # imported here: models/multiscale.py builds on NLayerDiscriminator below
+        from models.multiscale import MultiscaleDiscriminator
+        net = MultiscaleDiscriminator(input_nc, ndf, n_layers_D, norm_layer, num_D)
     else:
         raise UserError(f"--netD {netD} is not a discriminator; choose one of {', '.join(DISCRIMINATORS)}.")
     init_weights(net, init_type, init_gain)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import torch
 
 from models import networks
+from models.accumulation import buffers_kept
 from models.base_model import BaseModel
+from models.multiscale import MultiscaleGANLoss, feature_matching_loss
 from util.flag_types import non_negative_float
 from util import distributed
 
@@ -15,6 +17,9 @@ class Pix2PixModel(BaseModel):
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
     translators = ("G",)  # one way only: the trained direction
     input_visual = "real_A"
+    # --accum_steps (models/accumulation.py): G's loss judges with the D stepped before it, so D's
+    # gradients are gathered over every micro-batch and D steps before G's pass begins.
+    accumulation_phases = ("accumulate_D", "accumulate_G")
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
@@ -27,19 +32,23 @@ class Pix2PixModel(BaseModel):
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
             parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
+            parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's intermediate features on the real and the generated pair, per scale; pix2pixHD uses 10 with --netD multiscale); 0: off")
         return parser
 
     def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G_GAN", "G_L1", "D_real", "D_fake"]
+        if self.isTrain and opt.lambda_feat > 0:
+            self.loss_names.append("G_feat")
         self.visual_names = ["real_A", "fake_B", "real_B"]
         self.model_names = ["G", "D"] if self.isTrain else ["G"]
         self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
                                       not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
         if self.isTrain:
             self.netD = networks.define_D(opt.input_nc + opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D,
-                                          opt.norm, opt.init_type, opt.init_gain).to(self.device)
-            self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+                                          opt.norm, opt.init_type, opt.init_gain, num_D=opt.num_D).to(self.device)
+            # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+            self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
             self.criterionL1 = torch.nn.L1Loss()
             self.optimizer_G = self.make_adam(self.netG.parameters())
             self.optimizer_D = self.make_adam(self.netD.parameters())
@@ -71,9 +80,15 @@ class Pix2PixModel(BaseModel):
         """G's loss: D should take (A, G(A)) for real, and G(A) should be close to B (L1)."""
         with self.autocast():
             fake_AB = torch.cat((self.real_A, self.fake_B), 1)
-            self.loss_G_GAN = self.criterionGAN(netD(fake_AB), True)
+            if self.opt.lambda_feat > 0:  # D's prediction and its features from one pass over the fake pair
+                pred_fake, loss_feat = feature_matching_loss(netD, fake_AB, torch.cat((self.real_A, self.real_B), 1))
+                self.loss_G_feat = loss_feat * self.opt.lambda_feat
+            else:
+                pred_fake, self.loss_G_feat = netD(fake_AB), 0.0
+            self.loss_G_GAN = self.criterionGAN(pred_fake, True)
             self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
-            return self.loss_G_GAN + self.loss_G_L1
+            loss_G = self.loss_G_GAN + self.loss_G_L1
+            return loss_G + self.loss_G_feat if self.opt.lambda_feat > 0 else loss_G
 
     def optimize_parameters(self) -> None:
         with self.autocast():
@@ -81,5 +96,23 @@ class Pix2PixModel(BaseModel):
         self.loss_D = self.discriminator_loss()
         self.update_weights(self.optimizer_D, self.loss_D)
         with self.frozen(self.netD) as netD:  # G's step: D judges only
+            self.loss_G = self.generator_loss(netD)
+            self.update_weights(self.optimizer_G, self.loss_G)
+
+    def accumulate_D(self) -> None:
+        """--accum_steps, first phase, on one micro-batch: D's gradient. D judges G's output
+        detached, so G runs without a graph here, and its batch-norm statistics are left to the
+        second phase's pass over the same micro-batch (with the same dropout draws), as without
+        accumulation G's one pass updates them once."""
+        with torch.no_grad(), buffers_kept(self.netG), self.autocast():
+            self.forward()
+        self.loss_D = self.discriminator_loss()
+        self.update_weights(self.optimizer_D, self.loss_D)
+
+    def accumulate_G(self) -> None:
+        """Second phase, after D's step: G's gradient on one micro-batch, judged by the stepped D."""
+        with self.autocast():
+            self.forward()
+        with self.frozen(self.netD) as netD:
             self.loss_G = self.generator_loss(netD)
             self.update_weights(self.optimizer_G, self.loss_G)

@@ -44,6 +44,10 @@ class TemplateModel(BaseModel):
             parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, help="weight for the regression loss")
         return parser
 
+    # --accum_steps (models/accumulation.py): the methods that make one step, split where a loss
+    # needs an optimizer step taken before it in the same step; one optimizer here, so one phase.
+    accumulation_phases = ("optimize_parameters",)
+
     def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
         self.loss_names = ["G"]

@@ -60,6 +60,10 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, help="learning rate policy. [linear | step | plateau | cosine]")
         parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
         parser.add_argument("--lr_decay_iters", type=positive_int, default=50, help="multiply by a gamma every lr_decay_iters iterations")
+        # high resolution (docs/high_resolution.md)
+        parser.add_argument("--accum_steps", type=positive_int, default=1, help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
+        parser.add_argument("--num_D", type=positive_int, default=2, help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
+        parser.add_argument("--checkpoint_activations", action="store_true", help="activation checkpointing: the generators' residual blocks and U-Net levels recompute their activations in the backward pass instead of keeping them, for less memory at high resolution (a step takes longer; same results)")
         return parser
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
@@ -75,6 +79,7 @@ class TrainOptions(BaseOptions):
             parser.error("argument --dataset_mode: single reads one folder of input images without targets, which "
                          "test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
                          "(--dataset_mode unaligned)")
+        self.check_high_resolution(parser, opt)
         try:  # import the --logger modules now, so that a bad one stops the run before it writes anything
             logger_classes(opt.logger)
         except UserError as err:
@@ -84,3 +89,18 @@ class TrainOptions(BaseOptions):
         if reason:
             parser.error(f"argument --checkpoints_dir: cannot create the run folder {run_dir} ({reason}); "
                          f"choose another --checkpoints_dir (or --name)")
+
+    @staticmethod
+    def check_high_resolution(parser: argparse.ArgumentParser, opt) -> None:
+        """Refuse the multi-scale discriminator's flags where they would do nothing or cannot work."""
+        if opt.num_D != parser.get_default("num_D") and opt.netD != "multiscale":
+            parser.error(f"argument --num_D: --num_D {opt.num_D} sets the number of scales of --netD multiscale, "
+                         f"but this command has --netD {opt.netD}; add --netD multiscale or leave --num_D out")
+        if opt.netD == "multiscale" and opt.gan_mode == "wgangp":
+            parser.error("argument --gan_mode: --gan_mode wgangp's gradient penalty needs one prediction per image, "
+                         "and --netD multiscale gives one per scale; use --gan_mode lsgan or vanilla with it, or "
+                         "--netD basic with wgangp")
+        if getattr(opt, "lambda_feat", 0.0) > 0 and opt.netD == "pixel":
+            parser.error("argument --lambda_feat: the feature-matching loss compares the discriminator's "
+                         "intermediate features, which --netD pixel (1x1 convolutions) hardly has; use --netD "
+                         "multiscale, basic or n_layers, or --lambda_feat 0")

@@ -16,6 +16,8 @@ Measures, on the available device (CUDA if present, else the CPU; --device to ch
   scaling  how the plain fp32 step grows with image size (128/256/512) and batch (1/4/8);
   ddp      weak scaling on the CPU: 2 torchrun processes (gloo, 1 thread, batch 1 each) against
            one process with 1 thread; efficiency = throughput(2) / (2 x throughput(1)).
+  checkpointing  the plain fp32 step at 512 px (batch 1) without and with --checkpoint_activations:
+           time and peak memory.
 
 Each measurement runs in a fresh process (scripts/bench_worker.py), so peak memory is per
 configuration, and --compile starts from an empty inductor cache (the compile time reported is a
@@ -113,7 +115,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 
 def failed_measurements(results: dict) -> list[dict]:
-    failed = [r for section in ("step", "loop", "scaling") for r in results[section] if "error" in r]
+    failed = [r for section in ("step", "loop", "scaling", "checkpointing") for r in results.get(section, [])
+              if "error" in r]
     failed += [r for r in results["ddp"] if "efficiency" not in r]
     if results["peaks"] is not None and "error" in results["peaks"]:
         failed.append(results["peaks"])

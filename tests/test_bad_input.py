@@ -36,6 +36,7 @@ from bad_data_and_env import DATA_AND_ENV_CASES
 from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
+from bad_hires import HIRES_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
                            run_args)
 from conftest import FAST_FLAGS, ROOT, run_script
@@ -318,6 +319,7 @@ CASES = [
     *RESUME_FLAG_CASES,
     *DATA_AND_ENV_CASES,
     *DAMAGED_FILE_CASES,
+    *HIRES_CASES,
 ]
 
 

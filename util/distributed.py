@@ -16,7 +16,8 @@ import random
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -423,3 +424,16 @@ def shutdown() -> None:
     _started = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def no_gradient_sync(modules: list[nn.Module]) -> Iterator[None]:
+    """Within the block, the DDP-wrapped ones among `modules` keep the gradients of their backward
+    passes local (DDP's `no_sync`): for the micro-batches of an accumulated step but its last, whose
+    backward then all-reduces the sum once. Plain modules are left alone."""
+    with ExitStack() as stack:
+        for module in modules:
+            module = getattr(module, "_orig_mod", module)  # --compile wraps the DDP module
+            if isinstance(module, nn.parallel.DistributedDataParallel):
+                stack.enter_context(module.no_sync())
+        yield

@@ -16,7 +16,7 @@ FlopTable = dict[tuple[str, int], dict]
 
 def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, Path], scratch: Path) -> dict:
     """Run the plan's sections for `models`; the results with derived numbers (bench.derive)."""
-    results: dict[str, Any] = {"peaks": None, "step": [], "loop": [], "scaling": [], "ddp": []}
+    results: dict[str, Any] = {"peaks": None, "step": [], "loop": [], "scaling": [], "ddp": [], "checkpointing": []}
     models = [m for m in MODELS if m in models]
     flops: FlopTable = {}
     if "peaks" in plan.sections:
@@ -32,6 +32,9 @@ def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, 
     if "scaling" in plan.sections:
         for model in models:
             results["scaling"] += measure_scaling(plan, runner, model, results["step"], flops)
+    if "checkpointing" in plan.sections:
+        for model in models:
+            results["checkpointing"] += measure_checkpointing(plan, runner, model)
     if "ddp" in plan.sections and runner.device == "cpu":
         results["ddp"] = [measure_ddp(plan, runner, entry) for entry in plan.ddp if entry["model"] in models]
     elif "ddp" in plan.sections:
@@ -130,3 +133,21 @@ def measure_ddp(plan: Plan, runner: Runner, entry: dict) -> dict:
     one = runner.run(f"ddp_{model}_1rank", spec, threads=1)
     two = runner.run(f"ddp_{model}_2ranks", spec, nproc=2, threads=1)
     return {"model": model, "size": size, "extra_args": entry["extra_args"], "one_rank": one, "two_ranks": two}
+
+
+def measure_checkpointing(plan: Plan, runner: Runner, model: str) -> list[dict]:
+    """The plain fp32 step at the plan's checkpointing size (batch 1), without and with
+    --checkpoint_activations: time and peak memory (each in its own process)."""
+    size = plan.checkpointing_size.get(model)
+    if size is None:
+        return []
+    print(f"activation checkpointing: {model}, {size}x{size}, batch 1, plain fp32 without and with it")
+    rows = []
+    for checkpointing in (False, True):
+        extra = list(plan.network_args) + (["--checkpoint_activations"] if checkpointing else [])
+        spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(BASELINE),
+                **plan.checkpointing.spec(), "count_flops": False, "extra_args": extra}
+        name = f"checkpointing_{model}_{size}px_{'on' if checkpointing else 'off'}"
+        rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
+                     "checkpoint_activations": checkpointing, **runner.run(name, spec)})
+    return rows

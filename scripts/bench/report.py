@@ -52,6 +52,7 @@ def render_markdown(report: dict) -> str:
     lines += _loop_section(results["loop"])
     lines += _scaling_section(results["scaling"])
     lines += _ddp_section(results["ddp"])
+    lines += _checkpointing_section(results.get("checkpointing", []))
     if report["targets"]:
         lines += ["### Targets", ""]
         lines += _table(["target", "measured", "met", "caveat"],
@@ -198,3 +199,21 @@ def _ddp_section(ddp_rows: list[dict]) -> list[str]:
                       "img/s, 1 process", "img/s, 2 processes", "efficiency", "load"], rows)
             + ["", "efficiency = img/s with 2 processes / (2 x img/s with 1 process); a step of 2 processes "
                    "takes as long as its slower rank.", ""])
+
+
+def _checkpointing_section(rows: list[dict]) -> list[str]:
+    """Time and peak memory of the plain step without and with --checkpoint_activations."""
+    if not rows:
+        return []
+    cells = []
+    for r in rows:
+        setting = "--checkpoint_activations" if r["checkpoint_activations"] else "plain"
+        if "error" in r:
+            cells.append([r["model"], f"{r['size']}", setting, f"FAILED: {r['error'][:120]}", "", "", ""])
+            continue
+        cells.append([r["model"], f"{r['size']}", setting, f"{r['median_s']:.3f}", _iqr(r),
+                      f"{r['peak_mem_mb']:.0f}", _load_cell(r)])
+    return (["### Activation checkpointing (plain fp32 step, batch 1)", ""]
+            + _table(["model", "px", "setting", "median s/step", "IQR s", "peak MiB", "load"], cells)
+            + ["", "peak MiB: the process's peak RSS on the CPU (torch.cuda.max_memory_allocated on a GPU), "
+                   "model and optimizer states included.", ""])

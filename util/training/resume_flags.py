@@ -29,7 +29,7 @@ from typing import Any
 from util.errors import UserError
 
 ARCHITECTURE = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout", "input_nc", "output_nc",
-                "direction")
+                "direction", "num_D")
 REFUSED = frozenset(ARCHITECTURE + ("lr_policy",))
 REAPPLIED = frozenset(("lr", "beta1", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters"))
 NOTED = frozenset((
@@ -38,7 +38,9 @@ NOTED = frozenset((
     "no_flip", "serial_batches", "data_range", "new_dataset_option",
     # the losses and what they see
     "gan_mode", "pool_size", "lambda_L1", "lambda_A", "lambda_B", "lambda_identity", "lambda_regression",
-    "ema_decay", "save_best",
+    "ema_decay", "save_best", "lambda_feat",
+    # the global batch (a checkpoint is written between optimizer steps, so any K continues)
+    "accum_steps",
     # the arithmetic
     "dtype", "amp", "channels_last", "deterministic"))
 IGNORED = {
@@ -54,7 +56,9 @@ SILENT = frozenset((
     "display_channels", "display_winsize", "update_html_freq", "print_freq", "no_html", "use_tensorboard",
     "no_progress", "logger", "progress_interval", "use_wandb", "wandb_project_name",
     "save_latest_freq", "save_epoch_freq", "save_by_iter",
-    "val_freq", "val_phase", "val_max_images", "val_mode", "inception_weights"))
+    "val_freq", "val_phase", "val_max_images", "val_mode", "inception_weights",
+    # the same gradients, recomputed: memory, not results
+    "checkpoint_activations"))
 CLASSES = {"refused": REFUSED, "reapplied": REAPPLIED, "noted": NOTED, "ignored": frozenset(IGNORED),
            "silent": SILENT}
 

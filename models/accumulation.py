@@ -1,0 +1,141 @@
+"""--accum_steps K: K micro-batches per optimizer step, so that the global batch (micro-batch x K x
+processes) can be chosen independently of memory and of the number of GPUs.
+
+The contract a model follows (docs/extending.md, "Gradient accumulation"):
+
+  - `optimize_parameters()` is one training step on the current input, each loss applied with
+    `self.update_weights(optimizer, loss)` (unchanged: with K = 1 nothing here runs);
+  - the model lists, in `accumulation_phases`, the methods that together make that step, split
+    where a loss needs an optimizer's step taken earlier in the same step. pix2pix updates D, then
+    judges G's output with the updated D: ("accumulate_D", "accumulate_G"). CycleGAN's losses all
+    use the weights from before the step (D's loss takes the fakes computed before G's update):
+    ("optimize_parameters",). A model that declares none is refused with --accum_steps > 1;
+  - each phase starts from `set_input` (it runs its own forward pass).
+
+`accumulated_step` runs every phase over all micro-batches in turn. Within a phase, `update_weights`
+clears the gradients at the first micro-batch, back-propagates each micro-batch's loss weighted by
+its share of the step's images (so the gradient is that of the mean over all of them: per-image
+mean losses make K micro-batches of b equal one batch of K*b), and steps the optimizer at the last.
+Under DDP every micro-batch but the last runs in `no_sync` (no all-reduce of gradients that are not
+complete yet); the last one's backward all-reduces the accumulated sum once.
+
+A later phase repeats the forward pass of an earlier one on the same micro-batch: it replays the
+random draws (dropout) the first phase made for that micro-batch, so both see the same output.
+Batch-dependent normalisation (batch norm, syncbatch) normalises each micro-batch by its own
+statistics: only instance norm (or none) makes K x b exactly a batch of K*b.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+import torch
+
+from util import distributed
+from util.errors import UserError
+
+if TYPE_CHECKING:  # only for the annotations: base_model imports this module
+    from models.base_model import BaseModel
+
+
+@dataclass(frozen=True)
+class MicroStep:
+    """Where `update_weights` is within an optimizer step: micro-batch `index` of `count`, whose
+    loss weighs `weight` (its share of the step's images)."""
+
+    index: int
+    count: int
+    weight: float
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.count - 1
+
+
+def micro_batch_groups(batches: Iterable[dict], accum_steps: int) -> Iterator[list[dict]]:
+    """The loader's batches, `accum_steps` at a time: one list per optimizer step (the epoch's last
+    may be shorter)."""
+    group: list[dict] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == accum_steps:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _batch_size(batch: dict) -> int:
+    return next(len(value) for value in batch.values() if isinstance(value, (torch.Tensor, list)))
+
+
+def _rng_state(device: torch.device) -> tuple:
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def check_accumulation(model: "BaseModel", accum_steps: int) -> None:
+    """UserError when --accum_steps > 1 and the model has not split its step into phases."""
+    if accum_steps > 1 and not model.accumulation_phases:
+        raise UserError(f"--accum_steps {accum_steps}: --model {model.opt.model} ({type(model).__name__}) does not "
+                        f"declare `accumulation_phases`, so its step cannot be split into micro-batches; use "
+                        f"--accum_steps 1 (and a larger --batch_size), or add them to the model (docs/extending.md, "
+                        f"\"Gradient accumulation\").")
+
+
+def accumulated_step(model: "BaseModel", micro_batches: list[dict]) -> None:
+    """One optimizer step over `micro_batches` (see the module docstring): for each phase, every
+    micro-batch in turn. The logged losses are the means over the micro-batches, weighted as the
+    gradients are."""
+    sizes = [_batch_size(batch) for batch in micro_batches]
+    steps = [MicroStep(i, len(sizes), size / sum(sizes)) for i, size in enumerate(sizes)]
+    rng_states = []
+    networks = list(model.named_networks().values())
+    for number, phase in enumerate(model.accumulation_phases):
+        seen: dict[str, list] = {name: [] for name in model.loss_names}
+        for step, batch in zip(steps, micro_batches):
+            if number == 0:
+                rng_states.append(_rng_state(model.device))
+            else:  # the random draws of the first phase's pass over this micro-batch
+                _set_rng_state(rng_states[step.index], model.device)
+            sync = nullcontext() if step.last else distributed.no_gradient_sync(networks)
+            with sync, model.micro_step(step):
+                model.set_input(batch)
+                getattr(model, phase)()
+            for name in seen:
+                seen[name].append(getattr(model, "loss_" + name, 0.0))
+        _average_losses(model, seen, steps)
+
+
+def _average_losses(model: "BaseModel", seen: dict[str, list], steps: list[MicroStep]) -> None:
+    """Set each loss that this phase computed (a new value at every micro-batch) to its weighted mean."""
+    for name, values in seen.items():
+        if all(value is values[0] for value in values):
+            continue  # computed in another phase (or a constant)
+        mean = sum(torch.as_tensor(value).detach() * step.weight for value, step in zip(values, steps))
+        setattr(model, "loss_" + name, mean)
+
+
+@contextmanager
+def buffers_kept(*nets: torch.nn.Module) -> Iterator[None]:
+    """Within the block the networks' buffers may change (batch-norm running statistics of a forward
+    pass that is repeated later); afterwards they are as they were."""
+    kept = [[buffer.clone() for buffer in net.buffers()] for net in nets]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for net, saved in zip(nets, kept):
+                for value, buffer in zip(saved, net.buffers()):
+                    buffer.copy_(value)

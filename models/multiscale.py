@@ -1,0 +1,126 @@
+"""pix2pixHD's multi-scale discriminator (`--netD multiscale --num_D N`) and its discriminator
+feature-matching loss (`--lambda_feat F`, paired models).
+
+A 70x70 PatchGAN sees local texture only; at 512 px and above results get blurry or collapse.
+pix2pixHD judges the image with N PatchGANs of the same design (each built from --ndf,
+--n_layers_D and --norm), the k-th on the image average-pooled by 2, k times: the coarsest one
+sees the whole layout. Its prediction is a list (one logit grid per scale); `MultiscaleGANLoss`
+gives the GAN loss the mean of the per-scale losses (pix2pixHD sums them; the mean keeps the
+weights of the other losses, --lambda_L1 and the cycle weights, as tuned for one PatchGAN, and makes
+--num_D 1 the plain `n_layers` discriminator). State-dict keys: `scale<k>.model.<i>.<param>`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.networks import NLayerDiscriminator
+from util.errors import UserError
+
+
+class MultiscaleDiscriminator(nn.Module):
+    """`num_D` PatchGANs, scale k judging the input downsampled by 2**k; returns their predictions
+    (a list, finest first)."""
+
+    def __init__(self, input_nc: int, ndf: int, n_layers: int, norm_layer, num_D: int) -> None:
+        super().__init__()
+        self.num_D = num_D
+        for k in range(num_D):
+            self.add_module(f"scale{k}", NLayerDiscriminator(input_nc, ndf, n_layers, norm_layer=norm_layer))
+        # pix2pixHD's downsampling: padding not counted, so the border is not darkened
+        self.downsample = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
+
+    def scales(self) -> list[NLayerDiscriminator]:
+        return [getattr(self, f"scale{k}") for k in range(self.num_D)]
+
+    def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The input of each scale: `x`, then halved again for every further scale."""
+        images = [x]
+        for _ in range(self.num_D - 1):
+            images.append(self.downsample(images[-1]))
+        return images
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [scale(image) for scale, image in zip(self.scales(), self.inputs(x))]
+
+
+class MultiscaleGANLoss(nn.Module):
+    """A GAN criterion (networks.GANLoss) that also takes a list of predictions, one per scale:
+    the mean of its loss on each. A single tensor passes through unchanged."""
+
+    def __init__(self, criterion: nn.Module) -> None:
+        super().__init__()
+        self.criterion = criterion
+
+    def forward(self, prediction: torch.Tensor | list[torch.Tensor], target_is_real: bool) -> torch.Tensor:
+        if isinstance(prediction, (list, tuple)):
+            return sum(self.criterion(p, target_is_real) for p in prediction) / len(prediction)
+        return self.criterion(prediction, target_is_real)
+
+
+def _plain(net: nn.Module) -> nn.Module:
+    # the module whose layers we walk: not the compiled wrapper (the frozen D is never DDP-wrapped)
+    return getattr(net, "_orig_mod", net)
+
+
+def discriminator_features(netD: nn.Module, x: torch.Tensor) -> list[list[torch.Tensor]]:
+    """Per scale, the output of each layer group of the PatchGAN (conv, norm, LeakyReLU), then its
+    prediction last: pix2pixHD's `getIntermFeat`. Works for `basic`, `n_layers` and `multiscale`."""
+    net = _plain(netD)
+    if isinstance(net, MultiscaleDiscriminator):
+        pairs = list(zip(net.scales(), net.inputs(x)))
+    elif isinstance(net, NLayerDiscriminator):
+        pairs = [(net, x)]
+    else:
+        raise UserError(f"--lambda_feat needs a PatchGAN discriminator (--netD basic, n_layers or multiscale); "
+                        f"{type(net).__name__} has no intermediate features to match; pass --lambda_feat 0.")
+    features = []
+    for patchgan, image in pairs:
+        outputs, h = [], image
+        for layer in patchgan.model:
+            h = layer(h)
+            if isinstance(layer, nn.LeakyReLU):  # the end of a layer group
+                outputs.append(h)
+        outputs.append(h)  # the last conv's prediction
+        features.append(outputs)
+    return features
+
+
+def feature_matching_loss(netD: nn.Module, fake: torch.Tensor, real: torch.Tensor,
+                          ) -> tuple[torch.Tensor | list[torch.Tensor], torch.Tensor]:
+    """(D's prediction on `fake`, as `netD(fake)` gives it; the feature-matching loss): the L1
+    distance between D's intermediate features on `fake` and on `real`, pix2pixHD's weighting (each
+    of a scale's n feature maps weighs 4/n, the scales are averaged). `real`'s features carry no
+    gradient. Computing both from one pass over `fake` saves a second D forward."""
+    fake_features = discriminator_features(netD, fake)
+    with torch.no_grad():
+        real_features = discriminator_features(netD, real)
+    l1 = nn.functional.l1_loss
+    per_scale = []
+    for fake_scale, real_scale in zip(fake_features, real_features):
+        layers = len(fake_scale) - 1
+        per_scale.append(sum(l1(f, r) for f, r in zip(fake_scale[:-1], real_scale[:-1])) * (4.0 / layers))
+    predictions = [scale[-1] for scale in fake_features]
+    prediction = predictions if isinstance(_plain(netD), MultiscaleDiscriminator) else predictions[0]
+    return prediction, sum(per_scale) / len(per_scale)
+
+
+def smallest_side(n_layers: int, num_D: int) -> int:
+    """The smallest image side the coarsest of `num_D` scales of an `n_layers` PatchGAN can judge:
+    3 pixels after its n stride-2 convs (for its two 4x4 stride-1 convs), and each scale halves."""
+    return 3 * 2 ** n_layers * 2 ** (num_D - 1)
+
+
+def check_multiscale_input_size(num_D: int, n_layers_D: int, height: int, width: int) -> None:
+    """Raise a UserError when the coarsest scale would shrink the image to nothing."""
+    smallest = smallest_side(n_layers_D, num_D)
+    if min(height, width) >= smallest:
+        return
+    fits = num_D
+    while fits > 1 and min(height, width) < smallest_side(n_layers_D, fits):
+        fits -= 1
+    fewer = (f"--num_D {fits}" if min(height, width) >= smallest_side(n_layers_D, fits)
+             else f"fewer --n_layers_D")
+    raise UserError(f"--num_D {num_D}: --netD multiscale with {num_D} scales of {n_layers_D}-layer PatchGANs "
+                    f"(--n_layers_D) needs images of at least {smallest}x{smallest} pixels (the coarsest scale sees "
+                    f"them halved {num_D - 1} times), but got {height}x{width}; use {fewer}, or a larger --crop_size.")
