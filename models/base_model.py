@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from models import checkpoint_files, networks
+from models.diff_augment import DiscriminatorAugment
 from models.ema import GeneratorEMA
 from models.loss_watch import LossWatch
 from models.sync_batchnorm import convert_sync_batchnorm
@@ -112,6 +113,9 @@ class BaseModel(ABC):
         self._run_variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
         self.compile_choice: bool | None = None
         self.ema: GeneratorEMA | None = None  # --ema_decay: moving averages of the generators
+        # --diff_augment: every discriminator input goes through it (`netD(self.diff_augment(x))`);
+        # the identity when off. Seeded in `setup`, saved with the training state.
+        self.diff_augment = DiscriminatorAugment.from_options(opt)
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool):
@@ -271,6 +275,7 @@ class BaseModel(ABC):
         schedulers; load weights (testing, --continue_train) or a whole training state (exact
         resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
+        self._add_stabilisers()
         self._set_precision(self.named_networks())
         if first_batch is not None:
             known = set(self.model_names)
@@ -296,6 +301,17 @@ class BaseModel(ABC):
         self.print_networks(opt.verbose)
         for name, net in self.named_networks().items():
             setattr(self, "net" + name, self._prepare_for_run(name, net))
+
+    def _add_stabilisers(self) -> None:
+        """--D_spectral on every discriminator (the networks named D...) and the first draw of
+        --diff_augment, for every model alike. Both draw from the global generator, which is seeded
+        the same on every rank here, and only when asked for: without them nothing changes."""
+        if self.isTrain and getattr(self.opt, "D_spectral", False):
+            for name, net in self.named_networks().items():
+                if name.startswith("D"):
+                    networks.apply_spectral_norm(net)
+        if self.diff_augment.enabled:
+            self.diff_augment.seed(int(torch.randint(2**62, ())))
 
     def _set_precision(self, nets: dict[str, nn.Module]) -> None:
         """The networks' dtype and memory format, in place (the optimizers keep the same parameter
@@ -391,6 +407,7 @@ class BaseModel(ABC):
             "grad_scalers": [scaler.state_dict() for scaler in self.grad_scalers],
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "compile_choice": self.compile_choice,
+            "diff_augment": self.diff_augment.state_dict() if self.diff_augment.enabled else None,
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -427,16 +444,23 @@ class BaseModel(ABC):
             print0("note: the run being continued kept no moving averages; --ema_decay starts them from "
                    "the current weights.")
         self.compile_choice = state.get("compile_choice")  # --compile: as the continued run chose
+        if self.diff_augment.enabled and state.get("diff_augment"):  # a run that augmented goes on drawing
+            self.diff_augment.load_state_dict(state["diff_augment"])
 
     def rank_training_state(self) -> dict:
         """State that differs between ranks: this rank's share of the epoch's losses; subclasses
         add theirs (e.g. image pools) to `super().rank_training_state()`."""
-        return {"loss_watch": self.loss_watch.state_dict()}
+        state = {"loss_watch": self.loss_watch.state_dict()}
+        if self.diff_augment.enabled:
+            state["diff_augment"] = self.diff_augment.rank_state_dict()
+        return state
 
     def load_rank_training_state(self, state: dict) -> None:
         """Restore what `rank_training_state` returned."""
         if "loss_watch" in state:
             self.loss_watch.load_state_dict(state["loss_watch"])
+        if self.diff_augment.enabled and "diff_augment" in state:
+            self.diff_augment.load_rank_state_dict(state["diff_augment"])
 
     # ------------------------------------------------------------------ checkpoints
     def save_networks(self, epoch, include_ema: bool = True) -> None:

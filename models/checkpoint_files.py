@@ -17,7 +17,7 @@ from util.safe_files import atomic_write_json, read_json_object
 from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 
 ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
-                        "input_nc", "output_nc", "direction")
+                        "input_nc", "output_nc", "direction", "upsample", "D_spectral")
 ARCHITECTURE_FILE = "architecture.json"
 
 
