@@ -32,6 +32,7 @@ import pytest
 import torch
 from PIL import Image
 
+from bad_augment import AUGMENT_CASES
 from bad_data_and_env import DATA_AND_ENV_CASES
 from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
@@ -318,6 +319,7 @@ CASES = [
     *RESUME_FLAG_CASES,
     *DATA_AND_ENV_CASES,
     *DAMAGED_FILE_CASES,
+    *AUGMENT_CASES,
 ]
 
 
