@@ -63,7 +63,7 @@ def _trained_flags(saved: str, opt) -> str:
     except UserError as damaged:  # it would only have added a hint: say so, and give the rest
         return f" ({damaged})"
     parts = []
-    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
+    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample", "netD", "n_layers_D", "ndf"):
         if key in arch and arch[key] != getattr(opt, key, arch[key]):
             parts.append(f"--{key} {arch[key]}")
     if arch.get("no_dropout") != getattr(opt, "no_dropout", None):

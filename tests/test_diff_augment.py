@@ -206,6 +206,17 @@ def test_every_option_shows_in_train_opt_and_p_rose_and_fell(one_process):
     assert "model.0.parametrizations.weight.original" in torch.load(one_process / "latest_net_D.pth")
 
 
+def test_the_translator_rebuilds_a_resize_generator_from_the_run_folder_and_from_its_weights(one_process):
+    from models.saved_generator import infer_architecture
+    from models.translator import Translator
+
+    image = torch.rand(3, 32, 32)
+    for source in (one_process, one_process / "latest_net_G.pth"):
+        assert Translator.load(source, device="cpu").translate(image).shape == (3, 32, 32)
+    state = torch.load(one_process / "latest_net_G.pth", weights_only=True)
+    assert infer_architecture(state)["upsample"] == "resize"
+
+
 @pytest.mark.slow
 def test_two_processes_train_the_same_weights_as_one_with_every_option_on(one_process, paired_root, tmp_path):
     ok(torchrun("train.py", *run_args(paired_root, tmp_path, "two", 1)))
