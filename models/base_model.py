@@ -394,7 +394,10 @@ class BaseModel(ABC):
         stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=self.device).detach()
                                for v in values])
         stacked = distributed.reduce_mean(stacked).cpu().tolist()
-        return OrderedDict(zip(self.loss_names, stacked))
+        losses = OrderedDict(zip(self.loss_names, stacked))
+        if self.diff_augment.enabled and self.diff_augment.ada_target > 0:  # --ada_target's p, to watch it adapt
+            losses["ada_p"] = self.diff_augment.p
+        return losses
 
     # ------------------------------------------------------------------ training state (exact resume)
     def shared_training_state(self) -> dict:

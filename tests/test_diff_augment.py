@@ -204,6 +204,7 @@ def test_every_option_shows_in_train_opt_and_p_rose_and_fell(one_process):
     # the transforms were applied, not only drawn: ADA raised p at the end of epoch 1 (and lowered it after)
     assert augmentation_state(one_process, "1")["p"] > 0 and augmentation_state(one_process, "2")["p"] == 0
     assert "model.0.parametrizations.weight.original" in torch.load(one_process / "latest_net_D.pth")
+    assert "ada_p: 0.400" in (one_process / "loss_log.txt").read_text()  # logged with the losses
 
 
 def test_the_translator_rebuilds_a_resize_generator_from_the_run_folder_and_from_its_weights(one_process):
