@@ -5,10 +5,10 @@ import argparse
 import os
 
 from models import networks
+from models.diff_augment import augment_policy
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.errors import UserError
-from models.diff_augment import augment_policy
 from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 
 
