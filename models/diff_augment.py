@@ -113,16 +113,20 @@ class DiscriminatorAugment:
         return every[distributed.global_batch_positions(count)]
 
     # ------------------------------------------------------------------ the adaptive probability
-    def observe_real(self, prediction: torch.Tensor) -> None:
+    def observe_real(self, prediction: torch.Tensor | list | tuple) -> None:
         """With --ada_target: note D's verdicts on real (augmented) images; every ADA_INTERVAL calls,
         move p towards keeping the fraction of confident verdicts, E[sign(D(real) - threshold)], at
         the target: up by (images seen) / (ada_kimg * 1000) when above, down when below. The sums
-        are taken over all ranks, so p is the same everywhere and equal to one process's."""
+        are taken over all ranks, so p is the same everywhere and equal to one process's. A
+        discriminator judging at several scales may give a list of verdict maps: all of them count."""
         if not self.enabled or self.ada_target <= 0:
             return
-        verdicts = torch.sign(prediction.detach().to(torch.float64) - self.threshold)
+        maps = prediction if isinstance(prediction, (list, tuple)) else [prediction]
+        batch = maps[0].shape[0]
+        flat = torch.cat([m.detach().reshape(batch, -1).to(torch.float64) for m in maps], dim=1)
+        verdicts = torch.sign(flat - self.threshold)
         self._sign_sum = self._sign_sum.to(verdicts.device) + verdicts.sum()
-        self._counts += torch.tensor([verdicts.numel(), prediction.shape[0]], dtype=torch.float64)
+        self._counts += torch.tensor([verdicts.numel(), batch], dtype=torch.float64)
         self._calls += 1
         if self._calls % ADA_INTERVAL:
             return

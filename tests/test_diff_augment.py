@@ -119,6 +119,9 @@ def test_ada_raises_p_while_d_is_confident_on_reals_and_lowers_it_otherwise():
     for _ in range(ADA_INTERVAL):
         augment.observe_real(-torch.ones(2, 1, 3, 3))
     assert augment.p == pytest.approx(0.0)
+    for _ in range(ADA_INTERVAL):  # a multi-scale discriminator's list of verdict maps counts whole
+        augment.observe_real([torch.ones(2, 1, 3, 3), torch.ones(2, 1, 1, 1)])
+    assert augment.p == pytest.approx(0.8)
     augment.p = 0.0  # p = 0: no transform applies, though the same numbers are drawn
     image = torch.rand(2, 3, 8, 8)
     assert torch.equal(augment(image), image)
