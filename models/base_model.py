@@ -9,6 +9,10 @@ It
     which computes each loss under `self.autocast()` and applies it with
     `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
     fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
+  - calls its discriminators on `self.diff_augment(x)` (a conditional pair: one call with both
+    halves) in both players' steps, and reports D's verdicts on real images to
+    `self.diff_augment.observe_real(pred)` (--diff_augment, --ada_target; the identity when off);
+    --D_spectral reaches every network named D... by itself;
   - may add flags in `modify_commandline_options(parser, is_train)`;
   - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own
     random streams;
