@@ -9,6 +9,10 @@ It
     which computes each loss under `self.autocast()` and applies it with
     `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
     fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
+  - calls its discriminators on `self.diff_augment(x)` (a conditional pair: one call with both
+    halves) in both players' steps, and reports D's verdicts on real images to
+    `self.diff_augment.observe_real(pred)` (--diff_augment, --ada_target; the identity when off);
+    --D_spectral reaches every network named D... by itself;
   - may add flags in `modify_commandline_options(parser, is_train)`;
   - to train with --accum_steps, lists in `accumulation_phases` the methods that make one step,
     split where a loss needs an optimizer step taken before it in the same step
@@ -46,6 +50,7 @@ from torch import nn
 from models import checkpoint_files, networks
 from models.accumulation import MicroStep, accumulated_step
 from models.activation_checkpointing import enable_activation_checkpointing
+from models.diff_augment import DiscriminatorAugment
 from models.ema import GeneratorEMA
 from models.loss_watch import LossWatch
 from models.sync_batchnorm import convert_sync_batchnorm
@@ -121,6 +126,9 @@ class BaseModel(ABC):
         self._run_variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
         self.compile_choice: bool | None = None
         self.ema: GeneratorEMA | None = None  # --ema_decay: moving averages of the generators
+        # --diff_augment: every discriminator input goes through it (`netD(self.diff_augment(x))`);
+        # the identity when off. Seeded in `setup`, saved with the training state.
+        self.diff_augment = DiscriminatorAugment.from_options(opt)
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool):
@@ -316,6 +324,7 @@ class BaseModel(ABC):
         schedulers; load weights (testing, --continue_train) or a whole training state (exact
         resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
+        self._add_stabilisers()
         self._set_precision(self.named_networks())
         if first_batch is not None:
             known = set(self.model_names)
@@ -341,6 +350,17 @@ class BaseModel(ABC):
         self.print_networks(opt.verbose)
         for name, net in self.named_networks().items():
             setattr(self, "net" + name, self._prepare_for_run(name, net))
+
+    def _add_stabilisers(self) -> None:
+        """--D_spectral on every discriminator (the networks named D...) and the first draw of
+        --diff_augment, for every model alike. Both draw from the global generator, which is seeded
+        the same on every rank here, and only when asked for: without them nothing changes."""
+        if self.isTrain and getattr(self.opt, "D_spectral", False):
+            for name, net in self.named_networks().items():
+                if name.startswith("D"):
+                    networks.apply_spectral_norm(net)
+        if self.diff_augment.enabled:
+            self.diff_augment.seed(int(torch.randint(2**62, ())))
 
     def _set_precision(self, nets: dict[str, nn.Module]) -> None:
         """The networks' dtype and memory format, in place (the optimizers keep the same parameter
@@ -425,7 +445,10 @@ class BaseModel(ABC):
         stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=self.device).detach()
                                for v in values])
         stacked = distributed.reduce_mean(stacked).cpu().tolist()
-        return OrderedDict(zip(self.loss_names, stacked))
+        losses = OrderedDict(zip(self.loss_names, stacked))
+        if self.diff_augment.enabled and self.diff_augment.ada_target > 0:  # --ada_target's p, to watch it adapt
+            losses["ada_p"] = self.diff_augment.p
+        return losses
 
     # ------------------------------------------------------------------ training state (exact resume)
     def shared_training_state(self) -> dict:
@@ -438,6 +461,7 @@ class BaseModel(ABC):
             "grad_scalers": [scaler.state_dict() for scaler in self.grad_scalers],
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "compile_choice": self.compile_choice,
+            "diff_augment": self.diff_augment.state_dict() if self.diff_augment.enabled else None,
         }
 
     def load_shared_training_state(self, state: dict) -> None:
@@ -474,16 +498,23 @@ class BaseModel(ABC):
             print0("note: the run being continued kept no moving averages; --ema_decay starts them from "
                    "the current weights.")
         self.compile_choice = state.get("compile_choice")  # --compile: as the continued run chose
+        if self.diff_augment.enabled and state.get("diff_augment"):  # a run that augmented goes on drawing
+            self.diff_augment.load_state_dict(state["diff_augment"])
 
     def rank_training_state(self) -> dict:
         """State that differs between ranks: this rank's share of the epoch's losses; subclasses
         add theirs (e.g. image pools) to `super().rank_training_state()`."""
-        return {"loss_watch": self.loss_watch.state_dict()}
+        state = {"loss_watch": self.loss_watch.state_dict()}
+        if self.diff_augment.enabled:
+            state["diff_augment"] = self.diff_augment.rank_state_dict()
+        return state
 
     def load_rank_training_state(self, state: dict) -> None:
         """Restore what `rank_training_state` returned."""
         if "loss_watch" in state:
             self.loss_watch.load_state_dict(state["loss_watch"])
+        if self.diff_augment.enabled and "diff_augment" in state:
+            self.diff_augment.load_rank_state_dict(state["diff_augment"])
 
     # ------------------------------------------------------------------ checkpoints
     def save_networks(self, epoch, include_ema: bool = True) -> None:

@@ -17,7 +17,7 @@ from util.safe_files import atomic_write_json, read_json_object
 from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 
 ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
-                        "input_nc", "output_nc", "direction")
+                        "input_nc", "output_nc", "direction", "upsample", "D_spectral")
 ARCHITECTURE_FILE = "architecture.json"
 
 
@@ -63,7 +63,7 @@ def _trained_flags(saved: str, opt) -> str:
     except UserError as damaged:  # it would only have added a hint: say so, and give the rest
         return f" ({damaged})"
     parts = []
-    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "netD", "n_layers_D", "ndf"):
+    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample", "netD", "n_layers_D", "ndf"):
         if key in arch and arch[key] != getattr(opt, key, arch[key]):
             parts.append(f"--{key} {arch[key]}")
     if arch.get("no_dropout") != getattr(opt, "no_dropout", None):

@@ -61,7 +61,7 @@ class CycleGANModel(BaseModel):
 
         def generator(in_nc: int, out_nc: int):
             return networks.define_G(in_nc, out_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
-                                     opt.init_type, opt.init_gain).to(self.device)
+                                     opt.init_type, opt.init_gain, upsample=opt.upsample).to(self.device)
 
         def discriminator(in_nc: int):
             return networks.define_D(in_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.norm,
@@ -117,10 +117,14 @@ class CycleGANModel(BaseModel):
         self.rec_B = self.netG_A(self.fake_A)   # G_A(G_B(B))
 
     def discriminator_loss(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
-        """Real-vs-fake loss of one discriminator (fake detached: D's step does not train G)."""
+        """Real-vs-fake loss of one discriminator (fake detached: D's step does not train G), on
+        images through --diff_augment (the identity without)."""
+        real, fake = self.diff_augment(real), self.diff_augment(fake.detach())
         with self.autocast():
-            loss_D_real = self.criterionGAN(netD(real), True)
-            loss_D_fake = self.criterionGAN(netD(fake.detach()), False)
+            pred_real = netD(real)
+            self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
+            loss_D_real = self.criterionGAN(pred_real, True)
+            loss_D_fake = self.criterionGAN(netD(fake), False)
             loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through the plain module, neither compiled nor DDP-wrapped.
@@ -143,8 +147,8 @@ class CycleGANModel(BaseModel):
             else:
                 self.loss_idt_A = 0
                 self.loss_idt_B = 0
-            self.loss_G_A = self.criterionGAN(netD_A(self.fake_B), True)
-            self.loss_G_B = self.criterionGAN(netD_B(self.fake_A), True)
+            self.loss_G_A = self.criterionGAN(netD_A(self.diff_augment(self.fake_B)), True, for_discriminator=False)
+            self.loss_G_B = self.criterionGAN(netD_B(self.diff_augment(self.fake_A)), True, for_discriminator=False)
             self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
             self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
             return (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B

@@ -52,10 +52,11 @@ class MultiscaleGANLoss(nn.Module):
         super().__init__()
         self.criterion = criterion
 
-    def forward(self, prediction: torch.Tensor | list[torch.Tensor], target_is_real: bool) -> torch.Tensor:
+    def forward(self, prediction: torch.Tensor | list[torch.Tensor], target_is_real: bool,
+                for_discriminator: bool = True) -> torch.Tensor:
         if isinstance(prediction, (list, tuple)):
-            return sum(self.criterion(p, target_is_real) for p in prediction) / len(prediction)
-        return self.criterion(prediction, target_is_real)
+            return sum(self.criterion(p, target_is_real, for_discriminator) for p in prediction) / len(prediction)
+        return self.criterion(prediction, target_is_real, for_discriminator)
 
 
 def _plain(net: nn.Module) -> nn.Module:
@@ -120,7 +121,7 @@ def check_multiscale_input_size(num_D: int, n_layers_D: int, height: int, width:
     while fits > 1 and min(height, width) < smallest_side(n_layers_D, fits):
         fits -= 1
     fewer = (f"--num_D {fits}" if min(height, width) >= smallest_side(n_layers_D, fits)
-             else f"fewer --n_layers_D")
+             else "fewer --n_layers_D")
     raise UserError(f"--num_D {num_D}: --netD multiscale with {num_D} scales of {n_layers_D}-layer PatchGANs "
                     f"(--n_layers_D) needs images of at least {smallest}x{smallest} pixels (the coarsest scale sees "
                     f"them halved {num_D - 1} times), but got {height}x{width}; use {fewer}, or a larger --crop_size.")

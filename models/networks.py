@@ -24,7 +24,8 @@ GENERATORS = ("resnet_9blocks", "resnet_6blocks", "unet_256", "unet_128")
 DISCRIMINATORS = ("basic", "n_layers", "pixel", "multiscale")
 NORMS = ("instance", "batch", "syncbatch", "none")
 INIT_TYPES = ("normal", "xavier", "kaiming", "orthogonal")
-GAN_MODES = ("vanilla", "lsgan", "wgangp")
+GAN_MODES = ("vanilla", "lsgan", "wgangp", "hinge")
+UPSAMPLINGS = ("transpose", "resize")
 LR_POLICIES = ("linear", "step", "plateau", "cosine")
 
 
@@ -149,8 +150,10 @@ def init_weights(net: nn.Module, init_type: str = "normal", init_gain: float = 0
 
 
 def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "batch",
-             use_dropout: bool = False, init_type: str = "normal", init_gain: float = 0.02) -> nn.Module:
-    """Build and initialise a generator (on the CPU; the model moves it to its device)."""
+             use_dropout: bool = False, init_type: str = "normal", init_gain: float = 0.02,
+             upsample: str = "transpose") -> nn.Module:
+    """Build and initialise a generator (on the CPU; the model moves it to its device). `upsample`
+    "resize" swaps its transposed convolutions for resize-convolutions (`use_resize_convolutions`)."""
     norm_layer = get_norm_layer(norm)
     if netG == "resnet_9blocks":
         net = ResnetGenerator(input_nc, output_nc, ngf, norm_layer=norm_layer, use_dropout=use_dropout, n_blocks=9)
@@ -162,6 +165,8 @@ def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "ba
         net = UnetGenerator(input_nc, output_nc, 8, ngf, norm_layer=norm_layer, use_dropout=use_dropout)
     else:
         raise UserError(f"--netG {netG} is not a generator; choose one of {', '.join(GENERATORS)}.")
+    if upsample != "transpose":
+        use_resize_convolutions(net, upsample)
     init_weights(net, init_type, init_gain)
     return net
 
@@ -322,7 +327,8 @@ def check_discriminator_input_size(netD: str, n_layers_D: int, height: int, widt
 # Losses
 ##############################################################################
 class GANLoss(nn.Module):
-    """The adversarial loss for `gan_mode` (lsgan: MSE, vanilla: BCE with logits, wgangp: mean)."""
+    """The adversarial loss for `gan_mode` (lsgan: MSE, vanilla: BCE with logits, wgangp: mean,
+    hinge: max(0, 1 -/+ D) for the discriminator and -D for the generator)."""
 
     def __init__(self, gan_mode: str, target_real_label: float = 1.0, target_fake_label: float = 0.0):
         super().__init__()
@@ -333,7 +339,7 @@ class GANLoss(nn.Module):
             self.loss = nn.MSELoss()
         elif gan_mode == "vanilla":
             self.loss = nn.BCEWithLogitsLoss()
-        elif gan_mode == "wgangp":
+        elif gan_mode in ("wgangp", "hinge"):
             self.loss = None
         else:
             raise UserError(f"--gan_mode {gan_mode} is unknown; choose one of {', '.join(GAN_MODES)}.")
@@ -342,7 +348,13 @@ class GANLoss(nn.Module):
         target = self.real_label if target_is_real else self.fake_label
         return target.to(prediction.dtype).expand_as(prediction)
 
-    def forward(self, prediction: torch.Tensor, target_is_real: bool) -> torch.Tensor:
+    def forward(self, prediction: torch.Tensor, target_is_real: bool, for_discriminator: bool = True) -> torch.Tensor:
+        """The loss of `prediction` (D's output) for the label `target_is_real`. Only the hinge loss
+        tells the two players apart: the generator's step passes `for_discriminator=False`."""
+        if self.gan_mode == "hinge":
+            if not for_discriminator:  # the generator raises D's score without a margin (Lim & Ye 2017)
+                return -prediction.mean()
+            return torch.relu(1 - prediction).mean() if target_is_real else torch.relu(1 + prediction).mean()
         if self.gan_mode == "wgangp":
             return -prediction.mean() if target_is_real else prediction.mean()
         return self.loss(prediction, self.get_target_tensor(prediction, target_is_real))
@@ -546,3 +558,37 @@ class PixelDiscriminator(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return self.net(input)
+
+
+##############################################################################
+# Stabilisers (issue 21): resize-convolution upsampling, spectral normalisation
+##############################################################################
+def use_resize_convolutions(net: nn.Module, upsample: str = "resize") -> None:
+    """Replace every 2x ConvTranspose2d in `net` by nearest-neighbour upsampling followed by a 3x3
+    convolution (Odena et al. 2016, "Deconvolution and checkerboard artifacts"), in place. A
+    transposed convolution whose kernel is not divisible by its stride overlaps unevenly and paints
+    a checkerboard; resizing first spreads every input pixel evenly. Same output size and channels;
+    the weights are new (`<layer>.1.weight`), so initialise after calling this."""
+    if upsample not in UPSAMPLINGS:
+        raise UserError(f"--upsample {upsample} is unknown; choose one of {', '.join(UPSAMPLINGS)}.")
+    for parent in list(net.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.ConvTranspose2d) and child.stride == (2, 2):
+                resize = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"),
+                                       nn.Conv2d(child.in_channels, child.out_channels, kernel_size=3, padding=1,
+                                                 bias=child.bias is not None))
+                setattr(parent, name, resize)
+
+
+def apply_spectral_norm(net: nn.Module) -> nn.Module:
+    """Spectral normalisation (Miyato et al. 2018) on every convolution of `net`, in place, with
+    PyTorch's parametrization: each weight is divided by its largest singular value (one power
+    iteration per training forward), which bounds how fast the discriminator can change. The
+    Parameter objects stay the same (an optimizer made before keeps working); the state_dict keys
+    become `<layer>.parametrizations.weight.original` plus the power iteration's `...weight.0._u`
+    and `...weight.0._v`."""
+    from torch.nn.utils.parametrizations import spectral_norm
+    for module in list(net.modules()):
+        if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
+            spectral_norm(module)
+    return net

@@ -43,7 +43,8 @@ class Pix2PixModel(BaseModel):
         self.visual_names = ["real_A", "fake_B", "real_B"]
         self.model_names = ["G", "D"] if self.isTrain else ["G"]
         self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                      not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
+                                      not opt.no_dropout, opt.init_type, opt.init_gain,
+                                      upsample=opt.upsample).to(self.device)
         if self.isTrain:
             self.netD = networks.define_D(opt.input_nc + opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D,
                                           opt.norm, opt.init_type, opt.init_gain, num_D=opt.num_D).to(self.device)
@@ -61,13 +62,15 @@ class Pix2PixModel(BaseModel):
         self.fake_B = self.netG(self.real_A)
 
     def discriminator_loss(self) -> torch.Tensor:
-        """D's loss: (A, real B) pairs are real, (A, G(A)) pairs fake (detached: D's step does not train G)."""
+        """D's loss: (A, real B) pairs are real, (A, G(A)) pairs fake (detached: D's step does not train G).
+        With --diff_augment each pair goes through one transform, the same for both its halves."""
         with self.autocast():
-            fake_AB = torch.cat((self.real_A, self.fake_B), 1)
+            fake_AB = torch.cat(self.diff_augment(self.real_A, self.fake_B), 1)
             pred_fake = self.netD(fake_AB.detach())
             self.loss_D_fake = self.criterionGAN(pred_fake, False)
-            real_AB = torch.cat((self.real_A, self.real_B), 1)
+            real_AB = torch.cat(self.diff_augment(self.real_A, self.real_B), 1)
             pred_real = self.netD(real_AB)
+            self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
             self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
@@ -79,13 +82,15 @@ class Pix2PixModel(BaseModel):
     def generator_loss(self, netD) -> torch.Tensor:
         """G's loss: D should take (A, G(A)) for real, and G(A) should be close to B (L1)."""
         with self.autocast():
-            fake_AB = torch.cat((self.real_A, self.fake_B), 1)
+            # one transform for the pair and for the real pair feature matching compares it with
+            real_A, fake_B, real_B = self.diff_augment(self.real_A, self.fake_B, self.real_B)
+            fake_AB = torch.cat((real_A, fake_B), 1)
             if self.opt.lambda_feat > 0:  # D's prediction and its features from one pass over the fake pair
-                pred_fake, loss_feat = feature_matching_loss(netD, fake_AB, torch.cat((self.real_A, self.real_B), 1))
+                pred_fake, loss_feat = feature_matching_loss(netD, fake_AB, torch.cat((real_A, real_B), 1))
                 self.loss_G_feat = loss_feat * self.opt.lambda_feat
             else:
                 pred_fake, self.loss_G_feat = netD(fake_AB), 0.0
-            self.loss_G_GAN = self.criterionGAN(pred_fake, True)
+            self.loss_G_GAN = self.criterionGAN(pred_fake, True, for_discriminator=False)
             self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
             loss_G = self.loss_G_GAN + self.loss_G_L1
             return loss_G + self.loss_G_feat if self.opt.lambda_feat > 0 else loss_G

@@ -30,10 +30,10 @@ from util.util import why_missing
 from util.safe_files import read_json_object
 
 # define_G's arguments, under the names of the flags (and of Translator.load's keywords).
-ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")
+ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample", "no_dropout")
 # The reference's test.py defaults, for what neither the weights nor a keyword says (U-Net dropout).
 REFERENCE_DEFAULTS = {"netG": "resnet_9blocks", "norm": "instance", "ngf": 64, "input_nc": 3, "output_nc": 3,
-                      "no_dropout": False}
+                      "upsample": "transpose", "no_dropout": False}
 DIRECTIONS = ("AtoB", "BtoA")
 _UNET_BY_DEPTH = {7: "unet_128", 8: "unet_256"}
 
@@ -52,7 +52,8 @@ class GeneratorCheckpoint:
 
 def describe_architecture(arch: dict) -> str:
     """The architecture as the flags that build it, e.g. `--netG unet_256 --norm batch --ngf 64 ...`."""
-    text = " ".join(f"--{key} {arch[key]}" for key in ARCHITECTURE_KEYS[:-1] if key in arch)
+    text = " ".join(f"--{key} {arch[key]}" for key in ARCHITECTURE_KEYS[:-1]
+                    if key in arch and (key, arch[key]) != ("upsample", "transpose"))  # the default: unsaid
     return text + (" --no_dropout" if arch.get("no_dropout") else "")
 
 
@@ -73,7 +74,8 @@ def infer_architecture(state: dict) -> dict:
         first, prefix = state["model.model.0.weight"], "model.model.0"
         depth = max(key.split(".").count("model") for key in state) - 1
         netG = _UNET_BY_DEPTH.get(depth, f"unet with {depth} levels")
-        output_nc = state["model.model.3.weight"].shape[1]  # ConvTranspose2d: (in, out, kh, kw)
+        output_nc = (state["model.model.3.weight"].shape[1] if "model.model.3.weight" in state  # ConvTranspose2d: (in, out, kh, kw)
+                     else state["model.model.3.1.weight"].shape[0])  # --upsample resize: Conv2d (out, in, kh, kw)
         dropout = {}
     else:
         return {}
@@ -86,8 +88,10 @@ def infer_architecture(state: dict) -> dict:
         norm = "batch"
     else:
         norm = "none"
+    # --upsample resize puts a Sequential(upsampling, conv) where a transposed convolution was: `<layer>.1.weight`
+    resize = {"upsample": "resize"} if any(re.fullmatch(r"(model\.)+\d+\.1\.weight", key) for key in state) else {}
     return {"netG": netG, "norm": norm, "ngf": first.shape[0], "input_nc": first.shape[1],
-            "output_nc": output_nc, **dropout}
+            "output_nc": output_nc, **dropout, **resize}
 
 
 def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") -> nn.Module:
@@ -95,7 +99,7 @@ def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") ->
     `path`; raises a UserError naming the file, the architecture tried and the one the weights show."""
     state = load_state_dict_file(path, device)
     net = networks.define_G(arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"], arch["norm"],
-                            not arch["no_dropout"])
+                            not arch["no_dropout"], upsample=arch.get("upsample", "transpose"))
     drop_old_instance_norm_stats(state, net)
     try:
         net.load_state_dict(state)

@@ -39,7 +39,8 @@ class TestModel(BaseModel):
         self.model_names = ["G" + opt.model_suffix]
         self.translators = (self.model_names[0],)
         self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                      not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
+                                      not opt.no_dropout, opt.init_type, opt.init_gain,
+                                      upsample=opt.upsample).to(self.device)
         # The checkpoint name decides the attribute name (netG_A for suffix _A).
         setattr(self, "netG" + opt.model_suffix, self.netG)
 

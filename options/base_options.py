@@ -55,6 +55,7 @@ class BaseOptions:
         parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, help="network initialization")
         parser.add_argument("--init_gain", type=positive_float, default=0.02, help="scaling factor for normal, xavier and orthogonal.")
         parser.add_argument("--no_dropout", action="store_true", help="no dropout for the generator")
+        parser.add_argument("--upsample", type=str, default="transpose", choices=networks.UPSAMPLINGS, help="how the resnet and unet generators double the size: transpose: transposed convolutions (the reference's; their checkpoints); resize: nearest-neighbour upsampling then a 3x3 convolution, which avoids checkerboard artifacts (docs/training_tips.md)")
         # dataset parameters
         parser.add_argument("--dataset_mode", type=str, default="unaligned", help=f"chooses how datasets are loaded: {', '.join(data.BUILT_IN_MODES)}, or the dotted module path of your own dataset (docs/datasets.md)")
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], help="AtoB or BtoA")

@@ -5,6 +5,7 @@ import argparse
 import os
 
 from models import networks
+from models.diff_augment import augment_policy
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.errors import UserError
@@ -55,7 +56,7 @@ class TrainOptions(BaseOptions):
                                  "run and go on with the faster (compiling is slower on some CPUs); 0: compile "
                                  "without measuring")
         parser.add_argument("--fused_adam", action="store_true", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
-        parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper.")
+        parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper; hinge: the hinge loss of SAGAN/BigGAN, often steadier with --D_spectral (docs/training_tips.md)")
         parser.add_argument("--pool_size", type=non_negative_int, default=50, help="the size of image buffer that stores previously generated images")
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, help="learning rate policy. [linear | step | plateau | cosine]")
         parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
@@ -64,6 +65,11 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--accum_steps", type=positive_int, default=1, help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
         parser.add_argument("--num_D", type=positive_int, default=2, help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
         parser.add_argument("--checkpoint_activations", action="store_true", help="activation checkpointing: the generators' residual blocks and U-Net levels recompute their activations in the backward pass instead of keeping them, for less memory at high resolution (a step takes longer; same results)")
+        # small data and steadier training (models/diff_augment.py, docs/training_tips.md)
+        parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", help="differentiable augmentation of every discriminator input, real and fake alike (DiffAugment): comma-separated color, translation, cutout, e.g. color,translation,cutout; a pix2pix pair gets one transform for both halves; empty: off. For datasets of a few hundred images or fewer")
+        parser.add_argument("--ada_target", type=fraction_below_one, default=0.0, help="with --diff_augment: apply each transform with a probability p adapted as in ADA, raised while the fraction of real images the discriminator calls real exceeds this target (e.g. 0.6), lowered otherwise; p is saved with the training state; 0: always augment (p = 1)")
+        parser.add_argument("--ada_kimg", type=positive_float, default=100.0, help="with --ada_target: thousands of images over which p may move from 0 to 1 (ADA's speed; small datasets and short runs want a few)")
+        parser.add_argument("--D_spectral", action="store_true", help="spectral normalisation of every convolution of the discriminators (PyTorch's parametrization); their checkpoints then hold weight.original and the power iteration's _u, _v")
         return parser
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
@@ -80,6 +86,10 @@ class TrainOptions(BaseOptions):
                          "test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
                          "(--dataset_mode unaligned)")
         self.check_high_resolution(parser, opt)
+        if opt.ada_target > 0 and not opt.diff_augment:
+            parser.error(f"argument --ada_target: --ada_target {opt.ada_target:g} adapts the probability of "
+                         f"--diff_augment's transforms, but --diff_augment is off; add --diff_augment "
+                         f"color,translation,cutout (for example) or drop --ada_target")
         try:  # import the --logger modules now, so that a bad one stops the run before it writes anything
             logger_classes(opt.logger)
         except UserError as err:

@@ -32,6 +32,7 @@ import pytest
 import torch
 from PIL import Image
 
+from bad_augment import AUGMENT_CASES
 from bad_data_and_env import DATA_AND_ENV_CASES
 from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
@@ -320,6 +321,7 @@ CASES = [
     *DATA_AND_ENV_CASES,
     *DAMAGED_FILE_CASES,
     *HIRES_CASES,
+    *AUGMENT_CASES,
 ]
 
 

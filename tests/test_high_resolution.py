@@ -235,6 +235,23 @@ def test_cycle_gan_trains_with_multiscale_discriminators(train, unpaired_root, t
         assert {key.split(".")[0] for key in keys} == {"scale0", "scale1", "scale2"}
 
 
+def test_the_multiscale_loss_is_the_mean_over_scales_for_every_gan_mode_and_side():
+    # --gan_mode hinge scores the generator differently from the discriminator: that side must
+    # reach every scale's loss.
+    from models.multiscale import MultiscaleGANLoss
+    from models.networks import GANLoss
+    predictions = [torch.randn(2, 1, 6, 6, dtype=torch.float64), torch.randn(2, 1, 3, 3, dtype=torch.float64)]
+    for mode in ("lsgan", "vanilla", "hinge"):
+        single = GANLoss(mode)
+        for real in (True, False):
+            for for_discriminator in (True, False):
+                expected = sum(single(p, real, for_discriminator) for p in predictions) / 2
+                got = MultiscaleGANLoss(single)(predictions, real, for_discriminator)
+                assert torch.allclose(got, expected), (mode, real, for_discriminator)
+    hinge = MultiscaleGANLoss(GANLoss("hinge"))
+    assert torch.allclose(hinge(predictions, True, for_discriminator=False), -(predictions[0].mean() + predictions[1].mean()) / 2)
+
+
 def test_each_scale_judges_the_image_halved_once_more_and_one_scale_is_the_plain_patchgan():
     from models import networks
     from models.multiscale import MultiscaleGANLoss, discriminator_features, feature_matching_loss

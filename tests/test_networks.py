@@ -450,7 +450,7 @@ def test_gan_loss_handles_any_patch_grid_and_gives_gradients(mode):
 
 def test_unknown_gan_mode_is_a_user_error():
     with pytest.raises(UserError, match="gan_mode"):
-        networks.GANLoss("hinge")
+        networks.GANLoss("wgan")
 
 
 # ---------------------------------------------------------------- gradient penalty

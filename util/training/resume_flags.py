@@ -29,7 +29,7 @@ from typing import Any
 from util.errors import UserError
 
 ARCHITECTURE = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout", "input_nc", "output_nc",
-                "direction", "num_D")
+                "direction", "num_D", "upsample", "D_spectral")
 REFUSED = frozenset(ARCHITECTURE + ("lr_policy",))
 REAPPLIED = frozenset(("lr", "beta1", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters"))
 NOTED = frozenset((
@@ -38,7 +38,7 @@ NOTED = frozenset((
     "no_flip", "serial_batches", "data_range", "new_dataset_option",
     # the losses and what they see
     "gan_mode", "pool_size", "lambda_L1", "lambda_A", "lambda_B", "lambda_identity", "lambda_regression",
-    "ema_decay", "save_best", "lambda_feat",
+    "ema_decay", "save_best", "lambda_feat", "diff_augment", "ada_target", "ada_kimg",
     # the global batch (a checkpoint is written between optimizer steps, so any K continues)
     "accum_steps",
     # the arithmetic

@@ -13,7 +13,8 @@ and containers (so that it loads with `weights_only=True`):
     with a continuation's flags; states written before they were recorded have none),
   - for every rank its random generators (Python, NumPy, torch CPU/CUDA) and its own model state
     (the model's `rank_training_state()`).
-Augmentations need no saved state: they are drawn from (seed, epoch, image index).
+Data augmentations need no saved state: they are drawn from (seed, epoch, image index); the
+discriminator's (--diff_augment, models/diff_augment.py) is part of the model's state.
 """
 from __future__ import annotations
 
