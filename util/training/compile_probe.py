@@ -1,10 +1,12 @@
 """--compile keeps compiling only where it pays off on this machine.
 
-torch.compile is not faster everywhere: on a 2-core AVX2-only CPU (AMD Zen 3, torch 2.14.1) a
-compiled CycleGAN step took twice as long as the eager one, while AVX-512 machines gained ~10%
-(docs/benchmarks.md, "--compile on CPUs without AVX-512"). Rather than guessing from the CPU, the
-first steps of a --compile run measure both: `--compile_probe N` steps eager (after one untimed
-step), then two untimed compiled steps (the compiling), then N compiled steps. If the compiled
+torch.compile is not faster everywhere: on a 2-core CPU that other processes share, the compiled
+kernels (each an OpenMP region over every core) wait for a core far more often than the eager
+step's, and a compiled CycleGAN step took up to several times as long as the eager one, while a
+quiet machine gained ~10% (docs/benchmarks.md, "--compile on a small or shared CPU"). The load a
+run meets cannot be read from the CPU model, so rather than guessing, the first steps of a
+--compile run measure both: `--compile_probe N` steps eager (after one untimed step), then two
+untimed compiled steps (the compiling), then N compiled steps. If the compiled
 median is slower than the eager one by more than `TOLERANCE`, the run goes on eagerly; either way
 it says what it measured. Rank 0's measurement decides for every rank (they must run the same
 graphs). The choice is part of the training state, so a continued run runs as the run it continues
@@ -110,8 +112,9 @@ class CompileProbe:
         else:
             self.report(f"--compile: a compiled training step took {compiled:.3f} s against {eager:.3f} s eager "
                         f"(medians of {self.probe_steps} steps each, {speed:.2f}x: slower on this machine), so "
-                        f"the run goes on without compiling. --compile_probe 0 keeps compiling regardless; "
-                        f"docs/benchmarks.md says where compiling pays off.")
+                        f"the run goes on without compiling. Compiled kernels lose most when other programs "
+                        f"share the cores; --compile_probe 0 keeps compiling regardless (docs/benchmarks.md, "
+                        f"\"--compile on a small or shared CPU\").")
 
 
 def keep_compiled(eager_seconds: float, compiled_seconds: float, tolerance: float = TOLERANCE) -> bool:
