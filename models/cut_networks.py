@@ -184,7 +184,9 @@ class PatchSampleF(nn.Module):
             flat = flat.flatten(0, 1)
             if self.kind == "mlp_sample":
                 flat = getattr(self, f"mlp_{index}")(flat)
-            out.append(flat / (flat.pow(2).sum(1, keepdim=True).sqrt() + 1e-7))
+            # CUT's x / (|x| + 1e-7), with a norm whose gradient at a zero vector (e.g. every unit of a
+            # narrow MLP switched off by its ReLU) is 0 rather than the NaN of sqrt's
+            out.append(flat / (torch.linalg.vector_norm(flat, dim=1, keepdim=True) + 1e-7))
         return out
 
 
