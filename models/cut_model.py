@@ -130,7 +130,7 @@ class CUTModel(BaseModel):
         check_generator(opt, self.nce_layers)
         self.netG = cut_networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
                                           opt.init_type, opt.init_gain, opt.no_antialias, opt.no_antialias_up,
-                                          features=True).to(self.device)
+                                          features=self.isTrain).to(self.device)
         if not self.isTrain:
             return
         if opt.nce_idt and opt.input_nc != opt.output_nc:

@@ -138,6 +138,18 @@ def blur_flags(state: dict) -> dict[str, bool]:
     return {"no_antialias": (3, 3) not in sizes, "no_antialias_up": (4, 4) not in sizes}
 
 
+def generator_for_state(state: dict, input_nc: int, output_nc: int, ngf: int, netG: str, norm: str,
+                        use_dropout: bool, init_type: str = "normal", init_gain: float = 0.02,
+                        upsample: str = "transpose") -> nn.Module:
+    """The generator the flags describe, with the blur layers the weights `state` hold: a CUT
+    checkpoint's (antialiased) loads where any generator does (test.py --model test, the Translator,
+    scripts/export.py); anything else is networks.define_G's, as before."""
+    blur = blur_flags(state)
+    if not netG.startswith("resnet_") or all(blur.values()):
+        return networks.define_G(input_nc, output_nc, ngf, netG, norm, use_dropout, init_type, init_gain, upsample)
+    return define_G(input_nc, output_nc, ngf, netG, norm, use_dropout, init_type, init_gain, **blur)
+
+
 def antialias_discriminator(net: nn.Module) -> nn.Module:
     """CUT's antialiased PatchGAN from ours, in place: in every NLayerDiscriminator of `net`, each
     stride-2 convolution runs at stride 1 and a Downsample follows its activation. The modules
