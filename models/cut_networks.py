@@ -169,6 +169,23 @@ def antialias_discriminator(net: nn.Module) -> nn.Module:
     return net
 
 
+class _ContiguousGradient(torch.autograd.Function):
+    """Identity; its backward hands on the gradient in contiguous layout.
+
+    Picking positions out of a (B, C, H, W) map through a (B, H*W, C) view sends back a gradient
+    with channels-last strides, and on the CPU (torch 2.14) instance norm's backward computes a wrong
+    input gradient from such a one (see networks.ChannelsLastSafeInstanceNorm2d): the generator's
+    gradients came out wrong, and depending on how the batch was split across processes."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
 class PatchSampleF(nn.Module):
     """CUT's netF: picks the given positions of each feature map (`sample`, `mlp_sample`) or pools it
     to 4x4 (`reshape`), projects them with a 2-layer MLP per layer (`mlp_sample`) and L2-normalises.
@@ -188,6 +205,7 @@ class PatchSampleF(nn.Module):
         """Per layer, (images * patches, channels) unit vectors; `patch_ids[i]` is (images, patches)."""
         out = []
         for index, (feat, ids) in enumerate(zip(feats, patch_ids)):
+            feat = _ContiguousGradient.apply(feat)
             if self.kind == "reshape":
                 flat = F.adaptive_avg_pool2d(feat, 4).flatten(2).transpose(1, 2)
             else:
