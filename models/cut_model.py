@@ -50,8 +50,9 @@ def str2bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def layer_list(text: str) -> tuple[int, ...]:
-    """argparse `type` of --nce_layers: comma-separated generator layer numbers, e.g. 0,4,8,12,16."""
+def layer_list(text: str) -> str:
+    """argparse `type` of --nce_layers: comma-separated generator layer numbers, e.g. 0,4,8,12,16
+    (kept as text, as CUT keeps it; `parse_layers` reads it)."""
     try:
         layers = tuple(int(part) for part in text.split(","))
     except ValueError:
@@ -59,7 +60,11 @@ def layer_list(text: str) -> tuple[int, ...]:
     if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
         raise argparse.ArgumentTypeError(f"expected distinct layer numbers >= 0 separated by commas, e.g. "
                                          f"0,4,8,12,16, got {text!r}")
-    return layers
+    return ",".join(map(str, layers))
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
 
 
 def mode_defaults_action(is_train: bool) -> type[argparse.Action]:
@@ -123,7 +128,7 @@ class CUTModel(BaseModel):
 
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx)
-        self.nce_layers = tuple(opt.nce_layers)
+        self.nce_layers = parse_layers(opt.nce_layers)
         self.loss_names = ["G_GAN", "D_real", "D_fake", "G", "NCE"] + (["NCE_Y"] if opt.nce_idt and self.isTrain else [])
         self.visual_names = ["real_A", "fake_B", "real_B"] + (["idt_B"] if opt.nce_idt and self.isTrain else [])
         self.model_names = ["G", "F", "D"] if self.isTrain else ["G"]
