@@ -233,7 +233,7 @@ def patch_nce_loss(query: torch.Tensor, key: torch.Tensor, images: int, temperat
     key = key.detach()
     positive = (query * key).sum(1, keepdim=True)
     if all_keys is None:
-        q, k = query.view(images, -1, query.shape[1]), key.view(images, -1, key.shape[1])
+        q, k = query.reshape(images, -1, query.shape[1]), key.reshape(images, -1, key.shape[1])
         negative = torch.bmm(q, k.transpose(1, 2))
         own = torch.eye(q.shape[1], dtype=torch.bool, device=query.device).expand_as(negative)
         negative = negative.masked_fill(own, -10.0).flatten(0, 1)
