@@ -20,6 +20,7 @@ import torch
 
 from models import cut_networks, networks
 from models.base_model import BaseModel
+from models.multiscale import MultiscaleGANLoss
 from util import distributed
 from util.errors import UserError
 from util.flag_types import non_negative_float, norm_name, positive_float, positive_int
@@ -147,11 +148,12 @@ class CUTModel(BaseModel):
                             f"--normD instance.")
         self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
         self.netD = networks.define_D(opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.normD or opt.norm,
-                                      opt.init_type, opt.init_gain)
+                                      opt.init_type, opt.init_gain, num_D=opt.num_D)
         if not opt.no_antialias:
             cut_networks.antialias_discriminator(self.netD)
         self.netD = self.netD.to(self.device)
-        self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+        # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+        self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
         self.optimizer_G = self.make_adam(self.netG.parameters())  # netF's MLPs join it (first batch)
         self.optimizer_D = self.make_adam(self.netD.parameters())
         self.optimizers = [self.optimizer_G, self.optimizer_D]
@@ -208,15 +210,18 @@ class CUTModel(BaseModel):
         return ids
 
     def discriminator_loss(self) -> torch.Tensor:
-        """D's loss: real B is real, G(A) fake (detached: D's step does not train G)."""
-        fake = self.fake_B.detach()
+        """D's loss: real B is real, G(A) fake (detached: D's step does not train G), on images
+        through --diff_augment (the identity without)."""
+        real, fake = self.diff_augment(self.real_B), self.diff_augment(self.fake_B.detach())
         with self.autocast():
             self.loss_D_fake = self.criterionGAN(self.netD(fake), False)
-            self.loss_D_real = self.criterionGAN(self.netD(self.real_B), True)
+            pred_real = self.netD(real)
+            self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
+            self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), self.real_B, fake)
+            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real, fake)
             loss_D = loss_D + penalty
         return loss_D
 
@@ -224,7 +229,8 @@ class CUTModel(BaseModel):
         """G's loss: fool D, and PatchNCE between A and G(A) (and, with --nce_idt, B and G(B))."""
         opt = self.opt
         with self.autocast():
-            self.loss_G_GAN = self.criterionGAN(netD(self.fake_B), True) * opt.lambda_GAN if opt.lambda_GAN > 0 else 0.0
+            self.loss_G_GAN = self.criterionGAN(netD(self.diff_augment(self.fake_B)), True,
+                                                 for_discriminator=False) * opt.lambda_GAN if opt.lambda_GAN > 0 else 0.0
             self.loss_NCE = self.nce_loss(self.real_A, self.fake_B, flipped) if opt.lambda_NCE > 0 else 0.0
             if opt.nce_idt and opt.lambda_NCE > 0:
                 self.loss_NCE_Y = self.nce_loss(self.real_B, self.idt_B, flipped)
