@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models import builtin_models, find_model_using_name, networks
+from models import builtin_models, cut_networks, find_model_using_name, networks
 from models.base_model import BaseModel
 from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
 from util.training.checkpoint_io import load_state_dict_file
@@ -98,8 +98,9 @@ def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") ->
     """`networks.define_G` with architecture `arch` (ARCHITECTURE_KEYS), loaded with the weights in
     `path`; raises a UserError naming the file, the architecture tried and the one the weights show."""
     state = load_state_dict_file(path, device)
-    net = networks.define_G(arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"], arch["norm"],
-                            not arch["no_dropout"], upsample=arch.get("upsample", "transpose"))
+    net = cut_networks.generator_for_state(state, arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"],
+                                           arch["norm"], not arch["no_dropout"],  # CUT's blur layers if it has them
+                                           upsample=arch.get("upsample", "transpose"))
     drop_old_instance_norm_stats(state, net)
     try:
         net.load_state_dict(state)

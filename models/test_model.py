@@ -4,8 +4,11 @@ Loads `<epoch>_net_G[model_suffix].pth`, so `--model_suffix _A` loads CycleGAN's
 """
 from __future__ import annotations
 
-from models import networks
+import os
+
+from models import cut_networks
 from models.base_model import BaseModel
+from util.training.checkpoint_io import load_state_dict_file
 
 
 class TestModel(BaseModel):
@@ -38,9 +41,13 @@ class TestModel(BaseModel):
         self.visual_names = ["real", "fake"]
         self.model_names = ["G" + opt.model_suffix]
         self.translators = (self.model_names[0],)
-        self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                      not opt.no_dropout, opt.init_type, opt.init_gain,
-                                      upsample=opt.upsample).to(self.device)
+        # A CUT checkpoint's antialiased layers are seen in its weights (CUT's test.py has no --model test)
+        epoch = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
+        weights = os.path.join(self.save_dir, f"{epoch}_net_{self.model_names[0]}.pth")
+        state = load_state_dict_file(weights) if os.path.isfile(weights) else {}
+        self.netG = cut_networks.generator_for_state(state, opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
+                                                     not opt.no_dropout, opt.init_type, opt.init_gain,
+                                                     upsample=opt.upsample).to(self.device)
         # The checkpoint name decides the attribute name (netG_A for suffix _A).
         setattr(self, "netG" + opt.model_suffix, self.netG)
 

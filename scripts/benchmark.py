@@ -54,7 +54,7 @@ for path in (ROOT, ROOT / "scripts"):  # the project, and scripts/bench when imp
 from bench.derive import evaluate_targets  # noqa: E402
 from bench.environment import dataset_layout, load_average, machine_info, pick_device  # noqa: E402
 from bench.measure import measure  # noqa: E402
-from bench.plan import BASELINE, CONFIGS, CUDA_CONFIGS, MODELS, SECTIONS, Plan, full_plan, quick_plan  # noqa: E402
+from bench.plan import BASELINE, CONFIGS, CUDA_CONFIGS, MODELS, SECTIONS, STEP_ONLY_MODELS, Plan, full_plan, quick_plan  # noqa: E402
 from bench.report import render_markdown  # noqa: E402
 from bench.runner import Runner  # noqa: E402
 
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dataroot", action="append", default=[], type=Path,
                         help="a dataset for the loop measurement instead of the generated demo data: trainA/trainB "
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes: the step section only)")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
                         " (fp32 is always measured: everything is compared with it)")
     parser.add_argument("--sections", default=None, help="comma-separated subset of: " + ", ".join(SECTIONS))
@@ -86,9 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep_scratch", action="store_true", help="keep OUT/scratch (generated datasets, inductor caches) after the run")
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    bad = [m for m in args.models if m not in MODELS]
+    bad = [m for m in args.models if m not in (*MODELS, *STEP_ONLY_MODELS)]
     if bad:
-        parser.error(f"--models: unknown {bad}; choose from {MODELS}")
+        parser.error(f"--models: unknown {bad}; choose from {(*MODELS, *STEP_ONLY_MODELS)}")
     args.dataroots = {}
     for root in args.dataroot:
         layout = dataset_layout(root)

@@ -117,8 +117,11 @@ def _pix2pix_pair(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.concatenate([label_img, render_photo(labels)], axis=1)
 
 
-def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool) -> np.ndarray:
-    """One S x S scene of 1-3 shapes on a plain background; striped shapes for domain B."""
+def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool,
+                    stripe_rng: np.random.Generator | None = None) -> np.ndarray:
+    """One S x S scene of 1-3 shapes on a plain background; striped shapes for domain B. With
+    `stripe_rng` the stripes are drawn from it, so `rng` makes the same scene as unstriped: the
+    striped counterpart of a domain-A image."""
     yy, xx = _grid(size)
     img = np.empty((size, size, 3), np.float32)
     img[:] = CG_BACKGROUNDS[int(rng.integers(len(CG_BACKGROUNDS)))]
@@ -129,8 +132,9 @@ def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool) -> np.nd
         img[mask] = CG_SHAPE_COLORS[int(rng.integers(len(CG_SHAPE_COLORS)))]
         if striped:
             # Random orientation (horizontal, vertical, two diagonals) and phase per shape.
-            wy, wx = [(1, 0), (0, 1), (0.7, 0.7), (0.7, -0.7)][int(rng.integers(4))]
-            phase = rng.uniform(0, period)
+            draw = stripe_rng or rng
+            wy, wx = [(1, 0), (0, 1), (0.7, 0.7), (0.7, -0.7)][int(draw.integers(4))]
+            phase = draw.uniform(0, period)
             dark = ((wy * yy + wx * xx + phase) % period) < period / 2
             img[mask & dark] = STRIPE_COLOR
     return img.astype(np.uint8)
@@ -216,6 +220,25 @@ def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: in
     return _build(Path(out_dir), "demo_cyclegan", params, splits, make_split)
 
 
+def make_cyclegan_pairs(out_dir: Path, size: int = 64, seed: int = 0, n_test: int = 10) -> Path:
+    """Write (or reuse) `out_dir/demo_cyclegan_pairs/test`: each test image of `demo_cyclegan/testA`
+    (same seed and size) beside its true striped counterpart, A | B, so that an unpaired model's
+    held-out outputs can be scored offline by L1/PSNR (scripts/demo_report.py)."""
+    splits = {"test": n_test}
+    params = {"task": "cyclegan_pairs", "size": size, "seed": seed, "n_test": n_test}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        rng = _rng(seed, 1, 2)  # demo_cyclegan's testA stream (see make_cyclegan_demo)
+        for i in range(count):
+            state = rng.bit_generator.state
+            solid = _cyclegan_scene(rng, size, striped=False)
+            rng.bit_generator.state = state  # the same scene again, striped
+            striped = _cyclegan_scene(rng, size, striped=True, stripe_rng=_rng(seed, 2, i))
+            _save(np.concatenate([solid, striped], axis=1), folder / f"a_{i:04d}.png")
+
+    return _build(Path(out_dir), "demo_cyclegan_pairs", params, splits, make_split)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
@@ -225,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
     parser.add_argument("--n_test", type=int, default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
-    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both"], default="both")
+    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut"], default="both",
+                        help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside their true "
+                             "striped counterparts, for scoring)")
     args = parser.parse_args(argv)
     if args.size < 16:
         parser.error("--size must be at least 16")
@@ -233,8 +258,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--n_train and --n_test must be at least 2 and --seed non-negative")
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
-    if args.task in ("cyclegan", "both"):
+    if args.task in ("cyclegan", "both", "cut"):
         make_cyclegan_demo(args.out, args.size, args.seed, args.n_train // 2, args.n_test // 2)
+    if args.task == "cut":
+        make_cyclegan_pairs(args.out, args.size, args.seed, args.n_test // 2)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from PIL import Image
 
 from bad_augment import AUGMENT_CASES
 from bad_data_and_env import DATA_AND_ENV_CASES
+from bad_cut import CUT_CASES
 from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
@@ -322,6 +323,7 @@ CASES = [
     *DAMAGED_FILE_CASES,
     *HIRES_CASES,
     *AUGMENT_CASES,
+    *CUT_CASES,
 ]
 
 

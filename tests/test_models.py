@@ -453,7 +453,7 @@ def test_a_model_of_your_own_is_found_by_its_module_path_and_sees_the_first_batc
 
 
 def test_built_in_models_are_found_by_file_and_class_name():
-    assert models.builtin_model_names() == ["colorization", "cycle_gan", "pix2pix", "template", "test"]
+    assert models.builtin_model_names() == ["colorization", "cut", "cycle_gan", "pix2pix", "template", "test"]
     assert models.find_model_using_name("cycle_gan").__name__ == "CycleGANModel"
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
-from bench.plan import BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, Plan, Timing, config_spec
+from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_ONLY_MODELS, STRAIGHTFORWARD,
+                        Plan, Timing, config_spec)
 from bench.runner import Runner
 
 # (model, size) -> {"total": FLOPs of one step at batch 1, "by_network": {net: {"forward", "backward"}}}
@@ -17,15 +18,17 @@ FlopTable = dict[tuple[str, int], dict]
 def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, Path], scratch: Path) -> dict:
     """Run the plan's sections for `models`; the results with derived numbers (bench.derive)."""
     results: dict[str, Any] = {"peaks": None, "step": [], "loop": [], "scaling": [], "ddp": [], "checkpointing": []}
-    models = [m for m in MODELS if m in models]
+    step_models = [m for m in (*MODELS, *STEP_ONLY_MODELS) if m in models]
+    models = [m for m in MODELS if m in models]  # the other sections
     flops: FlopTable = {}
     if "peaks" in plan.sections:
         print("device peaks")
         results["peaks"] = runner.run("peaks", {"kind": "peaks", "reps": plan.peak_reps, **plan.peak_sizes})
     if "step" in plan.sections:
         configs = list(plan.configs) + (list(CUDA_CONFIGS) if runner.device == "cuda" and plan.name == "full" else [])
-        for model in models:
-            results["step"] += measure_steps(plan, runner, model, configs, flops)
+        for model in step_models:  # CUT has no straightforward twin (scripts/straightforward_step.py)
+            plain = [c for c in configs if model not in STEP_ONLY_MODELS or c != STRAIGHTFORWARD]
+            results["step"] += measure_steps(plan, runner, model, plain, flops)
     if "loop" in plan.sections:
         for model in models:
             results["loop"] += measure_loops(plan, runner, model, results["step"], dataroots.get(model), scratch)

@@ -1,7 +1,7 @@
 """The markdown report of a run: one table per section, in the order docs/benchmarks.md shows."""
 from __future__ import annotations
 
-from bench.plan import DEFAULT_NETG, MODELS, config_spec
+from bench.plan import DEFAULT_NETG, MODELS, STEP_ONLY_MODELS, config_spec
 
 
 def _num(value: float | None, fmt: str = "{:.3f}") -> str:
@@ -107,7 +107,7 @@ def _step_row(r: dict) -> list[str]:
 
 def _step_section(step_rows: list[dict]) -> list[str]:
     lines = []
-    for model in MODELS:
+    for model in (*MODELS, *STEP_ONLY_MODELS):
         rows_in = [r for r in step_rows if r["model"] == model]
         if not rows_in:
             continue

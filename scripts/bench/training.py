@@ -20,7 +20,9 @@ def build_options(spec: dict, dataroot: str | None = None):
     """train.py's options for a job spec (model, size, batch, device, speed settings, extra_args)."""
     from options.train_options import TrainOptions
     size = int(spec["size"])
-    argv = ["--dataroot", dataroot or str(ROOT), "--model", spec["model"], "--name", "benchmark",
+    from bench.plan import STEP_ONLY_MODELS
+    model_flags = STEP_ONLY_MODELS.get(spec["model"], ["--model", spec["model"]])
+    argv = ["--dataroot", dataroot or str(ROOT), *model_flags, "--name", "benchmark",
             "--checkpoints_dir", spec.get("checkpoints_dir") or tempfile.mkdtemp(prefix="bench_ckpt_"),
             "--crop_size", str(size), "--load_size", str(load_size_for(size)),
             "--batch_size", str(spec.get("batch", 1)), "--seed", "0", "--device", spec.get("device", "auto"),
@@ -40,7 +42,7 @@ def build_model(opt, ctx, straightforward: bool = False):
         from straightforward_step import build_straightforward
         return build_straightforward(opt, ctx.device)
     model = create_model(opt, ctx, 0)
-    model.setup(opt)
+    model.setup(opt, first_batch=synthetic_batch(opt, 1, seed=2))  # a model may size parts from it (CUT's netF)
     return model
 
 

@@ -29,7 +29,9 @@ from typing import Any
 from util.errors import UserError
 
 ARCHITECTURE = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout", "input_nc", "output_nc",
-                "direction", "num_D", "upsample", "D_spectral")
+                "direction", "num_D", "upsample", "D_spectral",
+                # --model cut's networks (models/cut_model.py): netF's MLPs follow --nce_layers
+                "normD", "no_antialias", "no_antialias_up", "netF", "netF_nc", "nce_layers")
 REFUSED = frozenset(ARCHITECTURE + ("lr_policy",))
 REAPPLIED = frozenset(("lr", "beta1", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters"))
 NOTED = frozenset((
@@ -39,6 +41,8 @@ NOTED = frozenset((
     # the losses and what they see
     "gan_mode", "pool_size", "lambda_L1", "lambda_A", "lambda_B", "lambda_identity", "lambda_regression",
     "ema_decay", "save_best", "lambda_feat", "diff_augment", "ada_target", "ada_kimg",
+    "CUT_mode", "lambda_GAN", "lambda_NCE", "nce_idt", "nce_includes_all_negatives_from_minibatch", "nce_T",
+    "num_patches", "flip_equivariance",
     # the global batch (a checkpoint is written between optimizer steps, so any K continues)
     "accum_steps",
     # the arithmetic

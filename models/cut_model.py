@@ -1,0 +1,294 @@
+"""CUT and FastCUT (Park, Efros, Zhang, Zhu, ECCV 2020): unpaired translation with one generator,
+one discriminator and a patchwise contrastive loss (PatchNCE) instead of cycle consistency.
+
+Flags, defaults and per-mode defaults are CUT's (taesungp/contrastive-unpaired-translation), so a
+CUT command line runs here unchanged; the generator and discriminator have CUT's antialiased
+layers and key layout (models/cut_networks.py), so checkpoints load both ways.
+
+What differs from CUT's code, on purpose: each image gets its own random patch positions (CUT
+shares one draw across the batch), drawn with the flip coin from a stream seeded by --seed and
+saved with the training state, so the positions do not depend on how the batch is split across
+processes, and a resumed run draws what the uninterrupted one would. With
+--nce_includes_all_negatives_from_minibatch the negatives are every patch of the *global* batch.
+See docs/cut.md.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from models import cut_networks, networks
+from models.base_model import BaseModel
+from models.multiscale import MultiscaleGANLoss
+from util import distributed
+from util.errors import UserError
+from util.flag_types import non_negative_float, norm_name, positive_float, positive_int
+
+MODES = ("CUT", "FastCUT")
+# CUT's per-mode defaults (its CUTModel.modify_commandline_options); explicit flags win.
+MODE_DEFAULTS = {"CUT": {"nce_idt": True, "lambda_NCE": 1.0},
+                 "FastCUT": {"nce_idt": False, "lambda_NCE": 10.0, "flip_equivariance": True}}
+MODE_TRAIN_DEFAULTS = {"CUT": {"n_epochs": 200, "n_epochs_decay": 200},  # CUT's own training defaults
+                       "FastCUT": {"n_epochs": 150, "n_epochs_decay": 50}}
+
+
+def cut_mode(text: str) -> str:
+    """argparse `type` of --CUT_mode: CUT or FastCUT, in any case, as CUT accepts cut and fastcut."""
+    for mode in MODES:
+        if text.lower() == mode.lower():
+            return mode
+    raise argparse.ArgumentTypeError(f"choose CUT or FastCUT (any case), got {text!r}")
+
+
+def str2bool(text: str) -> bool:
+    """argparse `type` of CUT's boolean flags, which take an optional value: `--nce_idt`, `--nce_idt False`."""
+    lowered = text.lower()
+    if lowered in ("yes", "true", "t", "y", "1"):
+        return True
+    if lowered in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def layer_list(text: str) -> str:
+    """argparse `type` of --nce_layers: comma-separated generator layer numbers, e.g. 0,4,8,12,16
+    (kept as text, as CUT keeps it; `parse_layers` reads it)."""
+    try:
+        layers = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        layers = ()
+    if not layers or min(layers) < 0 or len(set(layers)) != len(layers):
+        raise argparse.ArgumentTypeError(f"expected distinct layer numbers >= 0 separated by commas, e.g. "
+                                         f"0,4,8,12,16, got {text!r}")
+    return ",".join(map(str, layers))
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
+
+
+def mode_defaults_action(is_train: bool) -> type[argparse.Action]:
+    """The action of --CUT_mode: besides storing the mode, it makes that mode's defaults the parser's,
+    so the final parse (options/base_options.py parses again after the model adds its flags) gives
+    every flag the user did not pass the mode's value, as CUT's own parser does."""
+    class SetModeDefaults(argparse.Action):
+        def __call__(self, parser, namespace, value, option_string=None):
+            setattr(namespace, self.dest, value)
+            parser.set_defaults(**MODE_DEFAULTS[value], **(MODE_TRAIN_DEFAULTS[value] if is_train else {}))
+    return SetModeDefaults
+
+
+class CUTModel(BaseModel):
+    """G: A -> B (CUT's resnet, antialiased), D judges B, F projects G's features for PatchNCE."""
+
+    visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B", "idt_B": "B"}
+    translators = ("G",)  # one way only, as trained
+    input_visual = "real_A"
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """G(A) against B: paired data by L1/PSNR/SSIM, unpaired by FID_B/KID_B."""
+        return {"" if paired else "B": ("fake_B", "real_B")}
+
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool = True):
+        parser.add_argument("--CUT_mode", type=cut_mode, default="CUT", action=mode_defaults_action(is_train),
+                            help="CUT or FastCUT (any case): FastCUT has no identity NCE, --lambda_NCE 10, flip "
+                                 "equivariance and 150+50 epochs")
+        parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, help="weight for GAN loss: GAN(G(X))")
+        parser.add_argument("--lambda_NCE", type=non_negative_float, default=1.0, help="weight for NCE loss: NCE(G(X), X)")
+        parser.add_argument("--nce_idt", type=str2bool, nargs="?", const=True, default=False,
+                            help="use NCE loss for identity mapping: NCE(G(Y), Y)")
+        parser.add_argument("--nce_layers", type=layer_list, default="0,4,8,12,16",
+                            help="compute NCE loss on which layers of the generator's `model` sequence")
+        parser.add_argument("--nce_includes_all_negatives_from_minibatch", type=str2bool, nargs="?", const=True,
+                            default=False, help="negatives from every image of the global batch, not only the "
+                                                "query's own image (CUT uses it for single-image translation)")
+        parser.add_argument("--netF", type=str, default="mlp_sample", choices=cut_networks.NETF_KINDS,
+                            help="how to downsample the feature map")
+        parser.add_argument("--netF_nc", type=positive_int, default=256, help="width of netF's projection MLP")
+        parser.add_argument("--nce_T", type=positive_float, default=0.07, help="temperature for NCE loss")
+        parser.add_argument("--num_patches", type=positive_int, default=256, help="number of patches per layer")
+        parser.add_argument("--flip_equivariance", type=str2bool, nargs="?", const=True, default=False,
+                            help="enforce flip-equivariance as additional regularization (FastCUT)")
+        # CUT's separate norms: --normG is our --norm (what architecture.json records for the
+        # generator, and what syncbatch reads); --normD defaults to it.
+        parser.add_argument("--normG", dest="norm", type=norm_name, choices=networks.NORMS, default=argparse.SUPPRESS,
+                            help="normalization of G (= --norm)")
+        parser.add_argument("--normD", type=str, default=None, choices=networks.NORMS,
+                            help="normalization of D (default: that of G)")
+        parser.add_argument("--no_antialias", action="store_true",
+                            help="stride-2 convolutions instead of antialiased downsampling, in G and D")
+        parser.add_argument("--no_antialias_up", action="store_true",
+                            help="transposed convolutions instead of antialiased upsampling in G")
+        parser.set_defaults(no_dropout=True, init_type="xavier", pool_size=0, **MODE_DEFAULTS["CUT"])
+        if is_train:
+            parser.set_defaults(**MODE_TRAIN_DEFAULTS["CUT"])
+        return parser
+
+    def __init__(self, opt, ctx, seed: int = 0):
+        super().__init__(opt, ctx)
+        self.nce_layers = parse_layers(opt.nce_layers)
+        self.loss_names = ["G_GAN", "D_real", "D_fake", "G", "NCE"] + (["NCE_Y"] if opt.nce_idt and self.isTrain else [])
+        self.visual_names = ["real_A", "fake_B", "real_B"] + (["idt_B"] if opt.nce_idt and self.isTrain else [])
+        self.model_names = ["G", "F", "D"] if self.isTrain else ["G"]
+        check_generator(opt, self.nce_layers)
+        self.netG = cut_networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
+                                          opt.init_type, opt.init_gain, opt.no_antialias, opt.no_antialias_up,
+                                          features=self.isTrain).to(self.device)
+        if not self.isTrain:
+            return
+        if opt.nce_idt and opt.input_nc != opt.output_nc:
+            raise UserError(f"--nce_idt passes B images through G, so it needs --input_nc == --output_nc (got "
+                            f"{opt.input_nc} and {opt.output_nc}); pass --nce_idt False.")
+        if distributed.is_distributed() and (opt.normD or opt.norm) in ("batch", "syncbatch") and opt.norm != "syncbatch":
+            raise UserError(f"--normD {opt.normD}: under DDP batch norm must be synchronised across processes, which "
+                            f"happens for every network with --normG syncbatch (or --norm syncbatch); pass that, or "
+                            f"--normD instance.")
+        self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
+        self.netD = networks.define_D(opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.normD or opt.norm,
+                                      opt.init_type, opt.init_gain, num_D=opt.num_D)
+        if not opt.no_antialias:
+            cut_networks.antialias_discriminator(self.netD)
+        self.netD = self.netD.to(self.device)
+        # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+        self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
+        self.optimizer_G = self.make_adam(self.netG.parameters())  # netF's MLPs join it (first batch)
+        self.optimizer_D = self.make_adam(self.netD.parameters())
+        self.optimizers = [self.optimizer_G, self.optimizer_D]
+        # Patch positions and the flip coin: one stream for the run, the same on every rank (each
+        # rank draws for the whole global batch and keeps its images' rows), saved for resuming.
+        self.patch_rng = torch.Generator().manual_seed(seed * 7919 + 20)
+
+    def data_dependent_initialize(self, first_batch: dict) -> None:
+        """netF's MLPs take the widths of G's features at --nce_layers: read them from one image of
+        the first batch. They train with G (one loss), so they join G's optimizer."""
+        real_A, _, _ = self.paired_input(first_batch)
+        with torch.no_grad():
+            feats = self.netG(real_A[:1], self.nce_layers, encode_only=True)
+        self.netF.create_mlp([feat.shape[1] for feat in feats])
+        networks.init_weights(self.netF, self.opt.init_type, self.opt.init_gain)
+        self.netF.to(self.device, self.dtype)
+        if any(True for _ in self.netF.parameters()):
+            self.optimizer_G.add_param_group({"params": list(self.netF.parameters())})
+
+    def set_input(self, input: dict) -> None:
+        self.real_A, self.real_B, self.image_paths = self.paired_input(input)
+
+    def forward(self) -> None:
+        self.fake_B = self.netG(self.real_A)
+
+    # ------------------------------------------------------------------ training
+    def optimize_parameters(self) -> None:
+        # FastCUT's coin: flip this step's inputs (and flip G's features back for PatchNCE)
+        flipped = bool(torch.rand((), generator=self.patch_rng) < 0.5) if self.opt.flip_equivariance else False
+        with self.autocast():
+            real = torch.cat((self.real_A, self.real_B)) if self.opt.nce_idt else self.real_A
+            fake = self.netG(torch.flip(real, [3]) if flipped else real)
+            self.fake_B = fake[:self.real_A.shape[0]]
+            if self.opt.nce_idt:
+                self.idt_B = fake[self.real_A.shape[0]:]
+        self.loss_D = self.discriminator_loss()
+        self.update_weights(self.optimizer_D, self.loss_D)
+        with self.frozen(self.netD) as netD:  # G's step: D judges only
+            self.loss_G = self.generator_loss(netD, flipped)
+            self.update_weights(self.optimizer_G, self.loss_G)
+
+    def draw_patch_ids(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per NCE layer, --num_patches positions for each of this rank's images (all positions of a
+        smaller map): drawn for the whole global batch, image by image, so that an image's positions
+        are those one process with the whole batch would draw for it."""
+        local = feats[0].shape[0]
+        rows = distributed.global_batch_positions(local)
+        ids = []
+        for feat in feats:
+            size = feat.shape[-2] * feat.shape[-1]
+            drawn = torch.stack([torch.randperm(size, generator=self.patch_rng)[:self.opt.num_patches]
+                                 for _ in range(local * distributed.world_size())])
+            ids.append(drawn[rows].to(self.device))
+        return ids
+
+    def discriminator_loss(self) -> torch.Tensor:
+        """D's loss: real B is real, G(A) fake (detached: D's step does not train G), on images
+        through --diff_augment (the identity without)."""
+        real, fake = self.diff_augment(self.real_B), self.diff_augment(self.fake_B.detach())
+        with self.autocast():
+            self.loss_D_fake = self.criterionGAN(self.netD(fake), False)
+            pred_real = self.netD(real)
+            self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
+            self.loss_D_real = self.criterionGAN(pred_real, True)
+            loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
+        if self.opt.gan_mode == "wgangp":
+            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
+            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real, fake)
+            loss_D = loss_D + penalty
+        return loss_D
+
+    def generator_loss(self, netD, flipped: bool) -> torch.Tensor:
+        """G's loss: fool D, and PatchNCE between A and G(A) (and, with --nce_idt, B and G(B))."""
+        opt = self.opt
+        with self.autocast():
+            self.loss_G_GAN = self.criterionGAN(netD(self.diff_augment(self.fake_B)), True,
+                                                 for_discriminator=False) * opt.lambda_GAN if opt.lambda_GAN > 0 else 0.0
+            self.loss_NCE = self.nce_loss(self.real_A, self.fake_B, flipped) if opt.lambda_NCE > 0 else 0.0
+            if opt.nce_idt and opt.lambda_NCE > 0:
+                self.loss_NCE_Y = self.nce_loss(self.real_B, self.idt_B, flipped)
+                loss_NCE_both = (self.loss_NCE + self.loss_NCE_Y) * 0.5
+            else:
+                self.loss_NCE_Y, loss_NCE_both = 0.0, self.loss_NCE
+            return self.loss_G_GAN + loss_NCE_both
+
+    def nce_loss(self, source: torch.Tensor, output: torch.Tensor, flipped: bool) -> torch.Tensor:
+        """PatchNCE between G's features of `output` (queries) and of `source` (keys) at the same
+        fresh random positions, averaged over the NCE layers, as CUT's calculate_NCE_loss; a flipped
+        output's features are flipped back."""
+        feat_q = self.netG(output, self.nce_layers, encode_only=True)
+        if flipped:
+            feat_q = [torch.flip(feat, [3]) for feat in feat_q]
+        with torch.no_grad():  # keys get no gradient in PatchNCE: no graph for them
+            feat_k = self.netG(source, self.nce_layers, encode_only=True)
+            patch_ids = self.draw_patch_ids(feat_k)
+            feat_k = self.netF(feat_k, patch_ids)
+        feat_q = self.netF(feat_q, patch_ids)
+        images = source.shape[0]
+        total = 0.0
+        for query, key in zip(feat_q, feat_k):
+            all_keys, offset = None, 0
+            if self.opt.nce_includes_all_negatives_from_minibatch:
+                gathered = distributed.all_gather_tensor(key)  # every rank's keys, in rank order
+                offset = sum(part.shape[0] for part in gathered[:distributed.rank()])
+                all_keys = torch.cat(gathered)
+            loss = cut_networks.patch_nce_loss(query, key, images, self.opt.nce_T, all_keys, offset)
+            total = total + loss.mean() * self.opt.lambda_NCE
+        return total / len(self.nce_layers)
+
+    # ------------------------------------------------------------------ exact resume
+    def shared_training_state(self) -> dict:
+        state = super().shared_training_state()
+        if self.isTrain:
+            state["patch_rng"] = self.patch_rng.get_state()
+        return state
+
+    def load_shared_training_state(self, state: dict) -> None:
+        super().load_shared_training_state(state)
+        if self.isTrain and "patch_rng" in state:
+            self.patch_rng.set_state(state["patch_rng"])
+
+
+def check_generator(opt, nce_layers: tuple[int, ...]) -> None:
+    """PatchNCE reads the resnet generator's layers: refuse a U-Net and layer numbers it lacks."""
+    if not opt.netG.startswith("resnet_"):
+        raise UserError(f"--model cut reads features from the layers of a resnet generator (--nce_layers), which "
+                        f"--netG {opt.netG} does not have; use --netG resnet_9blocks (CUT's) or resnet_6blocks.")
+    if not opt.isTrain:
+        return
+    n_blocks = int(opt.netG.removeprefix("resnet_").removesuffix("blocks"))
+    probe = cut_networks.AntialiasedResnetGenerator(1, 1, 1, "none", False, n_blocks, not opt.no_antialias,
+                                                    not opt.no_antialias_up)
+    count = len(probe.model)
+    if max(nce_layers) >= count:
+        raise UserError(f"--nce_layers {','.join(map(str, nce_layers))}: --netG {opt.netG} "
+                        f"{'without' if opt.no_antialias else 'with'} antialiasing has layers 0 to {count - 1} only; "
+                        f"choose layers below {count} (CUT's default 0,4,8,12,16 reads the input, both "
+                        f"downsamplings and two residual blocks).")

@@ -1,0 +1,201 @@
+"""CUT and FastCUT (--model cut): CUT's flags and per-mode defaults, its checkpoints both ways,
+training with validation/best/EMA, DDP equal to one process, exact resume, any channel count.
+
+CUT's layer structure is written out here from its published code (taesungp/contrastive-unpaired-
+translation, models/networks.py: ResnetGenerator with antialiased Downsample/Upsample), not taken
+from ours, so that a change of our layout fails the checkpoint test.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import load_script, torchrun
+from test_distributed import assert_same_weights, ok, weights
+from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--model", "cut", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
+        "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress"]
+TWO_EPOCHS = ["--n_epochs", "1", "--n_epochs_decay", "1"]
+
+
+def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
+    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *extra]
+
+
+def cut_generator_layout(input_nc: int, output_nc: int, ngf: int, n_blocks: int = 9) -> dict[str, tuple]:
+    """Key -> shape of CUT's antialiased resnet generator with instance norm (convs with bias, blur
+    buffers `filt`), layer by layer as its ResnetGenerator appends them."""
+    layout, index = {}, 0
+
+    def conv(cin: int, cout: int, k: int) -> None:
+        layout[f"model.{index}.weight"], layout[f"model.{index}.bias"] = (cout, cin, k, k), (cout,)
+
+    index = 1
+    conv(input_nc, ngf, 7)
+    index = 4  # after pad, conv, norm, relu
+    for mult in (1, 2):  # conv, norm, relu, Downsample(3x3 blur)
+        conv(ngf * mult, ngf * mult * 2, 3)
+        layout[f"model.{index + 3}.filt"] = (ngf * mult * 2, 1, 3, 3)
+        index += 4
+    for _ in range(n_blocks):  # pad, conv, norm, relu, pad, conv, norm
+        for sub in (1, 5):
+            layout[f"model.{index}.conv_block.{sub}.weight"] = (ngf * 4, ngf * 4, 3, 3)
+            layout[f"model.{index}.conv_block.{sub}.bias"] = (ngf * 4,)
+        index += 1
+    for mult in (4, 2):  # Upsample(4x4 blur), conv, norm, relu
+        layout[f"model.{index}.filt"] = (ngf * mult, 1, 4, 4)
+        index += 1
+        conv(ngf * mult, ngf * mult // 2, 3)
+        index += 3
+    index += 1  # pad
+    conv(ngf, output_nc, 7)
+    return layout
+
+
+def cut_checkpoint(layout: dict[str, tuple], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights in `layout`; the blur buffers hold CUT's fixed binomial filters."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, shape in layout.items():
+        if key.endswith(".filt"):
+            taps = torch.tensor([1.0, 2.0, 1.0] if shape[-1] == 3 else [1.0, 3.0, 3.0, 1.0])
+            filt = taps[:, None] * taps[None, :]
+            gain = 1.0 if shape[-1] == 3 else 4.0
+            state[key] = (filt / filt.sum() * gain).expand(shape).clone()
+        else:
+            state[key] = torch.randn(shape, generator=gen) * (0.3 if key.endswith("weight") else 0.05)
+    return state
+
+
+@pytest.fixture(scope="module")
+def train():
+    return load_script("train.py")
+
+
+@pytest.fixture(scope="module")
+def test_script():
+    return load_script("test.py")
+
+
+@pytest.fixture(scope="module")
+def trained(train, paired_root, tmp_path_factory) -> Path:
+    """CUT (default mode) for two epochs, validated after each on held-out pairs, keeping the best
+    epoch and a moving average."""
+    ckpt = tmp_path_factory.mktemp("cut")
+    assert train.main(args(paired_root, ckpt, "cut", "--dataset_mode", "aligned", "--max_dataset_size", "2",
+                           *TWO_EPOCHS, "--val_freq", "1", "--val_max_images", "2", "--save_best", "L1",
+                           "--ema_decay", "0.5", "--print_freq", "4")) == 0
+    return ckpt / "cut"
+
+
+def test_cut_trains_with_cuts_defaults_validates_and_keeps_best_and_ema(trained):
+    names = {path.name for path in trained.iterdir()}
+    for expected in ("latest_net_G.pth", "latest_net_F.pth", "latest_net_D.pth", "latest_ema_net_G.pth",
+                     "best_net_G.pth", "best.json", "latest_train_state.pth", "val_log.txt"):
+        assert expected in names, expected
+    options = json.loads((trained / "train_opt.json").read_text())
+    # CUT's own defaults and CUT-mode defaults
+    assert (options["CUT_mode"], options["nce_idt"], options["lambda_NCE"], options["flip_equivariance"]) == \
+        ("CUT", True, 1.0, False)
+    assert (options["init_type"], options["no_dropout"], options["pool_size"], options["norm"]) == \
+        ("xavier", True, 0, "instance")
+    assert "NCE_Y" in (trained / "loss_log.txt").read_text()
+
+
+def test_fastcut_mode_takes_its_defaults_and_explicit_flags_win():
+    from options.train_options import TrainOptions
+
+    def parsed(*flags: str):
+        return TrainOptions().parse(["--dataroot", "x", "--name", "parse_only", "--model", "cut", *flags])
+
+    fast = parsed("--CUT_mode", "fastcut")
+    assert (fast.CUT_mode, fast.nce_idt, fast.lambda_NCE, fast.flip_equivariance, fast.n_epochs, fast.n_epochs_decay) \
+        == ("FastCUT", False, 10.0, True, 150, 50)
+    mixed = parsed("--lambda_NCE", "2", "--CUT_mode", "FastCUT", "--nce_idt", "--normG", "batch", "--normD", "none")
+    assert (mixed.lambda_NCE, mixed.nce_idt, mixed.norm, mixed.normD) == (2.0, True, "batch", "none")
+    assert parsed().n_epochs == 200 and parsed("--nce_idt", "false").nce_idt is False
+
+
+def test_netF_is_built_from_the_first_batch_and_resumes_with_the_rest(trained):
+    state = torch.load(trained / "latest_net_F.pth", weights_only=True)
+    generator = torch.load(trained / "latest_net_G.pth", weights_only=True)
+    # one MLP per --nce_layers entry, its input the generator's width there (layer 0: the padded image)
+    assert [state[f"mlp_{i}.0.weight"].shape[1] for i in range(5)] == [3, 8, 16, 16, 16]
+    assert state["mlp_0.2.weight"].shape == (8, 8)
+    assert not any(key.startswith("module.") for key in [*state, *generator])
+    saved = torch.load(trained / "latest_train_state.pth", weights_only=False)
+    assert "F" in saved["model"]["networks"] and "patch_rng" in saved["model"]
+
+
+def test_a_checkpoint_in_cuts_layout_loads_in_test_py_and_the_translator(trained, unpaired_root, test_script,
+                                                                        tmp_path):
+    layout = cut_generator_layout(3, 3, 4)
+    ours = torch.load(trained / "latest_net_G.pth", weights_only=True)
+    assert {key: tuple(value.shape) for key, value in ours.items()} == layout  # ours is CUT's layout
+
+    run_dir = tmp_path / "ck" / "from_cut"
+    run_dir.mkdir(parents=True)
+    torch.save(cut_checkpoint(layout), run_dir / "latest_net_G.pth")  # what CUT's train.py writes, no json
+    outputs = {}
+    for model, data in (("cut", unpaired_root), ("test", unpaired_root / "testA")):
+        assert test_script.main(["--dataroot", str(data), "--name", "from_cut", "--checkpoints_dir",
+                                 str(tmp_path / "ck"), "--results_dir", str(tmp_path / model), "--model", model,
+                                 "--ngf", "4", "--no_dropout", "--preprocess", "none", "--num_test", "2"]) == 0
+        images = tmp_path / model / "from_cut" / "test_latest" / "images"
+        outputs[model] = [np.asarray(Image.open(p), dtype=int) for p in sorted(images.glob("*_fake*.png"))]
+    assert len(outputs["cut"]) == len(outputs["test"]) == 2
+    for a, b in zip(outputs["cut"], outputs["test"]):
+        assert np.abs(a - b).max() == 0 and a.std() > 1  # the same, non-blank images
+
+    from models.translator import Translator
+    translator = Translator.load(run_dir, device="cpu")  # its architecture is read from the weights
+    source = sorted((unpaired_root / "testA").glob("*.png"))[0]
+    translated = translator.translate(np.asarray(Image.open(source).convert("RGB")))
+    assert np.abs(translated.astype(int) - outputs["cut"][0]).max() <= 1
+
+
+def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(train, unpaired_root, tmp_path):
+    """FastCUT (flip coin) with the identity NCE and negatives from the whole global batch: 2 x 1 == 1 x 2
+    in float64; and a 2-process run killed (SIGKILL to a worker) and continued ends as the whole one."""
+    flags = ["--dtype", "float64", *TWO_EPOCHS, "--serial_batches", "--no_flip", "--max_dataset_size", "4",
+             "--CUT_mode", "FastCUT", "--nce_idt", "--nce_includes_all_negatives_from_minibatch",
+             "--print_freq", "1", "--save_latest_freq", "2"]
+    assert train.main(args(unpaired_root, tmp_path, "one", "--batch_size", "2", *flags)) == 0
+    ok(torchrun("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+
+    killed = train_command(args(unpaired_root, tmp_path, "killed", *flags), nproc=2)
+    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,", victim="worker")
+    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert_identical(final_weights(tmp_path / "two"), final_weights(tmp_path / "killed"))
+
+
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_root, tmp_path):
+    flags = [*TWO_EPOCHS, "--max_dataset_size", "2", "--print_freq", "1", "--save_latest_freq", "2",
+             "--CUT_mode", "FastCUT", "--nce_idt"]
+    run(train_command(args(unpaired_root, tmp_path, "whole", *flags)))
+    killed = train_command(args(unpaired_root, tmp_path, "killed", *flags))
+    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
+    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
+
+
+def test_one_channel_cut_trains_and_tests(train, test_script, unpaired_root, tmp_path):
+    gray = ["--input_nc", "1", "--output_nc", "1"]
+    assert train.main(args(unpaired_root, tmp_path, "gray", *gray, "--max_dataset_size", "2", "--n_epochs", "1",
+                           "--n_epochs_decay", "0")) == 0
+    assert torch.load(tmp_path / "gray" / "latest_net_G.pth", weights_only=True)["model.30.weight"].shape[0] == 1
+    assert test_script.main(["--dataroot", str(unpaired_root), "--name", "gray", "--checkpoints_dir", str(tmp_path),
+                             "--results_dir", str(tmp_path / "results"), *TINY[:2], "--ngf", "4", *gray,
+                             "--load_size", "32", "--crop_size", "32", "--num_test", "1"]) == 0
+    fake = next((tmp_path / "results" / "gray" / "test_latest" / "images").glob("*_fake_B.png"))
+    pixels = np.asarray(Image.open(fake).convert("RGB"), dtype=int)
+    assert (pixels == pixels[..., :1]).all()  # one channel, previewed as gray
