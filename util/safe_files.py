@@ -32,20 +32,11 @@ os.umask(_UMASK)
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Call `write(file)` on a temporary file beside `path`, then rename it to `path`: a crash at
     any instant leaves the old `path` or the new one, never a truncated one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "wb") as f:
+    def write_file(name: str) -> None:
+        with open(name, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+
+    atomic_write_by_name(path, write_file)
 
 
 def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
@@ -57,9 +48,9 @@ def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp_path)
-        os.chmod(tmp_path, 0o666 & ~_UMASK)
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp's 0600 -> what a plain open() would have given
         with open(tmp_path, "rb") as f:
-            os.fsync(f.fileno())
+            os.fsync(f.fileno())  # on disk before the rename, so the rename never points at nothing
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):
