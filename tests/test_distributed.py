@@ -146,8 +146,12 @@ def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, un
                   f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two_nodes_test"]
     command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, str(ROOT / "train.py"),
                *cycle_gan_args(unpaired_root, tmp_path, "nodes", 1)]
-    agents = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for _ in range(2)]
+    # One process per "node": torchrun leaves their thread count alone (it sets OMP_NUM_THREADS=1
+    # only for several per node), and two 2-thread processes on 2 cores wait for each other's
+    # cores at every parallel region (60 s instead of 15).
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
+    agents = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=one_thread) for _ in range(2)]
     outputs = [agent.communicate(timeout=240)[0] for agent in agents]
     assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
     assert_same_weights(weights(one_process_cycle_gan), weights(tmp_path / "nodes"))
