@@ -143,7 +143,8 @@ def evaluate_targets(results: dict, cores: int = 0) -> list[dict]:
     """The project's targets (bench.plan.TARGETS), each with what was measured and whether it is met."""
     cores = cores or usable_cores()
     return (_speedup_targets(results["step"], cores) + _straightforward_targets(results["step"], cores)
-            + _data_wait_targets(results["loop"], cores) + _ddp_targets(results["ddp"], cores))
+            + _compile_targets(results["step"], cores) + _data_wait_targets(results["loop"], cores)
+            + _ddp_targets(results["ddp"], cores))
 
 
 def _speedup_targets(step_rows: list[dict], cores: int) -> list[dict]:
@@ -176,6 +177,26 @@ def _straightforward_targets(step_rows: list[dict], cores: int) -> list[dict]:
                                     f"{base['size']}px)",
                         "value": ratio, "goal": goal, "met": ratio <= goal,
                         "caveat": noise_caveat([base, plain], cores)})
+    return targets
+
+
+def _compile_targets(step_rows: list[dict], cores: int) -> list[dict]:
+    """--compile against plain fp32 on this machine. Where it is slower, a training run's compile
+    probe (util/training/compile_probe.py) measures the same and goes on uncompiled."""
+    targets = []
+    goal = TARGETS["compile_not_slower"]
+    for model in TARGETS["speedup"]:
+        base = find_row(step_rows, model=model, config=BASELINE)
+        compiled = find_row(step_rows, model=model, config="compile")
+        if base is None or compiled is None or "median_s" not in compiled:
+            continue
+        ratio = compiled["median_s"] / base["median_s"]
+        targets.append({"target": f"{model}: --compile not slower than plain fp32 eager (time ratio <= {goal}; "
+                                  f"where it is, train.py's probe goes on uncompiled)",
+                        "measured": f"{ratio:.3f} ({compiled['median_s']:.3f} s vs {base['median_s']:.3f} s, "
+                                    f"{compiled['size']}px)",
+                        "value": ratio, "goal": goal, "met": ratio <= goal,
+                        "caveat": noise_caveat([base, compiled], cores)})
     return targets
 
 

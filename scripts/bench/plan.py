@@ -27,6 +27,7 @@ SECTIONS = ("peaks", "step", "loop", "scaling", "ddp", "checkpointing")
 # What the project aims for (issue 6); reported as met or not, never enforced. "not slower than the
 # straightforward step" allows 5%, the spread of repeated timings on a quiet machine.
 TARGETS = {"speedup": {"cycle_gan": 2.0, "pix2pix": 1.5}, "not_slower_than_straightforward": 1.05,
+           "compile_not_slower": 1.05,  # compile_probe.TOLERANCE: a run keeps compiling up to 5% slower
            "data_wait_fraction": 0.05, "ddp_efficiency": 0.9}
 # The generators' smallest input multiple: unet_256 halves 8 times, so it needs multiples of 256.
 SIZE_MULTIPLE = {"resnet_9blocks": 4, "unet_256": 256}
