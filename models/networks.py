@@ -381,7 +381,7 @@ def cal_gradient_penalty(netD: nn.Module, real_data: torch.Tensor, fake_data: to
     gradients = torch.autograd.grad(outputs=disc_interpolates, inputs=interpolates,
                                     grad_outputs=torch.ones_like(disc_interpolates),
                                     create_graph=True, retain_graph=True, only_inputs=True)[0]
-    gradients = gradients.view(real_data.size(0), -1)
+    gradients = gradients.reshape(real_data.size(0), -1)  # channels-last gradients (--channels_last) cannot be viewed
     penalty = (((gradients + 1e-16).norm(2, dim=1) - constant) ** 2).mean() * lambda_gp
     return penalty, gradients
 

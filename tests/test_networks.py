@@ -593,3 +593,17 @@ def test_plateau_policy_without_validation_follows_the_epochs_mean_generator_los
     lrs, model = lrs_per_epoch("--lr_policy", "plateau", "--n_epochs", "8", "--n_epochs_decay", "0",
                                generator_loss=lambda i, step: 3.0)
     assert lrs == pytest.approx([1.0] * 7 + [0.2])
+
+
+def test_the_gradient_penalty_takes_channels_last_discriminators_and_images():
+    # --channels_last --gan_mode wgangp: the penalty's gradients come back channels-last.
+    torch.manual_seed(0)
+    netD = networks.define_D(6, 8, "basic", norm="instance")
+    real, fake = torch.randn(2, 6, 32, 32), torch.randn(2, 6, 32, 32)
+    torch.manual_seed(1)
+    plain, _ = networks.cal_gradient_penalty(netD, real, fake)
+    netD = netD.to(memory_format=torch.channels_last)
+    torch.manual_seed(1)
+    fast, _ = networks.cal_gradient_penalty(netD, real.contiguous(memory_format=torch.channels_last),
+                                            fake.contiguous(memory_format=torch.channels_last))
+    assert torch.allclose(fast, plain, rtol=1e-4)
