@@ -163,40 +163,33 @@ def _speedup_targets(step_rows: list[dict], cores: int) -> list[dict]:
 
 
 def _straightforward_targets(step_rows: list[dict], cores: int) -> list[dict]:
-    targets = []
-    for model in TARGETS["speedup"]:
-        base = find_row(step_rows, model=model, config=BASELINE)
-        plain = find_row(step_rows, model=model, config=STRAIGHTFORWARD)
-        if base is None or plain is None:
-            continue
-        ratio = base["median_s"] / plain["median_s"]
-        goal = TARGETS["not_slower_than_straightforward"]
-        targets.append({"target": f"{model}: plain fp32 eager not slower than the straightforward step "
-                                  f"(time ratio <= {goal})",
-                        "measured": f"{ratio:.3f} ({base['median_s']:.3f} s vs {plain['median_s']:.3f} s, "
-                                    f"{base['size']}px)",
-                        "value": ratio, "goal": goal, "met": ratio <= goal,
-                        "caveat": noise_caveat([base, plain], cores)})
-    return targets
+    return _time_ratio_targets(step_rows, cores, STRAIGHTFORWARD, TARGETS["not_slower_than_straightforward"],
+                               "plain fp32 eager not slower than the straightforward step", numerator=BASELINE)
 
 
 def _compile_targets(step_rows: list[dict], cores: int) -> list[dict]:
     """--compile against plain fp32 on this machine. Where it is slower, a training run's compile
     probe (util/training/compile_probe.py) measures the same and goes on uncompiled."""
+    return _time_ratio_targets(step_rows, cores, BASELINE, TARGETS["compile_not_slower"],
+                               "--compile not slower than plain fp32 eager", numerator="compile",
+                               note="; where it is, train.py's probe goes on uncompiled")
+
+
+def _time_ratio_targets(step_rows: list[dict], cores: int, denominator: str, goal: float, claim: str,
+                        numerator: str, note: str = "") -> list[dict]:
+    """Per model: the step time of config `numerator` over that of `denominator`, met when <= `goal`."""
     targets = []
-    goal = TARGETS["compile_not_slower"]
     for model in TARGETS["speedup"]:
-        base = find_row(step_rows, model=model, config=BASELINE)
-        compiled = find_row(step_rows, model=model, config="compile")
-        if base is None or compiled is None or "median_s" not in compiled:
+        top = find_row(step_rows, model=model, config=numerator)
+        bottom = find_row(step_rows, model=model, config=denominator)
+        if top is None or bottom is None or "median_s" not in top or "median_s" not in bottom:
             continue
-        ratio = compiled["median_s"] / base["median_s"]
-        targets.append({"target": f"{model}: --compile not slower than plain fp32 eager (time ratio <= {goal}; "
-                                  f"where it is, train.py's probe goes on uncompiled)",
-                        "measured": f"{ratio:.3f} ({compiled['median_s']:.3f} s vs {base['median_s']:.3f} s, "
-                                    f"{compiled['size']}px)",
+        ratio = top["median_s"] / bottom["median_s"]
+        targets.append({"target": f"{model}: {claim} (time ratio <= {goal}{note})",
+                        "measured": f"{ratio:.3f} ({top['median_s']:.3f} s vs {bottom['median_s']:.3f} s, "
+                                    f"{top['size']}px)",
                         "value": ratio, "goal": goal, "met": ratio <= goal,
-                        "caveat": noise_caveat([base, compiled], cores)})
+                        "caveat": noise_caveat([top, bottom], cores)})
     return targets
 
 
