@@ -23,7 +23,6 @@ from data import create_dataset
 from data.image_folder import image_batches, list_images
 from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from models import create_model, networks
-from models.networks import check_input_size
 from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
@@ -40,17 +39,17 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     """Translate the first --num_test images; returns the path of the results page (rank 0, with
     dominate installed; None otherwise)."""
     seed_everything(opt.seed if opt.seed is not None else 0)
-    check_tiling(opt.netG, opt.tile, opt.tile_overlap)
+    check_tiling(opt.netG, opt.tile, opt.tile_overlap, opt)
     reference = list_images(opt.fid_reference) if opt.eval_metrics and opt.fid_reference else []
     check_distribution_inputs(opt, reference)  # fail before translating, not after
-    dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG))
+    dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG, opt))
     model = create_model(opt, ctx)
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     # Any image size works once the generators pad and crop back. Other preprocess modes give the
     # --crop_size/--load_size the user chose, which stays checked below so that a bad size is named.
     any_size = opt.preprocess == "none" or opt.tile > 0
     if any_size:
-        adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap)
+        adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap, opt)
         if opt.tile:
             print0(tiling_note(opt))
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
@@ -83,7 +82,7 @@ def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, 
     rows = []
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
         if check_sizes:
-            check_input_size(opt.netG, *data["A"].shape[-2:])
+            networks.check_image_size(opt, *data["A"].shape[-2:], discriminator=False)
         model.set_input(data)
         model.test()  # forward under torch.no_grad
         img_path = model.get_image_paths()
@@ -127,7 +126,7 @@ def write_results(opt, web_dir: str, summary: dict, rows: list[tuple]) -> str | 
 
 def tiling_note(opt) -> str:
     """How tiled output will compare with whole-image output (docs/evaluation.md)."""
-    radius = receptive_radius(opt.netG)
+    radius = receptive_radius(opt.netG, opt)
     if opt.norm in ("batch", "syncbatch") and not opt.eval:
         return ("note: --tile with batch norm but without --eval normalises each tile with its own statistics; "
                 "add --eval for tiles that match whole-image inference.")

@@ -24,8 +24,6 @@ from models import create_model
 from models import networks
 from models.accumulation import check_accumulation, micro_batch_groups
 from models.base_model import BaseModel
-from models.multiscale import check_multiscale_input_size
-from models.networks import check_discriminator_input_size, check_input_size
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
@@ -115,14 +113,11 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     start = checkpointer.find_start(opt)  # the training state to continue from (its flags checked), or afresh
     check_epochs_left(opt, start, run_dir)
     seed_everything(start.seed)  # the same initial weights on every rank
-    size_rule = networks.size_rule(opt.netG)  # the image sizes the generator takes
+    size_rule = networks.size_rule(opt.netG, opt)  # the image sizes the generator takes
     dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule)  # a sampler per rank
     first_sample = dataset.first_sample()
     first = first_sample["A"]
-    check_input_size(opt.netG, first.shape[-2], first.shape[-1])
-    check_discriminator_input_size(opt.netD, opt.n_layers_D, first.shape[-2], first.shape[-1])
-    if opt.netD == "multiscale":  # its coarsest scale sees the image halved --num_D - 1 times
-        check_multiscale_input_size(opt.num_D, opt.n_layers_D, first.shape[-2], first.shape[-1])
+    networks.check_image_size(opt, *first.shape[1:])  # what the generator and discriminator families take
     model = create_model(opt, ctx, start.seed)  # networks, losses, optimizers
     check_accumulation(model, opt.accum_steps)  # --accum_steps needs the model's phases
     # the model may build data-dependent parts from the first batch; then schedulers, loading, DDP wrapping

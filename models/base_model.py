@@ -372,7 +372,7 @@ class BaseModel(ABC):
             if self.opt.deterministic:
                 networks.pad_reflections_with_slices(net)
             if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
-                enable_activation_checkpointing(net)
+                enable_activation_checkpointing(net, networks.checkpointed_blocks(self.opt))
 
     def _prepare_for_run(self, name: str, net: nn.Module) -> nn.Module:
         """`net` as training or testing calls it: batch norm synchronised and the network

@@ -134,9 +134,9 @@ class CUTModel(BaseModel):
         self.visual_names = ["real_A", "fake_B", "real_B"] + (["idt_B"] if opt.nce_idt and self.isTrain else [])
         self.model_names = ["G", "F", "D"] if self.isTrain else ["G"]
         check_generator(opt, self.nce_layers)
-        self.netG = cut_networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
-                                          opt.init_type, opt.init_gain, opt.no_antialias, opt.no_antialias_up,
-                                          features=self.isTrain).to(self.device)
+        self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
+        if self.isTrain:  # PatchNCE reads the generator's layers
+            networks.family_of(opt.netG).read_features(self.netG)
         if not self.isTrain:
             return
         if opt.nce_idt and opt.input_nc != opt.output_nc:
@@ -147,8 +147,7 @@ class CUTModel(BaseModel):
                             f"happens for every network with --normG syncbatch (or --norm syncbatch); pass that, or "
                             f"--normD instance.")
         self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
-        self.netD = networks.define_D(opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.normD or opt.norm,
-                                      opt.init_type, opt.init_gain, num_D=opt.num_D)
+        self.netD = networks.build_discriminator(networks.with_flags(opt, norm=opt.normD or opt.norm), opt.output_nc)
         if not opt.no_antialias:
             cut_networks.antialias_discriminator(self.netD)
         self.netD = self.netD.to(self.device)
@@ -277,16 +276,16 @@ class CUTModel(BaseModel):
 
 
 def check_generator(opt, nce_layers: tuple[int, ...]) -> None:
-    """PatchNCE reads the resnet generator's layers: refuse a U-Net and layer numbers it lacks."""
-    if not opt.netG.startswith("resnet_"):
-        raise UserError(f"--model cut reads features from the layers of a resnet generator (--nce_layers), which "
-                        f"--netG {opt.netG} does not have; use --netG resnet_9blocks (CUT's) or resnet_6blocks.")
+    """PatchNCE reads the generator's layers (`forward(x, layers, encode_only=True)`): refuse a
+    generator family that cannot give them, and layer numbers it lacks."""
+    family = networks.family_of(opt.netG)
+    if not hasattr(family, "read_features"):
+        readable = [name for name in networks.generators() if hasattr(networks.family_of(name), "read_features")]
+        raise UserError(f"--model cut reads features from the layers of its generator (--nce_layers), which "
+                        f"--netG {opt.netG} does not give; use --netG {' or '.join(readable)} (CUT's is the first).")
     if not opt.isTrain:
         return
-    n_blocks = int(opt.netG.removeprefix("resnet_").removesuffix("blocks"))
-    probe = cut_networks.AntialiasedResnetGenerator(1, 1, 1, "none", False, n_blocks, not opt.no_antialias,
-                                                    not opt.no_antialias_up)
-    count = len(probe.model)
+    count = family.feature_layers(opt)
     if max(nce_layers) >= count:
         raise UserError(f"--nce_layers {','.join(map(str, nce_layers))}: --netG {opt.netG} "
                         f"{'without' if opt.no_antialias else 'with'} antialiasing has layers 0 to {count - 1} only; "

@@ -60,12 +60,10 @@ class CycleGANModel(BaseModel):
         self.model_names = ["G_A", "G_B", "D_A", "D_B"] if self.isTrain else ["G_A", "G_B"]
 
         def generator(in_nc: int, out_nc: int):
-            return networks.define_G(in_nc, out_nc, opt.ngf, opt.netG, opt.norm, not opt.no_dropout,
-                                     opt.init_type, opt.init_gain, upsample=opt.upsample).to(self.device)
+            return networks.build_generator(opt, in_nc, out_nc).to(self.device)
 
         def discriminator(in_nc: int):
-            return networks.define_D(in_nc, opt.ndf, opt.netD, opt.n_layers_D, opt.norm,
-                                     opt.init_type, opt.init_gain, num_D=opt.num_D).to(self.device)
+            return networks.build_discriminator(opt, in_nc).to(self.device)
 
         self.netG_A = generator(opt.input_nc, opt.output_nc)
         self.netG_B = generator(opt.output_nc, opt.input_nc)

@@ -1,10 +1,10 @@
-"""pix2pixHD's multi-scale discriminator (`--netD multiscale --num_D N`) and its discriminator
-feature-matching loss (`--lambda_feat F`, paired models).
+"""The losses of pix2pixHD's multi-scale discriminator (`--netD multiscale --num_D N`,
+models/networks/patchgan_multiscale.py) and its discriminator feature-matching loss (`--lambda_feat F`,
+paired models).
 
 A 70x70 PatchGAN sees local texture only; at 512 px and above results get blurry or collapse.
-pix2pixHD judges the image with N PatchGANs of the same design (each built from --ndf,
---n_layers_D and --norm), the k-th on the image average-pooled by 2, k times: the coarsest one
-sees the whole layout. Its prediction is a list (one logit grid per scale); `MultiscaleGANLoss`
+pix2pixHD judges the image with N PatchGANs of the same design, the coarsest seeing the whole
+layout. Its prediction is a list (one logit grid per scale); `MultiscaleGANLoss`
 gives the GAN loss the mean of the per-scale losses (pix2pixHD sums them; the mean keeps the
 weights of the other losses, --lambda_L1 and the cycle weights, as tuned for one PatchGAN, and makes
 --num_D 1 the plain `n_layers` discriminator). State-dict keys: `scale<k>.model.<i>.<param>`.
@@ -14,34 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.networks import NLayerDiscriminator
+from models.networks.patchgan import NLayerDiscriminator
+from models.networks.patchgan_multiscale import MultiscaleDiscriminator
 from util.errors import UserError
-
-
-class MultiscaleDiscriminator(nn.Module):
-    """`num_D` PatchGANs, scale k judging the input downsampled by 2**k; returns their predictions
-    (a list, finest first)."""
-
-    def __init__(self, input_nc: int, ndf: int, n_layers: int, norm_layer, num_D: int) -> None:
-        super().__init__()
-        self.num_D = num_D
-        for k in range(num_D):
-            self.add_module(f"scale{k}", NLayerDiscriminator(input_nc, ndf, n_layers, norm_layer=norm_layer))
-        # pix2pixHD's downsampling: padding not counted, so the border is not darkened
-        self.downsample = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
-
-    def scales(self) -> list[NLayerDiscriminator]:
-        return [getattr(self, f"scale{k}") for k in range(self.num_D)]
-
-    def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """The input of each scale: `x`, then halved again for every further scale."""
-        images = [x]
-        for _ in range(self.num_D - 1):
-            images.append(self.downsample(images[-1]))
-        return images
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return [scale(image) for scale, image in zip(self.scales(), self.inputs(x))]
 
 
 class MultiscaleGANLoss(nn.Module):
@@ -104,24 +79,3 @@ def feature_matching_loss(netD: nn.Module, fake: torch.Tensor, real: torch.Tenso
     predictions = [scale[-1] for scale in fake_features]
     prediction = predictions if isinstance(_plain(netD), MultiscaleDiscriminator) else predictions[0]
     return prediction, sum(per_scale) / len(per_scale)
-
-
-def smallest_side(n_layers: int, num_D: int) -> int:
-    """The smallest image side the coarsest of `num_D` scales of an `n_layers` PatchGAN can judge:
-    3 pixels after its n stride-2 convs (for its two 4x4 stride-1 convs), and each scale halves."""
-    return 3 * 2 ** n_layers * 2 ** (num_D - 1)
-
-
-def check_multiscale_input_size(num_D: int, n_layers_D: int, height: int, width: int) -> None:
-    """Raise a UserError when the coarsest scale would shrink the image to nothing."""
-    smallest = smallest_side(n_layers_D, num_D)
-    if min(height, width) >= smallest:
-        return
-    fits = num_D
-    while fits > 1 and min(height, width) < smallest_side(n_layers_D, fits):
-        fits -= 1
-    fewer = (f"--num_D {fits}" if min(height, width) >= smallest_side(n_layers_D, fits)
-             else "fewer --n_layers_D")
-    raise UserError(f"--num_D {num_D}: --netD multiscale with {num_D} scales of {n_layers_D}-layer PatchGANs "
-                    f"(--n_layers_D) needs images of at least {smallest}x{smallest} pixels (the coarsest scale sees "
-                    f"them halved {num_D - 1} times), but got {height}x{width}; use {fewer}, or a larger --crop_size.")

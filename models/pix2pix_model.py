@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from models import networks
+from models.networks import unet
 from models.accumulation import buffers_kept
 from models.base_model import BaseModel
 from models.multiscale import MultiscaleGANLoss, feature_matching_loss
@@ -28,7 +29,7 @@ class Pix2PixModel(BaseModel):
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
-        parser.set_defaults(norm="batch", netG="unet_256", dataset_mode="aligned")
+        parser.set_defaults(norm="batch", netG=unet.PIX2PIX_DEFAULT, dataset_mode="aligned")
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
             parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
@@ -42,12 +43,9 @@ class Pix2PixModel(BaseModel):
             self.loss_names.append("G_feat")
         self.visual_names = ["real_A", "fake_B", "real_B"]
         self.model_names = ["G", "D"] if self.isTrain else ["G"]
-        self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                      not opt.no_dropout, opt.init_type, opt.init_gain,
-                                      upsample=opt.upsample).to(self.device)
+        self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
         if self.isTrain:
-            self.netD = networks.define_D(opt.input_nc + opt.output_nc, opt.ndf, opt.netD, opt.n_layers_D,
-                                          opt.norm, opt.init_type, opt.init_gain, num_D=opt.num_D).to(self.device)
+            self.netD = networks.build_discriminator(opt, opt.input_nc + opt.output_nc).to(self.device)
             # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
             self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
             self.criterionL1 = torch.nn.L1Loss()

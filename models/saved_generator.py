@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-from models import builtin_models, cut_networks, find_model_using_name, networks
+from models import builtin_models, find_model_using_name, networks
 from models.base_model import BaseModel
 from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
 from util.training.checkpoint_io import load_state_dict_file
@@ -29,18 +29,33 @@ from util.errors import UserError
 from util.util import why_missing
 from util.safe_files import read_json_object
 
-# define_G's arguments, under the names of the flags (and of Translator.load's keywords).
-ARCHITECTURE_KEYS = ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample", "no_dropout")
+# What every generator's architecture names, under the names of the flags (and of Translator.load's
+# keywords); its family adds the flags that shape it (`NetworkFamily.shape_flags`).
+BASE_KEYS = ("netG", "input_nc", "output_nc")
 # The reference's test.py defaults, for what neither the weights nor a keyword says (U-Net dropout).
-REFERENCE_DEFAULTS = {"netG": "resnet_9blocks", "norm": "instance", "ngf": 64, "input_nc": 3, "output_nc": 3,
-                      "upsample": "transpose", "no_dropout": False}
+REFERENCE_DEFAULTS = {"netG": networks.DEFAULT_GENERATOR, "norm": "instance", "ngf": 64, "input_nc": 3,
+                      "output_nc": 3, "upsample": "transpose", "no_dropout": False}
 DIRECTIONS = ("AtoB", "BtoA")
-_UNET_BY_DEPTH = {7: "unet_128", 8: "unet_256"}
+# The order in which describe_architecture writes the flags it knows; others follow.
+_SHOWN_FIRST = ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample")
+
+
+def architecture_keys(netG: str) -> tuple[str, ...]:
+    """The architecture keys of a generator of family `netG`: BASE_KEYS and its shape flags."""
+    return BASE_KEYS + tuple(networks.family_of(netG).shape_flags)
+
+
+def known_architecture_keys(netG: str | None = None) -> set[str]:
+    """Every key an architecture may give: those of every built-in generator family, and of `netG`'s."""
+    keys = set(BASE_KEYS)
+    for name in networks.generators() + ([netG] if netG else []):
+        keys.update(networks.family_of(name).shape_flags)
+    return keys
 
 
 @dataclass(frozen=True)
 class GeneratorCheckpoint:
-    """One generator's weights file and the architecture (ARCHITECTURE_KEYS) to build it with; the
+    """One generator's weights file and the architecture (`architecture_keys`) to build it with; the
     `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), and the
     numbers of the --data_range its run trained with (None when not given or not known)."""
 
@@ -52,55 +67,29 @@ class GeneratorCheckpoint:
 
 def describe_architecture(arch: dict) -> str:
     """The architecture as the flags that build it, e.g. `--netG unet_256 --norm batch --ngf 64 ...`."""
-    text = " ".join(f"--{key} {arch[key]}" for key in ARCHITECTURE_KEYS[:-1]
-                    if key in arch and (key, arch[key]) != ("upsample", "transpose"))  # the default: unsaid
-    return text + (" --no_dropout" if arch.get("no_dropout") else "")
+    order = [key for key in _SHOWN_FIRST if key in arch] + sorted(set(arch) - set(_SHOWN_FIRST) - {"no_dropout"})
+    words = []
+    for key in order:
+        value = arch[key]
+        if (key, value) == ("upsample", "transpose") or value is False or value is None:  # defaults: unsaid
+            continue
+        words.append(f"--{key}" if value is True else f"--{key} {value}")
+    return " ".join(words) + (" --no_dropout" if arch.get("no_dropout") else "")
 
 
 def infer_architecture(state: dict) -> dict:
-    """What a generator state_dict shows of its architecture: netG, ngf, input_nc, output_nc, norm,
-    and for resnets no_dropout (a U-Net's dropout has no weights, so it cannot be seen).
-    Returns {} for weights that are no generator of networks.GENERATORS."""
-    if "model.1.weight" in state:  # resnet: pad, 7x7 conv, norm, relu, 2 downsamplings, blocks, ...
-        first, prefix = state["model.1.weight"], "model.1"
-        blocks = {key.split(".")[1] for key in state if ".conv_block." in key}
-        netG = f"resnet_{len(blocks)}blocks"
-        last = max((int(key.split(".")[1]) for key in state if re.fullmatch(r"model\.\d+\.weight", key)))
-        output_nc = state[f"model.{last}.weight"].shape[0]
-        # Dropout shifts a block's second conv from index 5 to 6 (index 6 is a norm without it).
-        dropout = {"no_dropout": not any(key.endswith(".conv_block.6.weight") and state[key].ndim == 4
-                                         for key in state)}
-    elif "model.model.0.weight" in state:  # U-Net: nested blocks, one "model" per level of depth
-        first, prefix = state["model.model.0.weight"], "model.model.0"
-        depth = max(key.split(".").count("model") for key in state) - 1
-        netG = _UNET_BY_DEPTH.get(depth, f"unet with {depth} levels")
-        output_nc = (state["model.model.3.weight"].shape[1] if "model.model.3.weight" in state  # ConvTranspose2d: (in, out, kh, kw)
-                     else state["model.model.3.1.weight"].shape[0])  # --upsample resize: Conv2d (out, in, kh, kw)
-        dropout = {}
-    else:
-        return {}
-    if netG not in networks.GENERATORS or first.ndim != 4:
-        return {}
-    # Convs before instance norm have a bias; before batch norm they do not (see networks._uses_bias).
-    if f"{prefix}.bias" in state:
-        norm = "instance"
-    elif any(key.endswith(".running_mean") for key in state):
-        norm = "batch"
-    else:
-        norm = "none"
-    # --upsample resize puts a Sequential(upsampling, conv) where a transposed convolution was: `<layer>.1.weight`
-    resize = {"upsample": "resize"} if any(re.fullmatch(r"(model\.)+\d+\.1\.weight", key) for key in state) else {}
-    return {"netG": netG, "norm": norm, "ngf": first.shape[0], "input_nc": first.shape[1],
-            "output_nc": output_nc, **dropout, **resize}
+    """What a generator state_dict shows of its architecture (the built-in families' `from_weights`:
+    netG, ngf, input_nc, output_nc, norm, and where the weights show it, no_dropout and upsample).
+    Returns {} for weights that no built-in generator family recognises."""
+    return networks.recognise_generator(state)
 
 
 def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") -> nn.Module:
-    """`networks.define_G` with architecture `arch` (ARCHITECTURE_KEYS), loaded with the weights in
+    """The generator of architecture `arch` (`architecture_keys`), loaded with the weights in
     `path`; raises a UserError naming the file, the architecture tried and the one the weights show."""
     state = load_state_dict_file(path, device)
-    net = cut_networks.generator_for_state(state, arch["input_nc"], arch["output_nc"], arch["ngf"], arch["netG"],
-                                           arch["norm"], not arch["no_dropout"],  # CUT's blur layers if it has them
-                                           upsample=arch.get("upsample", "transpose"))
+    # the family sees in the weights what the flags do not say (CUT's blur layers)
+    net = networks.rebuild_generator(SimpleNamespace(**arch), state, arch["input_nc"], arch["output_nc"])
     drop_old_instance_norm_stats(state, net)
     try:
         net.load_state_dict(state)
@@ -118,12 +107,13 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
                    overrides: dict | None = None) -> GeneratorCheckpoint:
     """The weights file and architecture of the generator in `source` (a run folder or a .pth file)
     that translates in `direction` (see docs/inference.md); `overrides` are explicit
-    ARCHITECTURE_KEYS values, which win over everything else."""
+    architecture values, which win over everything else."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = sorted(set(overrides) - set(ARCHITECTURE_KEYS))
+    known = known_architecture_keys(overrides.get("netG"))
+    unknown = sorted(set(overrides) - known)
     if unknown:
         raise UserError(f"unknown architecture keyword(s) {', '.join(unknown)}; the generator is described "
-                        f"by {', '.join(ARCHITECTURE_KEYS)}.")
+                        f"by {', '.join(sorted(known))}.")
     if direction not in (None, *DIRECTIONS):
         raise UserError(f"direction {direction!r} is neither AtoB nor BtoA (nor None: the trained direction).")
     source = os.fspath(source)
@@ -145,7 +135,7 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         path, swap = source, backward and bool(saved)
     arch = dict(REFERENCE_DEFAULTS)
     if saved:
-        arch.update({k: saved[k] for k in ARCHITECTURE_KEYS if k in saved})
+        arch.update({k: saved[k] for k in architecture_keys(saved.get("netG", arch["netG"])) if k in saved})
         if swap:  # G_B maps domain B (output_nc channels) back to A (input_nc)
             arch["input_nc"], arch["output_nc"] = arch["output_nc"], arch["input_nc"]
     else:

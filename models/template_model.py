@@ -53,8 +53,7 @@ class TemplateModel(BaseModel):
         self.loss_names = ["G"]
         self.visual_names = ["data_A", "data_B", "output"]
         self.model_names = ["G"]
-        self.netG = networks.define_G(opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                      not opt.no_dropout, opt.init_type, opt.init_gain).to(self.device)
+        self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
         if self.isTrain:
             self.criterionLoss = torch.nn.L1Loss()
             self.optimizer = self.make_adam(self.netG.parameters())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from models import cut_networks
+from models import networks
 from models.base_model import BaseModel
 from util.training.checkpoint_io import load_state_dict_file
 
@@ -45,9 +45,7 @@ class TestModel(BaseModel):
         epoch = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
         weights = os.path.join(self.save_dir, f"{epoch}_net_{self.model_names[0]}.pth")
         state = load_state_dict_file(weights) if os.path.isfile(weights) else {}
-        self.netG = cut_networks.generator_for_state(state, opt.input_nc, opt.output_nc, opt.ngf, opt.netG, opt.norm,
-                                                     not opt.no_dropout, opt.init_type, opt.init_gain,
-                                                     upsample=opt.upsample).to(self.device)
+        self.netG = networks.rebuild_generator(opt, state, opt.input_nc, opt.output_nc).to(self.device)
         # The checkpoint name decides the attribute name (netG_A for suffix _A).
         setattr(self, "netG" + opt.model_suffix, self.netG)
 

@@ -6,7 +6,7 @@ of `x` (any size, not only multiples of `multiple`); nothing is resized, so the 
 every pixel position are kept.
 
 - Padding: the image is extended by reflection (split evenly between the two sides) up to the
-  next multiple of `multiple` (`networks.size_rule(netG).multiple`), translated, and the padding is cut
+  next multiple of `multiple` (the generator family's `size_rule`), translated, and the padding is cut
   off the result. Reflection avoids the dark borders that zero padding would give.
 - Tiles (`tile` > 0): the padded image is cut into tiles of at most `tile` x `tile` pixels whose
   neighbours overlap by at least `overlap` pixels; tile positions are multiples of 4, the
@@ -26,27 +26,22 @@ normalises each tile with its own statistics, so tiled and whole-image outputs d
 from __future__ import annotations
 
 import math
-from dataclasses import astuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.networks import size_rule
+from models.networks import family_of
 from util.errors import UserError
 
 ALIGN = 4  # resnet generators halve the size twice: tiles must start on this grid to match
 
 
-def receptive_radius(netG: str) -> int | None:
-    """Pixels from an output pixel to the farthest input pixel that influences it; None for the
-    U-Nets, whose bottleneck sees the whole tile (tiling them is never exact)."""
-    if netG.startswith("resnet_"):
-        # Each residual block's two 3x3 convs at quarter resolution reach 8 pixels further; the
-        # convs around them add 12. Measured with a gradient probe (tests/test_tiling.py).
-        n_blocks = int(netG.split("_")[1].replace("blocks", ""))
-        return 12 + 8 * n_blocks
-    return None
+def receptive_radius(netG: str, flags: Any = None) -> int | None:
+    """Pixels from an output pixel to the farthest input pixel that influences it, as generator
+    family `netG` says; None for one that sees the whole tile (a U-Net: tiling it is never exact)."""
+    return family_of(netG).receptive_radius(flags)
 
 
 def split_padding(size: int, multiple: int, minimum: int = 0) -> tuple[int, int]:
@@ -139,10 +134,11 @@ class SizeAdapter(nn.Module):
         self.overlap = overlap
 
     @classmethod
-    def for_generator(cls, net: nn.Module, netG: str, tile: int = 0, overlap: int = 0) -> "SizeAdapter":
-        """The adapter with the size rule of generator architecture `netG` (e.g. resnet_9blocks)."""
-        multiple, minimum = astuple(size_rule(netG))
-        return cls(net, multiple, tile, overlap, minimum)
+    def for_generator(cls, net: nn.Module, netG: str, tile: int = 0, overlap: int = 0,
+                      flags: Any = None) -> "SizeAdapter":
+        """The adapter with the size rule of generator family `netG` (with the options `flags`)."""
+        rule = family_of(netG).size_rule(flags)
+        return cls(net, rule.multiple, tile, overlap, rule.minimum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         height, width = x.shape[-2:]
@@ -157,9 +153,10 @@ class SizeAdapter(nn.Module):
         return y[..., top:top + height, left:left + width]
 
 
-def check_tiling(netG: str, tile: int, overlap: int) -> None:
-    """Raise a UserError unless --tile/--tile_overlap suit generator `netG`."""
-    multiple, minimum = astuple(size_rule(netG))
+def check_tiling(netG: str, tile: int, overlap: int, flags: Any = None) -> None:
+    """Raise a UserError unless --tile/--tile_overlap suit generator family `netG`."""
+    rule = family_of(netG).size_rule(flags)
+    multiple, minimum = rule.multiple, rule.minimum
     if tile < 0 or overlap < 0:
         raise UserError(f"--tile {tile} and --tile_overlap {overlap} must not be negative; use --tile 0 to "
                         f"translate whole images.")
@@ -176,7 +173,7 @@ def check_tiling(netG: str, tile: int, overlap: int) -> None:
             f"they advance. Use --tile_overlap {tile // 8} (or a bigger --tile).")
 
 
-def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0) -> list[str]:
+def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0, flags: Any = None) -> list[str]:
     """Wrap each generator of `model` (attributes named net<G...>) in a SizeAdapter, after its
     weights are loaded; returns the wrapped attribute names. Models call `self.netG...(x)` in
     `forward`, so they need no change; a generator held under two names is wrapped once."""
@@ -185,7 +182,7 @@ def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0) -> list[
     for name, value in list(vars(model).items()):
         if name.startswith("netG") and isinstance(value, nn.Module) and not isinstance(value, SizeAdapter):
             if id(value) not in wrapped:
-                wrapped[id(value)] = SizeAdapter.for_generator(value, netG, tile, overlap)
+                wrapped[id(value)] = SizeAdapter.for_generator(value, netG, tile, overlap, flags)
             setattr(model, name, wrapped[id(value)])
             names.append(name)
     return names
@@ -214,9 +211,10 @@ class PadToMultiple(nn.Module):
         return y[:, :, top:top + height, left:left + width]
 
 
-def export_min_size(netG: str) -> int:
-    """Smallest height/width a PadToMultiple-wrapped `netG` accepts."""
-    multiple, minimum = astuple(size_rule(netG))
+def export_min_size(netG: str, flags: Any = None) -> int:
+    """Smallest height/width a PadToMultiple-wrapped generator of family `netG` accepts."""
+    rule = family_of(netG).size_rule(flags)
+    multiple, minimum = rule.multiple, rule.minimum
     # Resnets: padding to a multiple of 4 leaves anything below 8 too small. U-Nets: any size pads
     # up to at least one multiple; reflection limits the padding to less than the image.
     return minimum if minimum > multiple else multiple // 2 + 1

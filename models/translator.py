@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -70,9 +71,9 @@ class Translator:
     def __init__(self, generator: nn.Module, netG: str, input_nc: int, output_nc: int, *,
                  device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
                  seed: int = 0, source: str = "", input_range: DataRange | None = None,
-                 output_range: DataRange | None = None) -> None:
-        """Wrap a generator built by `networks.define_G(input_nc, output_nc, ngf, netG, ...)` whose
-        weights are loaded; usually `Translator.load` does this. `input_range` and `output_range` are
+                 output_range: DataRange | None = None, architecture: dict | None = None) -> None:
+        """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
+        was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
         the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
         integer data always map by their dtype's full range."""
         self.device = _resolve_device(device)
@@ -84,6 +85,7 @@ class Translator:
         self.precision = precision
         self.generator = generator.to(self.device).train(not eval_mode)
         self.netG = netG
+        self.architecture = SimpleNamespace(**(architecture or {"netG": netG}))
         self.input_nc = input_nc
         self.output_nc = output_nc
         self.eval_mode = eval_mode
@@ -118,7 +120,7 @@ class Translator:
         net = load_generator(found.path, arch, resolved)
         return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
                    eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
-                   output_range=output_range)
+                   output_range=output_range, architecture=arch)
 
     def __repr__(self) -> str:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
@@ -131,7 +133,7 @@ class Translator:
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64) -> Any:
         """The translation of `image`, of the same kind (see the module docstring). `tile` > 0
         translates images larger than `tile` pixels in overlapping tiles (as test.py --tile)."""
-        check_tiling(self.netG, tile, tile_overlap)
+        check_tiling(self.netG, tile, tile_overlap, self.architecture)
         if isinstance(image, (list, tuple)):
             return [self.translate(item, tile=tile, tile_overlap=tile_overlap) for item in image]
         if isinstance(image, (str, os.PathLike)):
@@ -240,7 +242,7 @@ class Translator:
     def _forward(self, batch: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
         """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device; one
         implementation for every kind of input, so that they all give the same numbers."""
-        net = SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap)
+        net = SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap, self.architecture)
         amp_dtype = PRECISIONS[self.precision]
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
                                                     enabled=amp_dtype is not None):

@@ -48,8 +48,8 @@ class BaseOptions:
         parser.add_argument("--output_nc", type=positive_int, default=3, help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
         parser.add_argument("--ngf", type=positive_int, default=64, help="# of gen filters in the last conv layer")
         parser.add_argument("--ndf", type=positive_int, default=64, help="# of discrim filters in the first conv layer")
-        parser.add_argument("--netD", type=str, default="basic", choices=networks.DISCRIMINATORS, help="basic: 70x70 PatchGAN; n_layers: set --n_layers_D; pixel: 1x1 PatchGAN; multiscale: pix2pixHD's --num_D n_layers PatchGANs on the image at 1, 1/2, 1/4... of its size, for 512 px and above")
-        parser.add_argument("--netG", type=str, default="resnet_9blocks", choices=networks.GENERATORS, help="specify generator architecture")
+        parser.add_argument("--netD", type=networks.family_name_type(networks.DISCRIMINATOR), default=networks.DEFAULT_DISCRIMINATOR, help=networks.family_help(networks.DISCRIMINATOR))
+        parser.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=networks.DEFAULT_GENERATOR, help=networks.family_help(networks.GENERATOR))
         parser.add_argument("--n_layers_D", type=non_negative_int, default=3, help="only used if netD==n_layers or multiscale")
         parser.add_argument("--norm", type=norm_name, default="instance", choices=networks.NORMS, help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes (the reference README's sync_batch means syncbatch, its sync_instance plain instance norm)")
         parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, help="network initialization")
@@ -91,6 +91,11 @@ class BaseOptions:
         parser = self.initialize(parser)
         known, _ = parser.parse_known_args(argv)
         parser = models.get_option_setter(known.model)(parser, self.isTrain)
+        # The model may have changed the default networks; their families may add flags of their own.
+        known, _ = parser.parse_known_args(argv)
+        parser = networks.family_of(known.netG, networks.GENERATOR).add_flags(parser)
+        if known.netD != known.netG:  # one module may hold a generator and a discriminator family
+            parser = networks.family_of(known.netD, networks.DISCRIMINATOR).add_flags(parser)
         # The model may have changed the default dataset mode, so parse again before asking it.
         known, _ = parser.parse_known_args(argv)
         try:

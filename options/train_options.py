@@ -102,15 +102,16 @@ class TrainOptions(BaseOptions):
 
     @staticmethod
     def check_high_resolution(parser: argparse.ArgumentParser, opt) -> None:
-        """Refuse the multi-scale discriminator's flags where they would do nothing or cannot work."""
-        if opt.num_D != parser.get_default("num_D") and opt.netD != "multiscale":
-            parser.error(f"argument --num_D: --num_D {opt.num_D} sets the number of scales of --netD multiscale, "
-                         f"but this command has --netD {opt.netD}; add --netD multiscale or leave --num_D out")
-        if opt.netD == "multiscale" and opt.gan_mode == "wgangp":
-            parser.error("argument --gan_mode: --gan_mode wgangp's gradient penalty needs one prediction per image, "
-                         "and --netD multiscale gives one per scale; use --gan_mode lsgan or vanilla with it, or "
-                         "--netD basic with wgangp")
-        if getattr(opt, "lambda_feat", 0.0) > 0 and opt.netD == "pixel":
-            parser.error("argument --lambda_feat: the feature-matching loss compares the discriminator's "
-                         "intermediate features, which --netD pixel (1x1 convolutions) hardly has; use --netD "
-                         "multiscale, basic or n_layers, or --lambda_feat 0")
+        """Refuse discriminator flags where they would do nothing (--num_D for a family without scales)
+        or where the --netD family says they cannot work."""
+        discriminator = networks.family_of(opt.netD, networks.DISCRIMINATOR)
+        if opt.num_D != parser.get_default("num_D") and "num_D" not in discriminator.shape_flags:
+            with_scales = [name for name in networks.discriminators()
+                           if "num_D" in networks.family_of(name, networks.DISCRIMINATOR).shape_flags]
+            parser.error(f"argument --num_D: --num_D {opt.num_D} sets the number of scales of --netD "
+                         f"{' or '.join(with_scales)}, but this command has --netD {opt.netD}; add --netD "
+                         f"{with_scales[0]} or leave --num_D out")
+        refusal = discriminator.check_flags(opt)
+        if refusal:
+            flag, why = refusal
+            parser.error(f"argument --{flag}: {why}")

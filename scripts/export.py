@@ -69,7 +69,7 @@ class ExportOptions(TestOptions):
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         """Refuse, before anything is loaded or written, check sizes below what --netG exports take and an
         output folder that cannot be written (test.py's --results_dir is not used)."""
-        min_size = export_min_size(opt.netG)
+        min_size = export_min_size(opt.netG, opt)
         small = [f"{h}x{w}" for h, w in opt.check_sizes or () if min(h, w) < min_size]
         if small:
             parser.error(f"argument --check_sizes: {', '.join(small)} is below the {min_size}x{min_size} that "
@@ -93,7 +93,7 @@ def export_dir(opt) -> str:
 def load_generator(opt) -> tuple[torch.nn.Module, str]:
     """The generator to export (CPU, float32, eval mode) and its file stem."""
     if opt.weights:
-        architecture = {key: getattr(opt, key) for key in saved_generator.ARCHITECTURE_KEYS}
+        architecture = {key: getattr(opt, key) for key in saved_generator.architecture_keys(opt.netG) if hasattr(opt, key)}
         net = saved_generator.load_generator(opt.weights, architecture)
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
@@ -112,7 +112,7 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
 def check_sizes(opt) -> list[tuple[int, int]]:
     if opt.check_sizes:
         return opt.check_sizes
-    multiple = networks.size_rule(opt.netG).multiple
+    multiple = networks.size_rule(opt.netG, opt).multiple
     if multiple >= 128:  # U-Nets: one exact multiple, one size that needs padding
         return [(multiple, multiple), (multiple + multiple // 2 + 3, multiple * 2)]
     return [(256, 256), (190, 318)]
@@ -207,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         formats = opt.formats
         sizes = check_sizes(opt)
-        min_size = export_min_size(opt.netG)
+        min_size = export_min_size(opt.netG, opt)
         net, stem = load_generator(opt)
-        module = PadToMultiple(net, networks.size_rule(opt.netG).multiple).eval()
+        module = PadToMultiple(net, networks.size_rule(opt.netG, opt).multiple).eval()
         # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
         in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
         source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"

@@ -50,13 +50,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval")
     parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
-    arch.add_argument("--netG", choices=networks.GENERATORS, default=None)
+    arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
     arch.add_argument("--ngf", type=positive_int, default=None)
     arch.add_argument("--input_nc", type=positive_int, default=None)
     arch.add_argument("--output_nc", type=positive_int, default=None)
+    arch.add_argument("--upsample", choices=networks.UPSAMPLINGS, default=None)
     arch.add_argument("--no_dropout", action="store_true", default=None)
     args = parser.parse_args(argv)
+    # the architecture keywords of Translator.load, as the group names them
+    args.architecture = {action.dest: getattr(args, action.dest) for action in arch._group_actions}
     reason = unwritable_folder_reason(args.output)
     if reason:  # refused now, not once per image after the model has been loaded
         parser.error(f"argument --output: cannot write the translations into {args.output} ({reason}); "
@@ -146,11 +149,10 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    architecture = {key: getattr(args, key) for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "no_dropout")}
     try:
         translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
                                      eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                     **architecture)
+                                     **args.architecture)
         jobs, skipped = list_jobs(args.inputs, args.output,
                                   lambda source, destination: output_name(translator, source, destination))
         if not jobs:

@@ -248,7 +248,7 @@ def test_dropout_sits_where_the_reference_puts_it(netG, use_dropout, expected):
     ("unet_128", 128, 128), ("unet_128", 256, 128), ("unet_256", 256, 256),
 ])
 def test_generator_keeps_image_size_for_accepted_sizes(netG, height, width):
-    networks.check_input_size(netG, height, width)  # accepted
+    networks.family_of(netG).check_input_size(None, height, width)  # accepted
     net = networks.define_G(1, 2, 4, netG, "instance", use_dropout=False).eval()
     with torch.no_grad():
         out = net(torch.rand(2, 1, height, width) * 2 - 1)
@@ -266,7 +266,7 @@ def test_generator_keeps_image_size_for_accepted_sizes(netG, height, width):
 ])
 def test_check_input_size_rejects_sizes_generator_cannot_take(netG, height, width, mentions):
     with pytest.raises(UserError) as exc:
-        networks.check_input_size(netG, height, width)
+        networks.family_of(netG).check_input_size(None, height, width)
     for text in mentions:
         assert text in str(exc.value)
     assert netG in str(exc.value)

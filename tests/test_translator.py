@@ -160,7 +160,7 @@ def test_reference_checkpoint_without_architecture_json_equals_test_py_without_e
 
 
 def test_architecture_is_read_from_generator_weights_of_every_kind():
-    for netG in networks.GENERATORS:
+    for netG in networks.generators():
         for norm in ("batch", "instance", "none"):
             for dropout in (False, True):
                 state = networks.define_G(1, 3, 8, netG, norm, dropout).state_dict()

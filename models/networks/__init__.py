@@ -1,0 +1,106 @@
+"""The networks: generator and discriminator families, and what every network shares.
+
+`--netG NAME` and `--netD NAME` name a network family (models/networks/family.py): each built-in
+family is one file here (resnet.py, unet.py, patchgan.py, patchgan_multiscale.py), and a family of
+your own is a module path (`--netG mypackage.my_net`). Build networks with `build_generator` /
+`build_discriminator` (from the run's options) or the reference's `define_G` / `define_D`; ask
+`family_of(name)` for anything else a network knows about itself (its size rule, its shape flags,
+how to rebuild it from weights). Module structure and parameter names follow the reference
+implementation exactly, so that its checkpoints load with `strict=True` and ours in its `test.py`.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from torch import nn
+
+from models.losses import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
+from models.networks.family import (DISCRIMINATOR, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
+                                    builtin_families, checkpointed_blocks, family_name_type, family_of,
+                                    recognise_generator)
+from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
+                                    CompileFriendlyReflectionPad2d, Identity, SlicedReflectionPad2d,
+                                    apply_spectral_norm, compile_network, get_norm_layer, init_weights,
+                                    make_instance_norm_channels_last_safe, pad_reflections_with_slices,
+                                    use_resize_convolutions, uses_bias)
+from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
+from models.networks.patchgan import DEFAULT as DEFAULT_DISCRIMINATOR  # noqa: F401
+from models.networks.patchgan import NLayerDiscriminator, PixelDiscriminator  # noqa: F401
+from models.networks.resnet import DEFAULT as DEFAULT_GENERATOR
+from models.networks.resnet import ResnetBlock, ResnetGenerator  # noqa: F401
+from models.networks.unet import UnetGenerator, UnetSkipConnectionBlock  # noqa: F401
+from models.schedules import (LR_POLICIES, get_scheduler, policy_of_scheduler_state,  # noqa: F401
+                              reapply_schedule_flags)
+
+def generators() -> list[str]:
+    """The built-in --netG names."""
+    return builtin_names(GENERATOR)
+
+
+def discriminators() -> list[str]:
+    """The built-in --netD names."""
+    return builtin_names(DISCRIMINATOR)
+
+
+def family_help(role: str) -> str:
+    """The --help text of --netG / --netD: what each built-in family's names mean."""
+    described = dict.fromkeys(family.description for family in builtin_families()[role].values())
+    return "; ".join(described) + "; or the module path of your own network family (docs/extending.md)"
+
+
+def with_flags(flags: Any, **changes: Any) -> SimpleNamespace:
+    """`flags` (the run's options) with some values replaced, e.g. a model's own --normD for its D."""
+    return SimpleNamespace(**{**vars(flags), **changes})
+
+
+def build_generator(flags: Any, input_nc: int, output_nc: int) -> nn.Module:
+    """The --netG network for the options `flags`, initialised (--init_type, --init_gain), on the CPU."""
+    net = family_of(flags.netG, GENERATOR).build(flags, input_nc, output_nc)
+    init_weights(net, flags.init_type, flags.init_gain)
+    return net
+
+
+def build_discriminator(flags: Any, input_nc: int) -> nn.Module:
+    """The --netD network for the options `flags`, initialised, on the CPU."""
+    net = family_of(flags.netD, DISCRIMINATOR).build(flags, input_nc)
+    init_weights(net, flags.init_type, flags.init_gain)
+    return net
+
+
+def rebuild_generator(flags: Any, state: dict, input_nc: int, output_nc: int) -> nn.Module:
+    """The --netG network that the saved weights `state` fit (its family may see more in them than
+    the options say, e.g. CUT's blur layers), initialised as `build_generator` does; load `state` next."""
+    net = family_of(flags.netG, GENERATOR).rebuild(flags, state, input_nc, output_nc)
+    init_weights(net, getattr(flags, "init_type", "normal"), getattr(flags, "init_gain", 0.02))
+    return net
+
+
+def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "batch",
+             use_dropout: bool = False, init_type: str = "normal", init_gain: float = 0.02,
+             upsample: str = "transpose") -> nn.Module:
+    """The reference's generator factory (its arguments), through the families."""
+    flags = SimpleNamespace(netG=netG, ngf=ngf, norm=norm, no_dropout=not use_dropout, init_type=init_type,
+                            init_gain=init_gain, upsample=upsample)
+    return build_generator(flags, input_nc, output_nc)
+
+
+def define_D(input_nc: int, ndf: int, netD: str, n_layers_D: int = 3, norm: str = "batch",
+             init_type: str = "normal", init_gain: float = 0.02, num_D: int = 1) -> nn.Module:
+    """The reference's discriminator factory (its arguments, and --num_D), through the families."""
+    flags = SimpleNamespace(netD=netD, ndf=ndf, n_layers_D=n_layers_D, norm=norm, init_type=init_type,
+                            init_gain=init_gain, num_D=num_D)
+    return build_discriminator(flags, input_nc)
+
+
+def size_rule(netG: str, flags: Any = None) -> SizeRule:
+    """The sizes generator `netG` takes (with the run's options `flags` where they matter)."""
+    return family_of(netG, GENERATOR).size_rule(flags)
+
+
+def check_image_size(flags: Any, *sizes: int, discriminator: bool = True) -> None:
+    """A UserError when the run's generator (and, with `discriminator`, its discriminator) cannot
+    take images of these spatial sizes."""
+    family_of(flags.netG, GENERATOR).check_input_size(flags, *sizes)
+    if discriminator:
+        family_of(flags.netD, DISCRIMINATOR).check_input_size(flags, *sizes)

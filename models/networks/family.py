@@ -1,0 +1,194 @@
+"""The network families: each kind of generator or discriminator declares its own facts here.
+
+A family is one class in one file (models/networks/<family>.py for the built-in ones, or a module
+of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whose one
+`NetworkFamily` subclass is used). It says
+  - which `--netG`/`--netD` values it answers to (`names`) and whether it is a generator or a
+    discriminator (`role`);
+  - how to build a network from the options (`build`), and which options define that network's
+    shape (`shape_flags`: what architecture.json records and a changed resume refuses), adding
+    options of its own if it needs them (`add_flags`);
+  - how to rebuild a network from saved weights alone (`from_weights`: the options the weights
+    show) and anything the weights decide beyond the options (`rebuild`);
+  - the sizes it takes, in any number of spatial dimensions (`size_rule`), how far an output
+    pixel sees (`receptive_radius`, for tiled inference), and which of its blocks may recompute
+    their activations in the backward pass (`checkpointed_blocks`).
+Nothing outside a family's file switches on its names: code asks `family_of(name, role)`.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from torch import nn
+
+from util.errors import UserError
+
+GENERATOR, DISCRIMINATOR = "generator", "discriminator"
+FLAG_OF_ROLE = {GENERATOR: "netG", DISCRIMINATOR: "netD"}
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """The sizes a network translates to the same size: every spatial size (height, width, and depth
+    for volumes) a multiple of `multiple` and at least `minimum`; `dims` spatial dimensions."""
+
+    multiple: int
+    minimum: int
+    dims: int = 2
+
+    def fits(self, *sizes: int) -> bool:
+        return min(sizes) >= self.minimum and all(size % self.multiple == 0 for size in sizes)
+
+
+class NetworkFamily:
+    """One kind of network (see the module docstring); an instance is one of its `names`."""
+
+    role: ClassVar[str] = GENERATOR
+    names: ClassVar[tuple[str, ...]] = ()
+    # The options that define the network's shape besides --netG/--netD and the channel counts.
+    shape_flags: ClassVar[tuple[str, ...]] = ()
+    # Blocks that may keep only their input and recompute their activations in backward
+    # (--checkpoint_activations): block class -> the checkpointed class swapped in, same weights.
+    checkpointed_blocks: ClassVar[Mapping[type, type]] = {}
+    # One line for --help: what the names mean.
+    description: ClassVar[str] = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    @staticmethod
+    def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """Add options of the family's own (declared with their resume class); none by default."""
+        return parser
+
+    def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
+        """The network for the options `flags` (attribute access: the parsed options, or an
+        architecture read back from a run), uninitialised (`networks.init_weights` follows).
+        A discriminator takes `input_nc` channels and ignores `output_nc`."""
+        raise NotImplementedError
+
+    def rebuild(self, flags: Any, state: Mapping[str, Any], input_nc: int, output_nc: int) -> nn.Module:
+        """The network that the weights `state` fit, given `flags`: by default `build`; a family
+        whose weights decide more than its options (e.g. optional blur layers) looks at them."""
+        return self.build(flags, input_nc, output_nc)
+
+    @classmethod
+    def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
+        """The options a state_dict of this family shows (at least the name, under "netG" or
+        "netD", and "input_nc"/"output_nc"), or None for weights of another family."""
+        return None
+
+    def size_rule(self, flags: Any) -> SizeRule:
+        """The input sizes the network takes; any size by default."""
+        return SizeRule(1, 1)
+
+    def receptive_radius(self, flags: Any) -> int | None:
+        """Pixels from an output pixel to the farthest input pixel that influences it; None when
+        it sees the whole input (tiled inference can then never equal whole-image inference)."""
+        return None
+
+    def check_input_size(self, flags: Any, *sizes: int) -> None:
+        """Raise a UserError when the network cannot take an input of these spatial sizes."""
+        rule = self.size_rule(flags)
+        if rule.fits(*sizes):
+            return
+        shown = "x".join(map(str, sizes))
+        flag = FLAG_OF_ROLE[self.role]
+        raise UserError(f"--{flag} {self.name} needs images whose sides are multiples of {rule.multiple} and at "
+                        f"least {rule.minimum} pixels, but got {shown}; set --crop_size (or --load_size with "
+                        f"--preprocess none/scale_width) to a size that fits.")
+
+    def check_flags(self, flags: Any) -> tuple[str, str] | None:
+        """(the flag, why) when the options do not suit this network, for the parser's one-paragraph
+        error; None when they do."""
+        return None
+
+
+# ---------------------------------------------------------------------------------- the registry
+def _family_classes_in(module) -> list[type[NetworkFamily]]:
+    return [candidate for candidate in vars(module).values()
+            if inspect.isclass(candidate) and issubclass(candidate, NetworkFamily)
+            and candidate.__module__ == module.__name__ and candidate.names]
+
+
+@functools.cache
+def builtin_families() -> dict[str, dict[str, type[NetworkFamily]]]:
+    """role -> {name: family class} of every family in models/networks/ (found by its files)."""
+    import models.networks as package
+    found: dict[str, dict[str, type[NetworkFamily]]] = {GENERATOR: {}, DISCRIMINATOR: {}}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
+        if info.name.startswith("_") or info.name in ("family", "layers"):
+            continue
+        module = importlib.import_module(f"models.networks.{info.name}")
+        for family in _family_classes_in(module):
+            for name in family.names:
+                found[family.role][name] = family
+    return found
+
+
+def builtin_names(role: str) -> list[str]:
+    """The built-in `--netG` (role generator) or `--netD` values, in the order the families list them."""
+    return list(builtin_families()[role])
+
+
+@functools.cache
+def family_of(name: str, role: str = GENERATOR) -> NetworkFamily:
+    """The family answering to `--netG name` (or `--netD name` for role discriminator): a built-in
+    name, or the module path of your own family. A UserError naming the choices otherwise."""
+    builtin = builtin_families()[role]
+    if name in builtin:
+        return builtin[name](name)
+    flag = FLAG_OF_ROLE[role]
+    if "." in name and all(part.isidentifier() for part in name.split(".")):
+        from util.user_code import load_user_class
+        family = load_user_class(name, NetworkFamily, f"--{flag}", "see docs/extending.md, \"A network family\"")
+        if family.role != role:
+            raise UserError(f"--{flag} {name}: its NetworkFamily {family.__name__} is a {family.role}, not a {role}; "
+                            f"pass it to --{FLAG_OF_ROLE[family.role]}.")
+        return family(name)
+    raise UserError(f"--{flag} {name} is not a {role}; choose one of {', '.join(builtin)}, or pass the module path "
+                    f"of your own network family (e.g. --{flag} mypackage.my_net for mypackage/my_net.py, whose one "
+                    f"NetworkFamily subclass is used).")
+
+
+def family_name_type(role: str):
+    """argparse `type` of --netG / --netD: the name when a family answers to it (exit 2 with one
+    paragraph otherwise, while options are parsed)."""
+    def parse(text: str) -> str:
+        try:
+            family_of(text, role)
+        except UserError as err:
+            raise argparse.ArgumentTypeError(" ".join(str(err).split()).removeprefix(f"--{FLAG_OF_ROLE[role]} "))
+        return text
+    parse.__name__ = FLAG_OF_ROLE[role]
+    return parse
+
+
+def recognise_generator(state: Mapping[str, Any]) -> dict:
+    """The options the weights of a built-in generator show ({} for weights no family recognises)."""
+    for family in dict.fromkeys(builtin_families()[GENERATOR].values()):
+        seen = family.from_weights(state)
+        if seen:
+            return seen
+    return {}
+
+
+def checkpointed_blocks(flags: Any = None) -> dict[type, type]:
+    """The checkpointable block classes (--checkpoint_activations) of every built-in family and, given
+    the run's options `flags`, of its --netG and --netD families."""
+    families = [family for by_name in builtin_families().values() for family in by_name.values()]
+    if flags is not None:
+        families += [type(family_of(flags.netG, GENERATOR)), type(family_of(flags.netD, DISCRIMINATOR))]
+    swaps: dict[type, type] = {}
+    for family in families:
+        swaps.update(family.checkpointed_blocks)
+    return swaps

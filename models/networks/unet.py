@@ -1,0 +1,152 @@
+"""The U-Net generators (`--netG unet_256`, `unet_128`): `num_downs` halvings with skip connections,
+so a 2**num_downs input is 1x1 at the bottleneck. Layers and keys follow the reference
+(`model.model.0.weight`, nested one `model` per level). Do not reorder."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from models.activation_checkpointing import recompute_in_backward
+from models.networks.family import NetworkFamily, SizeRule
+from models.networks.layers import get_norm_layer, norm_seen, resize_seen, use_resize_convolutions, uses_bias
+from util.errors import UserError
+
+_DEPTHS = {"unet_256": 8, "unet_128": 7}
+# pix2pix's default generator (the reference's), named here so that no other file spells it
+PIX2PIX_DEFAULT = "unet_256"
+
+
+class UnetGenerator(nn.Module):
+    """U-Net with `num_downs` halvings: a 2**num_downs input becomes 1x1 at the bottleneck."""
+
+    def __init__(self, input_nc: int, output_nc: int, num_downs: int, ngf: int = 64,
+                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False):
+        super().__init__()
+        # Built from the innermost block outwards.
+        unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=None,
+                                             norm_layer=norm_layer, innermost=True)
+        for _ in range(num_downs - 5):
+            unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=unet_block,
+                                                 norm_layer=norm_layer, use_dropout=use_dropout)
+        unet_block = UnetSkipConnectionBlock(ngf * 4, ngf * 8, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        unet_block = UnetSkipConnectionBlock(ngf * 2, ngf * 4, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        unet_block = UnetSkipConnectionBlock(ngf, ngf * 2, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+        self.model = UnetSkipConnectionBlock(output_nc, ngf, input_nc=input_nc, submodule=unet_block,
+                                             outermost=True, norm_layer=norm_layer)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.model(input)
+
+
+class UnetSkipConnectionBlock(nn.Module):
+    """One U-Net level: down, the inner levels, up, concatenated with the input (skip)."""
+
+    def __init__(self, outer_nc: int, inner_nc: int, input_nc: int | None = None, submodule=None,
+                 outermost: bool = False, innermost: bool = False, norm_layer=nn.BatchNorm2d,
+                 use_dropout: bool = False):
+        super().__init__()
+        self.outermost = outermost
+        use_bias = uses_bias(norm_layer)
+        if input_nc is None:
+            input_nc = outer_nc
+        downconv = nn.Conv2d(input_nc, inner_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+        downrelu = nn.LeakyReLU(0.2, True)
+        downnorm = norm_layer(inner_nc)
+        uprelu = nn.ReLU(True)
+        upnorm = norm_layer(outer_nc)
+        if outermost:
+            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1)
+            model = [downconv, submodule, uprelu, upconv, nn.Tanh()]
+        elif innermost:
+            upconv = nn.ConvTranspose2d(inner_nc, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            model = [downrelu, downconv, uprelu, upconv, upnorm]
+        else:
+            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            model = [downrelu, downconv, downnorm, submodule, uprelu, upconv, upnorm]
+            if use_dropout:
+                model += [nn.Dropout(0.5)]
+        self.model = nn.Sequential(*model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.outermost:
+            return self.model(x)
+        return torch.cat([x, self.model(x)], 1)
+
+
+
+class CheckpointedUnetBlock(UnetSkipConnectionBlock):
+    """A U-Net level below the outermost whose own layers are recomputed in backward: its down
+    part (conv, norm) and its up part (conv, norm, dropout), each from its input; the levels inside
+    it run as themselves (checkpointed in turn), so every layer is recomputed once. Each of the two
+    parts starts with an in-place activation whose output the plain block shares with the skip
+    connection or the inner level; it runs outside the checkpoint, whose saved input must not
+    change before the recomputation."""
+
+    @staticmethod
+    def applies_to(block: UnetSkipConnectionBlock) -> bool:
+        return not block.outermost
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layers = list(self.model)
+        # [downrelu, downconv, (downnorm), (submodule), uprelu, upconv, upnorm, (dropout)]
+        up_start = next(i for i, layer in enumerate(layers) if isinstance(layer, nn.ReLU))
+        inner = layers[up_start - 1] if isinstance(layers[up_start - 1], UnetSkipConnectionBlock) else None
+        down = nn.Sequential(*layers[1:up_start - 1 if inner is not None else up_start])
+        x = layers[0](x)
+        h = recompute_in_backward(self.model, down, x)
+        if inner is not None:
+            h = inner(h)
+        h = layers[up_start](h)
+        return torch.cat([x, recompute_in_backward(self.model, nn.Sequential(*layers[up_start + 1:]), h)], 1)
+
+
+class UnetFamily(NetworkFamily):
+    """unet_256 / unet_128: sides that are multiples of 256 (128), from that size up."""
+
+    role = "generator"
+    names = tuple(_DEPTHS)
+    shape_flags = ("ngf", "norm", "no_dropout", "upsample")
+    checkpointed_blocks = {UnetSkipConnectionBlock: CheckpointedUnetBlock}
+    description = "unet_256, unet_128: a U-Net for 256 (128) px images"
+
+    @property
+    def depth(self) -> int:
+        return _DEPTHS[self.name]
+
+    def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
+        net = UnetGenerator(input_nc, output_nc, self.depth, flags.ngf, norm_layer=get_norm_layer(flags.norm),
+                            use_dropout=not flags.no_dropout)
+        if getattr(flags, "upsample", "transpose") != "transpose":
+            use_resize_convolutions(net, flags.upsample)
+        return net
+
+    @classmethod
+    def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
+        """Nested blocks, one "model" per level of depth; a U-Net's dropout has no weights, so the
+        weights cannot say whether it had any."""
+        first = state.get("model.model.0.weight")
+        if first is None or first.ndim != 4:
+            return None
+        depth = max(key.split(".").count("model") for key in state) - 1
+        name = next((name for name, levels in _DEPTHS.items() if levels == depth), None)
+        if name is None:
+            return None
+        output_nc = (state["model.model.3.weight"].shape[1] if "model.model.3.weight" in state  # ConvTranspose2d: (in, out, kh, kw)
+                     else state["model.model.3.1.weight"].shape[0])  # --upsample resize: Conv2d (out, in, kh, kw)
+        return {"netG": name, "norm": norm_seen(state, "model.model.0"), "ngf": first.shape[0],
+                "input_nc": first.shape[1], "output_nc": output_nc, **resize_seen(state)}
+
+    def size_rule(self, flags: Any) -> SizeRule:
+        multiple = 2 ** self.depth  # halved once per level, down to 1 pixel
+        return SizeRule(multiple, multiple)
+
+    def check_input_size(self, flags: Any, *sizes: int) -> None:
+        multiple = self.size_rule(flags).multiple
+        if min(sizes) < multiple:
+            raise UserError(
+                f"--netG {self.name} needs images of at least {multiple}x{multiple} pixels (it halves the size "
+                f"{self.depth} times) but got {'x'.join(map(str, sizes))}; use --crop_size {multiple} (and "
+                f"--load_size >= {multiple}) or a resnet generator, which takes any multiple of 4 from 8 up.")
+        super().check_input_size(flags, *sizes)
