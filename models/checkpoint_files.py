@@ -12,6 +12,7 @@ import os
 import torch
 from torch import nn
 
+from models.networks import DISCRIMINATOR, GENERATOR, family_of
 from util.errors import UserError
 from util.safe_files import atomic_write_json, read_json_object
 from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
@@ -21,13 +22,22 @@ ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "no
 ARCHITECTURE_FILE = "architecture.json"
 
 
+def architecture_options(opt) -> list[str]:
+    """The options architecture.json records: ARCHITECTURE_OPTIONS and the shape flags the run's
+    network families declare (its own family's flags, for a family of the user's)."""
+    shape = [*family_of(opt.netG, GENERATOR).shape_flags]
+    if hasattr(opt, "netD"):
+        shape += family_of(opt.netD, DISCRIMINATOR).shape_flags
+    return list(dict.fromkeys([*ARCHITECTURE_OPTIONS, *shape]))
+
+
 def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -> None:
     """`<label>_net_<name>.pth` for each of `nets` (plain modules) and architecture.json, in `save_dir`."""
     os.makedirs(save_dir, exist_ok=True)
     for name, net in nets.items():
         state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
         atomic_torch_save(state, os.path.join(save_dir, f"{label}_net_{name}.pth"))
-    architecture = {key: getattr(opt, key) for key in ARCHITECTURE_OPTIONS if hasattr(opt, key)}
+    architecture = {key: getattr(opt, key) for key in architecture_options(opt) if hasattr(opt, key)}
     atomic_write_json(os.path.join(save_dir, ARCHITECTURE_FILE), architecture, indent=1)  # whole, even if killed
 
 

@@ -158,7 +158,7 @@ def test_checkpointed_generators_give_the_same_outputs_gradients_and_statistics(
     torch.manual_seed(0)
     plain = networks.define_G(3, 3, 4, netG, norm, use_dropout=True).double()
     checkpointed = copy.deepcopy(plain)
-    assert enable_activation_checkpointing(checkpointed) == 6  # 6 residual blocks; 6 levels below the outermost
+    assert enable_activation_checkpointing(checkpointed, networks.checkpointed_blocks()) == 6  # 6 residual blocks; 6 levels below the outermost
     x = torch.randn(2, 3, 128, 128, dtype=torch.float64)
     results = []
     for net in (plain, checkpointed):
