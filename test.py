@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import sys
 
+import torch
+
 from data import create_dataset
 from data.image_folder import image_batches, list_images
 from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
@@ -44,6 +46,10 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     check_distribution_inputs(opt, reference)  # fail before translating, not after
     dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG, opt))
     model = create_model(opt, ctx)
+    if opt.n_samples and model.latent_size() == 0:
+        raise UserError(f"--n_samples {opt.n_samples}: the generator of --model {opt.model} takes no latent code, so "
+                        f"it gives one answer per input; leave --n_samples out (it is for models with many "
+                        f"answers per input, whose generator takes a code).")
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     # Any image size works once the generators pad and crop back. Other preprocess modes give the
     # --crop_size/--load_size the user chose, which stays checked below so that a bad size is named.
@@ -89,10 +95,29 @@ def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, 
         if index % 5 == 0:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
+        visuals.update(sampled_visuals(model, opt, index, len(data["A"])))  # --n_samples: N more answers
         write_full_precision(full_precision_dir, visuals, data, opt, domains)
         metrics.update(visuals)
         rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels)))
     return rows
+
+
+def sampled_visuals(model, opt, index: int, batch_size: int) -> dict[str, torch.Tensor]:
+    """--n_samples N: the model's `sample_visuals` for N latent codes, named `<visual>_random<k>`. The
+    codes are drawn from --seed (default 0): with --sync the same for every input, otherwise from the
+    input's position in the dataset, so each output can be made again alone."""
+    if opt.n_samples == 0:
+        return {}
+    seed = opt.seed if opt.seed is not None else 0
+    drawing = torch.Generator().manual_seed(seed if opt.sync else seed * 1_000_003 + index)
+    codes = torch.randn(opt.n_samples, model.latent_size(), generator=drawing, dtype=torch.float64)
+    samples = {}
+    for k, code in enumerate(codes):
+        model.set_latent(code.expand(batch_size, -1))
+        model.test()
+        samples.update({f"{name}_random{k}": getattr(model, name) for name in model.sample_visuals})
+    model.set_latent(None)  # the model's own code again (e.g. the one it encodes)
+    return samples
 
 
 def write_results(opt, web_dir: str, summary: dict, rows: list[tuple]) -> str | None:

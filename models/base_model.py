@@ -79,6 +79,9 @@ class BaseModel(ABC):
     # before the next begins (models/accumulation.py); none: the model cannot accumulate.
     accumulation_phases: ClassVar[tuple[str, ...]] = ()
     _micro: MicroStep | None = None  # within a micro-batch of an accumulated step (`micro_step`)
+    # Many answers per input: the visuals that change with the latent code (test.py --n_samples
+    # writes them once per code); a model with codes also overrides `latent_size` and `set_latent`.
+    sample_visuals: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -152,6 +155,15 @@ class BaseModel(ABC):
         takes), e.g. networks sized by the generator's features and their optimizers, adding them to
         `model_names` and `optimizers`. Called by `setup` before the schedulers are made, weights or
         a training state are loaded and networks are DDP-wrapped; nothing by default."""
+
+    def latent_size(self) -> int:
+        """How many numbers the latent code of this model's translation has (0: it takes the image alone)."""
+        return 0
+
+    def set_latent(self, codes: torch.Tensor | None) -> None:
+        """The latent codes (batch x `latent_size`) the next `forward` translates with; None: the
+        model's own choice again (e.g. a code encoded from a reference image)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no latent code")
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """An input tensor on the model's device, in its precision and memory format."""

@@ -97,10 +97,11 @@ def edge_ramp(length: int, overlap: int, ramp_start: bool, ramp_end: bool,
     return weight
 
 
-def translate_tiled(net: nn.Module, x: torch.Tensor, tile: int, overlap: int) -> torch.Tensor:
-    """`net(x)` computed tile by tile and blended (see the module docstring). `x` is NxCxHxW with
-    H and W multiples of 4; tiles are `tile` x `tile` (clipped to the image) and `tile` must be a
-    size `net` accepts. Only one tile's activations are in memory at a time."""
+def translate_tiled(net: nn.Module, x: torch.Tensor, tile: int, overlap: int, *codes: torch.Tensor) -> torch.Tensor:
+    """`net(x, *codes)` computed tile by tile and blended (see the module docstring). `x` is NxCxHxW
+    with H and W multiples of 4; tiles are `tile` x `tile` (clipped to the image) and `tile` must be a
+    size `net` accepts; `codes` (a latent generator's, one per image) go with every tile. Only one
+    tile's activations are in memory at a time."""
     height, width = x.shape[-2:]
     overlap = min(-(-overlap // ALIGN) * ALIGN, tile - ALIGN)  # rounded up to the 4-pixel grid
     tile_h, tile_w = min(tile, height), min(tile, width)
@@ -111,7 +112,7 @@ def translate_tiled(net: nn.Module, x: torch.Tensor, tile: int, overlap: int) ->
         wy = edge_ramp(tile_h, overlap, top > 0, top + tile_h < height, x.device, x.dtype)
         for left in cols:
             wx = edge_ramp(tile_w, overlap, left > 0, left + tile_w < width, x.device, x.dtype)
-            y = net(x[..., top:top + tile_h, left:left + tile_w])
+            y = net(x[..., top:top + tile_h, left:left + tile_w], *codes)
             if out is None:
                 out = y.new_zeros(*y.shape[:2], height, width)
                 weights = x.new_zeros(height, width)
@@ -140,16 +141,17 @@ class SizeAdapter(nn.Module):
         rule = family_of(netG).size_rule(flags)
         return cls(net, rule.multiple, tile, overlap, rule.minimum)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *codes: torch.Tensor) -> torch.Tensor:
+        """`x` translated at its own size; `codes`: what else the generator takes (a latent code)."""
         height, width = x.shape[-2:]
         top, bottom = split_padding(height, self.multiple, self.minimum)
         left, right = split_padding(width, self.multiple, self.minimum)
         padded = reflect_pad(x, top, bottom, left, right)
         ph, pw = padded.shape[-2:]
         if self.tile and (ph > self.tile or pw > self.tile):
-            y = translate_tiled(self.net, padded, self.tile, self.overlap)
+            y = translate_tiled(self.net, padded, self.tile, self.overlap, *codes)
         else:
-            y = self.net(padded)
+            y = self.net(padded, *codes)
         return y[..., top:top + height, left:left + width]
 
 

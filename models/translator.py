@@ -38,6 +38,7 @@ global random generator, so in that mode calls serialise on a lock.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Sequence
@@ -56,6 +57,7 @@ from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_netw
 from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
+from models.networks import family_of
 from models.tiling import SizeAdapter, check_tiling
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,6 +65,9 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
 
 DataRange = tuple[float, float]
+# The latent code of the translation under way in this thread (a latent generator's; None otherwise):
+# set around one call by `translate`, read by `_forward`, so that concurrent calls keep their own.
+_LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
 
 
 class Translator:
@@ -86,6 +91,7 @@ class Translator:
         self.generator = generator.to(self.device).train(not eval_mode)
         self.netG = netG
         self.architecture = SimpleNamespace(**(architecture or {"netG": netG}))
+        self.latent_size = family_of(netG).latent_size(self.architecture)  # 0: one answer per input
         self.input_nc = input_nc
         self.output_nc = output_nc
         self.eval_mode = eval_mode
@@ -130,12 +136,52 @@ class Translator:
                 f"{ranges}, {self.device}, {self.precision}, {mode} mode)")
 
     # ------------------------------------------------------------------ public API
-    def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64) -> Any:
+    def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64, n_samples: int | None = None,
+                  codes: Any = None, seed: int | None = None) -> Any:
         """The translation of `image`, of the same kind (see the module docstring). `tile` > 0
-        translates images larger than `tile` pixels in overlapping tiles (as test.py --tile)."""
+        translates images larger than `tile` pixels in overlapping tiles (as test.py --tile).
+
+        A generator that takes a latent code beside the image (its family's `latent_size`) gives
+        many answers per input: with `n_samples` N (codes drawn from a normal distribution seeded by
+        `seed`, default the translator's, so the same seed gives the same outputs) or explicit
+        `codes` (N x latent_size), a list of N translations; with neither, one, from the first code
+        that `seed` draws."""
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
+        if self.latent_size == 0:
+            if n_samples is not None or codes is not None:
+                raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
+                                f"gives one translation per input; leave out n_samples and codes.")
+            return self._translate(image, tile, tile_overlap)
+        outputs = []
+        for code in self.latent_codes(n_samples, codes, seed):
+            token = _LATENT_CODE.set(code)
+            try:
+                outputs.append(self._translate(image, tile, tile_overlap))
+            finally:
+                _LATENT_CODE.reset(token)
+        return outputs if n_samples is not None or codes is not None else outputs[0]
+
+    def latent_codes(self, n_samples: int | None = None, codes: Any = None, seed: int | None = None) -> torch.Tensor:
+        """N x latent_size codes (float64): `codes` checked, or `n_samples` (default 1) drawn from a
+        standard normal distribution seeded by `seed` (default: the translator's)."""
+        if codes is not None:
+            chosen = torch.as_tensor(np.asarray(codes, dtype=np.float64))
+            if chosen.ndim == 1:
+                chosen = chosen[None]
+            if chosen.ndim != 2 or chosen.shape[1] != self.latent_size or not torch.isfinite(chosen).all():
+                raise UserError(f"codes of shape {tuple(chosen.shape)}: the generator takes codes of "
+                                f"{self.latent_size} finite numbers; pass N x {self.latent_size} values.")
+            return chosen
+        count = 1 if n_samples is None else n_samples
+        if not isinstance(count, int) or count < 1:
+            raise UserError(f"n_samples {n_samples!r}: pass a whole number of samples, 1 or more.")
+        drawing = torch.Generator().manual_seed(self.seed if seed is None else seed)
+        return torch.randn(count, self.latent_size, generator=drawing, dtype=torch.float64)
+
+    def _translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
+        """`translate` for one code (or none): each kind of input its way."""
         if isinstance(image, (list, tuple)):
-            return [self.translate(item, tile=tile, tile_overlap=tile_overlap) for item in image]
+            return [self._translate(item, tile, tile_overlap) for item in image]
         if isinstance(image, (str, os.PathLike)):
             path = os.fspath(image)
             return self._translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
@@ -244,17 +290,19 @@ class Translator:
         implementation for every kind of input, so that they all give the same numbers."""
         net = SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap, self.architecture)
         amp_dtype = PRECISIONS[self.precision]
+        code = _LATENT_CODE.get()  # a latent generator's code for this call, the same for every image
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
                                                     enabled=amp_dtype is not None):
             batch = batch.to(self.device, torch.float32)
+            codes = () if code is None else (code.to(self.device, torch.float32).expand(len(batch), -1),)
             if self.eval_mode:
-                return net(batch).float()
+                return net(batch, *codes).float()
             with self._lock:
                 # One image at a time, as test.py (batch size 1) normalises it: the output of an
                 # image must not depend on the others in its batch.
-                return torch.cat([self._seeded(net, image[None]) for image in batch]).float()
+                return torch.cat([self._seeded(net, image[None], *(c[:1] for c in codes)) for image in batch]).float()
 
-    def _seeded(self, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _seeded(self, net: nn.Module, x: torch.Tensor, *codes: torch.Tensor) -> torch.Tensor:
         """net(x) with the dropout masks drawn from `seed`; the global random state is restored after."""
         cuda = self.device.type == "cuda"
         with torch.random.fork_rng(devices=[self.device] if cuda else []):
@@ -263,7 +311,7 @@ class Translator:
                     torch.cuda.manual_seed(self.seed)
             else:
                 torch.default_generator.manual_seed(self.seed)
-            return net(x)
+            return net(x, *codes)
 
 
 def _require_pixels(image_shape: tuple[int, ...], what: str, layout: str) -> None:

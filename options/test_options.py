@@ -20,6 +20,9 @@ class TestOptions(BaseOptions):
         # Large and non-square images (models/tiling.py, docs/evaluation.md).
         parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
         parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
+        # Many answers per input: models whose generator takes a latent code (docs/inference.md).
+        parser.add_argument("--n_samples", type=non_negative_int, default=0, help="with a model whose generator takes a latent code: besides its own output, N more per input from N random codes drawn from --seed (reproducible); 0: none")
+        parser.add_argument("--sync", action="store_true", help="with --n_samples: the same N codes for every input (otherwise each input draws its own)")
         # Metrics (util/evaluation/metrics.py, util/evaluation/metrics_report.py, docs/evaluation.md).
         parser.add_argument("--eval_metrics", action="store_true", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
         parser.add_argument("--fid_reference", type=str, default="", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")

@@ -10,6 +10,7 @@ of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whos
     options of its own if it needs them (`add_flags`);
   - how to rebuild a network from saved weights alone (`from_weights`: the options the weights
     show) and anything the weights decide beyond the options (`rebuild`);
+  - what a generator takes beside the image (`latent_size`: a latent code, for many answers per input);
   - the sizes it takes, in any number of spatial dimensions (`size_rule`), how far an output
     pixel sees (`receptive_radius`, for tiled inference), and which of its blocks may recompute
     their activations in the backward pass (`checkpointed_blocks`).
@@ -90,6 +91,11 @@ class NetworkFamily:
     def size_rule(self, flags: Any) -> SizeRule:
         """The input sizes the network takes; any size by default."""
         return SizeRule(1, 1)
+
+    def latent_size(self, flags: Any) -> int:
+        """How many numbers the generator takes as a latent code beside the image (`forward(x, z)`,
+        z: N x latent_size): several codes give several answers per input. 0: the image alone."""
+        return 0
 
     def receptive_radius(self, flags: Any) -> int | None:
         """Pixels from an output pixel to the farthest input pixel that influences it; None when
