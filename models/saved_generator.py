@@ -77,10 +77,13 @@ def describe_architecture(arch: dict) -> str:
     return " ".join(words) + (" --no_dropout" if arch.get("no_dropout") else "")
 
 
-def infer_architecture(state: dict) -> dict:
-    """What a generator state_dict shows of its architecture (the built-in families' `from_weights`:
-    netG, ngf, input_nc, output_nc, norm, and where the weights show it, no_dropout and upsample).
-    Returns {} for weights that no built-in generator family recognises."""
+def infer_architecture(state: dict, netG: str | None = None) -> dict:
+    """What a generator state_dict shows of its architecture (the families' `from_weights`: netG,
+    ngf, input_nc, output_nc, norm, and where the weights show it, no_dropout and upsample): of
+    family `netG` when it is named (a family of your own reads its own weights), else of whichever
+    built-in family recognises them; {} when none does."""
+    if netG is not None:
+        return networks.family_of(netG).from_weights(state) or {}
     return networks.recognise_generator(state)
 
 
@@ -139,7 +142,7 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         if swap:  # G_B maps domain B (output_nc channels) back to A (input_nc)
             arch["input_nc"], arch["output_nc"] = arch["output_nc"], arch["input_nc"]
     else:
-        arch.update(infer_architecture(load_state_dict_file(path)))
+        arch.update(infer_architecture(load_state_dict_file(path), overrides.get("netG")))
     arch.update(overrides)
     translates = DIRECTIONS[1 - DIRECTIONS.index(trained)] if backward else trained
     return GeneratorCheckpoint(path, arch, translates, _read_trained_data_range(folder))

@@ -129,3 +129,14 @@ def test_export_writes_it_with_its_size_rule(trained, tmp_path):
     x = torch.rand(1, 3, 34, 40) * 2 - 1
     with torch.no_grad(), torch.jit.optimized_execution(False):
         assert torch.allclose(scripted(x), generator_by_hand(trained)(x), atol=1e-5)
+
+
+def test_its_weights_alone_rebuild_it_when_the_family_is_named(trained, tmp_path):
+    """Without architecture.json, the family named by netG reads its own weights (blocks, widths)."""
+    import shutil
+    from models.translator import Translator
+    lone = tmp_path / "dilated.pth"
+    shutil.copy(trained / "latest_net_G.pth", lone)
+    translator = Translator.load(lone, device="cpu", netG=NET)
+    image = np.random.default_rng(3).integers(0, 256, (16, 20, 3), dtype=np.uint8)
+    assert np.array_equal(translator.translate(image), Translator.load(trained, device="cpu").translate(image))
