@@ -19,12 +19,11 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
-
 from data import create_dataset
 from data.image_folder import image_batches, list_images
 from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
 from models import create_model, networks
+from models.latent_codes import draw_latent_codes
 from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
@@ -102,15 +101,14 @@ def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, 
     return rows
 
 
-def sampled_visuals(model, opt, index: int, batch_size: int) -> dict[str, torch.Tensor]:
+def sampled_visuals(model, opt, index: int, batch_size: int) -> dict:
     """--n_samples N: the model's `sample_visuals` for N latent codes, named `<visual>_random<k>`. The
     codes are drawn from --seed (default 0): with --sync the same for every input, otherwise from the
     input's position in the dataset, so each output can be made again alone."""
     if opt.n_samples == 0:
         return {}
     seed = opt.seed if opt.seed is not None else 0
-    drawing = torch.Generator().manual_seed(seed if opt.sync else seed * 1_000_003 + index)
-    codes = torch.randn(opt.n_samples, model.latent_size(), generator=drawing, dtype=torch.float64)
+    codes = draw_latent_codes(opt.n_samples, model.latent_size(), seed if opt.sync else seed * 1_000_003 + index)
     samples = {}
     for k, code in enumerate(codes):
         model.set_latent(code.expand(batch_size, -1))

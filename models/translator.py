@@ -57,6 +57,7 @@ from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_netw
 from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
+from models.latent_codes import checked_latent_codes, draw_latent_codes
 from models.networks import family_of
 from models.tiling import SizeAdapter, check_tiling
 
@@ -165,18 +166,9 @@ class Translator:
         """N x latent_size codes (float64): `codes` checked, or `n_samples` (default 1) drawn from a
         standard normal distribution seeded by `seed` (default: the translator's)."""
         if codes is not None:
-            chosen = torch.as_tensor(np.asarray(codes, dtype=np.float64))
-            if chosen.ndim == 1:
-                chosen = chosen[None]
-            if chosen.ndim != 2 or chosen.shape[1] != self.latent_size or not torch.isfinite(chosen).all():
-                raise UserError(f"codes of shape {tuple(chosen.shape)}: the generator takes codes of "
-                                f"{self.latent_size} finite numbers; pass N x {self.latent_size} values.")
-            return chosen
-        count = 1 if n_samples is None else n_samples
-        if not isinstance(count, int) or count < 1:
-            raise UserError(f"n_samples {n_samples!r}: pass a whole number of samples, 1 or more.")
-        drawing = torch.Generator().manual_seed(self.seed if seed is None else seed)
-        return torch.randn(count, self.latent_size, generator=drawing, dtype=torch.float64)
+            return checked_latent_codes(codes, self.latent_size)
+        return draw_latent_codes(1 if n_samples is None else n_samples, self.latent_size,
+                                 self.seed if seed is None else seed)
 
     def _translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
         """`translate` for one code (or none): each kind of input its way."""
