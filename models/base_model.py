@@ -60,6 +60,15 @@ from util.distributed import DistContext
 from util.errors import UserError
 from util.training.training_state import STATE_SUFFIX
 
+# What a network does in a model (`BaseModel.network_roles`). Generators translate; an encoder is
+# trained beside them and used at inference too (e.g. it encodes a reference image into a latent
+# code); both are what --ema_decay averages. Discriminators judge (--D_spectral, --diff_augment);
+# a head is trained for a loss only (e.g. CUT's projection netF).
+GENERATOR, ENCODER, DISCRIMINATOR, HEAD = "generator", "encoder", "discriminator", "head"
+ROLES = (GENERATOR, ENCODER, DISCRIMINATOR, HEAD)
+INFERENCE_ROLES = (GENERATOR, ENCODER)
+
+
 class BaseModel(ABC):
     """Base class of all models (see the module docstring for the contract)."""
 
@@ -67,6 +76,9 @@ class BaseModel(ABC):
     # The dataset domain ("A" or "B") whose files each visual's images belong to, taking A as the
     # model's input side (`paired_input`); visuals left out get no full-precision output.
     visual_sides: ClassVar[Mapping[str, str]] = {}
+    # What each network in `model_names` does (ROLES): e.g. {"G": "generator", "D": "discriminator"}.
+    # EMA, --D_spectral, tiling and export ask it; an instance may refine it from its options.
+    network_roles: ClassVar[Mapping[str, str]] = {}
     # The networks that translate: the first in the direction the run trained in, the second (if
     # any) back, from output_nc to input_nc channels. An instance may refine it from its options.
     translators: ClassVar[tuple[str, ...]] = ("G",)
@@ -293,9 +305,22 @@ class BaseModel(ABC):
     def named_networks(self) -> dict[str, nn.Module]:
         return {name: getattr(self, "net" + name) for name in self.model_names}
 
+    def networks_with_role(self, *roles: str) -> dict[str, nn.Module]:
+        """The networks of `model_names` whose declared role (`network_roles`) is one of `roles`."""
+        return {name: net for name, net in self.named_networks().items() if self.network_roles[name] in roles}
+
     def generators(self) -> dict[str, nn.Module]:
-        """The networks that translate images (named G...), as opposed to the discriminators."""
-        return {name: net for name, net in self.named_networks().items() if name.startswith("G")}
+        """The networks used at inference (generators and encoders): what --ema_decay averages."""
+        return self.networks_with_role(*INFERENCE_ROLES)
+
+    def check_network_roles(self) -> None:
+        """A UserError naming each network in `model_names` without a declared role, or with another word."""
+        undeclared = [name for name in self.model_names if self.network_roles.get(name) not in ROLES]
+        if undeclared:
+            raise UserError(f"--model {self.opt.model}: {type(self).__name__} declares no role for its network(s) "
+                            f"{', '.join(undeclared)}; give each name in model_names a role in network_roles, one of "
+                            f"{', '.join(ROLES)} (e.g. network_roles = {{'G': 'generator', 'D': "
+                            f"'discriminator'}}; docs/extending.md).")
 
     def update_ema(self) -> None:
         """After a training step: move the generators' moving averages (nothing without --ema_decay)."""
@@ -336,11 +361,13 @@ class BaseModel(ABC):
         schedulers; load weights (testing, --continue_train) or a whole training state (exact
         resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
         then wrap the networks for DDP."""
+        self.check_network_roles()
         self._add_stabilisers()
         self._set_precision(self.named_networks())
         if first_batch is not None:
             known = set(self.model_names)
             self.data_dependent_initialize(first_batch)
+            self.check_network_roles()  # of what it added too
             self._set_precision({name: net for name, net in self.named_networks().items() if name not in known})
         saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
         if self.isTrain:  # a continued run's linear schedule counts from the epoch the run started at
@@ -364,13 +391,12 @@ class BaseModel(ABC):
             setattr(self, "net" + name, self._prepare_for_run(name, net))
 
     def _add_stabilisers(self) -> None:
-        """--D_spectral on every discriminator (the networks named D...) and the first draw of
+        """--D_spectral on every discriminator (by its declared role) and the first draw of
         --diff_augment, for every model alike. Both draw from the global generator, which is seeded
         the same on every rank here, and only when asked for: without them nothing changes."""
         if self.isTrain and getattr(self.opt, "D_spectral", False):
-            for name, net in self.named_networks().items():
-                if name.startswith("D"):
-                    networks.apply_spectral_norm(net)
+            for net in self.networks_with_role(DISCRIMINATOR).values():
+                networks.apply_spectral_norm(net)
         if self.diff_augment.enabled:
             self.diff_augment.seed(int(torch.randint(2**62, ())))
 

@@ -83,6 +83,7 @@ class CUTModel(BaseModel):
     """G: A -> B (CUT's resnet, antialiased), D judges B, F projects G's features for PatchNCE."""
 
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B", "idt_B": "B"}
+    network_roles = {"G": "generator", "F": "head", "D": "discriminator"}  # netF: PatchNCE's projection
     translators = ("G",)  # one way only, as trained
     input_visual = "real_A"
 

@@ -23,6 +23,7 @@ class CycleGANModel(BaseModel):
     # idt_A = G_A(B) stays in domain B, idt_B = G_B(A) in A
     visual_sides = {"real_A": "A", "fake_B": "B", "rec_A": "A", "idt_B": "A",
                     "real_B": "B", "fake_A": "A", "rec_B": "B", "idt_A": "B"}
+    network_roles = {"G_A": "generator", "G_B": "generator", "D_A": "discriminator", "D_B": "discriminator"}
     translators = ("G_A", "G_B")  # G_A translates as trained, G_B back
     input_visual = "real_A"
     # --accum_steps (models/accumulation.py): one phase. Every loss of the step uses the weights

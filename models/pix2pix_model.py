@@ -16,6 +16,7 @@ class Pix2PixModel(BaseModel):
     """Default: U-Net 256 generator, 70x70 PatchGAN on concat(A, B), batch norm, vanilla GAN loss."""
 
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
+    network_roles = {"G": "generator", "D": "discriminator"}
     translators = ("G",)  # one way only: the trained direction
     input_visual = "real_A"
     # --accum_steps (models/accumulation.py): G's loss judges with the D stepped before it, so D's

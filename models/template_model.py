@@ -29,6 +29,7 @@ from util.flag_types import non_negative_float
 
 class TemplateModel(BaseModel):
     visual_sides = {"data_A": "A", "data_B": "B", "output": "B"}
+    network_roles = {"G": "generator"}  # what each network does (base_model.ROLES)
     translators = ("G",)  # netG translates A -> B
     input_visual = "data_A"
 

@@ -41,6 +41,7 @@ class TestModel(BaseModel):
         self.visual_names = ["real", "fake"]
         self.model_names = ["G" + opt.model_suffix]
         self.translators = (self.model_names[0],)
+        self.network_roles = {self.model_names[0]: "generator"}
         # A CUT checkpoint's antialiased layers are seen in its weights (CUT's test.py has no --model test)
         epoch = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
         weights = os.path.join(self.save_dir, f"{epoch}_net_{self.model_names[0]}.pth")

@@ -176,13 +176,15 @@ def check_tiling(netG: str, tile: int, overlap: int, flags: Any = None) -> None:
 
 
 def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0, flags: Any = None) -> list[str]:
-    """Wrap each generator of `model` (attributes named net<G...>) in a SizeAdapter, after its
-    weights are loaded; returns the wrapped attribute names. Models call `self.netG...(x)` in
-    `forward`, so they need no change; a generator held under two names is wrapped once."""
+    """Wrap each generator of `model` (its networks of role generator, under every attribute that
+    holds one) in a SizeAdapter, after its weights are loaded; returns the wrapped attribute names.
+    Models call `self.net<name>(x)` in `forward`, so they need no change; a generator held under
+    two names is wrapped once."""
+    generators = {id(net) for net in model.networks_with_role("generator").values()}
     wrapped: dict[int, SizeAdapter] = {}
     names = []
     for name, value in list(vars(model).items()):
-        if name.startswith("netG") and isinstance(value, nn.Module) and not isinstance(value, SizeAdapter):
+        if id(value) in generators and not isinstance(value, SizeAdapter):
             if id(value) not in wrapped:
                 wrapped[id(value)] = SizeAdapter.for_generator(value, netG, tile, overlap, flags)
             setattr(model, name, wrapped[id(value)])

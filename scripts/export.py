@@ -104,7 +104,7 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
     which = opt.which_net or model.translators[0]  # the generator that translates as trained
     if which not in model.model_names:
         raise UserError(f"--which_net {which} is not a generator of --model {opt.model}; choose one of "
-                        f"{', '.join(n for n in model.model_names if n.startswith('G'))}.")
+                        f"{', '.join(model.networks_with_role('generator'))}.")
     suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
     return getattr(model, "net" + which).float().eval(), f"{suffix}_net_{which}"
 

@@ -427,6 +427,8 @@ from models.template_model import TemplateModel
 class ProjectedModel(TemplateModel):
     """The template plus a head built from the first batch (as CUT's data_dependent_initialize)."""
 
+    network_roles = {"G": "generator", "F": "head"}
+
     def data_dependent_initialize(self, first_batch):
         self.set_input(first_batch)
         features = self.netG(self.data_A).shape[1]
@@ -450,6 +452,23 @@ def test_a_model_of_your_own_is_found_by_its_module_path_and_sees_the_first_batc
     assert m.model_names == ["G", "F"] and len(m.schedulers) == len(m.optimizers) == 2
     m.save_networks("latest")
     assert (tmp_path / "exp" / "latest_net_F.pth").is_file()
+
+
+def test_a_network_without_a_declared_role_is_refused_naming_it(tmp_path, monkeypatch):
+    """EMA, --D_spectral, tiling and export go by the roles a model declares, not by names: a network
+    the model forgot is refused before anything is trained or written, with the roles to choose from."""
+    (tmp_path / "forgetful").mkdir()
+    (tmp_path / "forgetful" / "__init__.py").write_text("")
+    (tmp_path / "forgetful" / "unroled_model.py").write_text(OWN_MODEL.replace(
+        'network_roles = {"G": "generator", "F": "head"}', 'network_roles = {"G": "generator"}'))
+    monkeypatch.chdir(tmp_path)
+    opt = train_opt("forgetful.unroled_model", "--netG", "resnet_6blocks", tmp=tmp_path)
+    m = models.create_model(opt, DistContext())
+    with pytest.raises(UserError) as refused:
+        m.setup(opt, first_batch=pair(S))
+    message = str(refused.value)
+    assert "ProjectedModel" in message and "network(s) F" in message and "generator, encoder, discriminator, head" in message
+    assert not (tmp_path / "exp").exists() or not list((tmp_path / "exp").glob("*.pth"))
 
 
 def test_built_in_models_are_found_by_file_and_class_name():

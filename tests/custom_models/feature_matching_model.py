@@ -25,6 +25,7 @@ class FeatureMatchingModel(BaseModel):
     # What the code around a model reads (models/base_model.py): domains of the visuals, the
     # generator that translates, what validation and test.py score.
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
+    network_roles = {"G": "generator", "F": "head"}  # netF: a projection for the feature loss
     translators = ("G",)
     input_visual = "real_A"
 
