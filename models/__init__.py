@@ -15,13 +15,12 @@ import importlib
 import inspect
 import os
 import pkgutil
-import sys
-from types import ModuleType
 
 from models.base_model import BaseModel
 from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
+from util.user_code import classes_defined_in, import_user_module
 
 _MODULE_SUFFIX = "_model"
 _NOT_MODELS = ("base",)  # models/base_model.py holds the contract, not a model
@@ -48,7 +47,7 @@ def find_model_using_name(model_name: str) -> type[BaseModel]:
     if model_name in builtin_model_names():
         return _builtin_class(model_name)
     if "." in model_name and all(part.isidentifier() for part in model_name.split(".")):
-        return _class_in_module(model_name, _import_user_module(model_name))
+        return _model_in_module(model_name)
     raise UserError(f"--model {model_name} is not a model; choose one of {', '.join(builtin_model_names())}, or "
                     f"pass the module path of your own (e.g. --model mypackage.my_model for mypackage/my_model.py, "
                     f"importable from the current directory or sys.path), whose one BaseModel subclass is used.")
@@ -81,6 +80,22 @@ def create_model(opt, ctx: DistContext, seed: int = 0) -> BaseModel:
     return model
 
 
+def _model_in_module(path: str) -> type[BaseModel]:
+    """The one concrete BaseModel subclass the module `path` defines (imported ones do not count)."""
+    def missing() -> str:
+        return (f"--model {path}: no module {path} (looked in the current directory {os.getcwd()} and sys.path); "
+                f"choose one of {', '.join(builtin_model_names())}, or pass the dotted path of a module of yours "
+                f"that defines one BaseModel subclass.")
+    module = import_user_module(path, missing)
+    found = classes_defined_in(module, BaseModel)
+    if len(found) != 1:
+        what = "defines no BaseModel subclass" if not found else \
+            f"defines {len(found)} BaseModel subclasses ({', '.join(c.__name__ for c in found)})"
+        raise UserError(f"--model {path}: the module {module.__file__} {what}; a model module defines exactly one "
+                        f"(see models/template_model.py).")
+    return found[0]
+
+
 def _builtin_class(name: str) -> type[BaseModel]:
     module = importlib.import_module(f"models.{name}{_MODULE_SUFFIX}")
     wanted = name.replace("_", "") + "model"
@@ -90,30 +105,3 @@ def _builtin_class(name: str) -> type[BaseModel]:
             return candidate
     raise RuntimeError(f"{module.__file__} defines no BaseModel subclass named {wanted} (case aside); a built-in "
                        f"model's class is its file's name without underscores, e.g. CycleGANModel in cycle_gan_model.py")
-
-
-def _import_user_module(path: str) -> ModuleType:
-    """Import `path`, looking in the current directory too (a script's sys.path starts at its own folder)."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        return importlib.import_module(path)
-    except ModuleNotFoundError as err:
-        if err.name is None or not path.startswith(err.name):
-            raise  # the module itself imports something missing: its own traceback says what
-        raise UserError(f"--model {path}: no module {err.name} (looked in the current directory {os.getcwd()} and "
-                        f"sys.path); choose one of {', '.join(builtin_model_names())}, or pass the dotted path of a "
-                        f"module of yours that defines one BaseModel subclass.") from None
-
-
-def _class_in_module(path: str, module: ModuleType) -> type[BaseModel]:
-    """The one concrete BaseModel subclass defined in `module` (imported ones do not count)."""
-    found = [candidate for candidate in vars(module).values()
-             if inspect.isclass(candidate) and issubclass(candidate, BaseModel)
-             and candidate.__module__ == module.__name__ and not inspect.isabstract(candidate)]
-    if len(found) != 1:
-        what = "defines no BaseModel subclass" if not found else \
-            f"defines {len(found)} BaseModel subclasses ({', '.join(c.__name__ for c in found)})"
-        raise UserError(f"--model {path}: the module {module.__file__} {what}; a model module defines exactly one "
-                        f"(see models/template_model.py).")
-    return found[0]

@@ -7,45 +7,23 @@ the run writes anything, naming every problem (options/train_options.py).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
-import os
-import sys
-from types import ModuleType
-
 from util.display.backend import LoggerBackend
 from util.errors import UserError
+from util.user_code import classes_defined_in, import_user_module
 
 HOW = "see docs/visualization.md, \"Writing a logger\""
 
 
-def import_logger_module(spec: str) -> ModuleType:
-    """The module `spec` names (a dotted name or a .py file); UserError if there is none."""
-    if spec.endswith(".py"):
-        if not os.path.isfile(spec):
-            raise UserError(f"{spec}: no such file")
-        name = "user_logger_" + os.path.splitext(os.path.basename(spec))[0]
-        if name not in sys.modules:
-            module_spec = importlib.util.spec_from_file_location(name, spec)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module  # dataclasses and pickling look their module up there
-            module_spec.loader.exec_module(module)
-        return sys.modules[name]
-    try:
-        return importlib.import_module(spec)
-    except ModuleNotFoundError as err:
-        if err.name and (spec == err.name or spec.startswith(err.name + ".")):
-            raise UserError(f"{spec}: no module of that name can be imported (is it installed, on PYTHONPATH or "
-                            f"in the folder train.py is in? a file is given by its path, ending in .py)") from None
-        raise UserError(f"{spec}: importing it failed: {err} (a package it needs is missing)") from None
-
-
 def logger_class(spec: str) -> type[LoggerBackend]:
-    """The one LoggerBackend subclass that the module `spec` defines; UserError if it defines none or several."""
-    module = import_logger_module(spec)
-    found = [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-             if issubclass(cls, LoggerBackend) and cls is not LoggerBackend and cls.__module__ == module.__name__]
+    """The one LoggerBackend subclass that the module `spec` (a dotted name or a .py file) defines;
+    UserError if there is no such module, or it defines none or several."""
+    def missing() -> str:
+        if spec.endswith(".py"):
+            return f"{spec}: no such file"
+        return (f"{spec}: no module of that name can be imported (is it installed, on PYTHONPATH or in the "
+                f"folder train.py is run from? a file is given by its path, ending in .py)")
+    module = import_user_module(spec, missing, allow_file=True)
+    found = classes_defined_in(module, LoggerBackend)
     if not found:
         raise UserError(f"{spec}: defines no subclass of util.display.backend.LoggerBackend ({HOW})")
     if len(found) > 1:
