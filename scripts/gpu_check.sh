@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_check.sh                 # the GPU tests, then the benchmark
 #   bash scripts/gpu_check.sh tests [ARGS]    # only tests/test_gpu.py; ARGS go to pytest (e.g. -k cycle_gan)
-#   bash scripts/gpu_check.sh bench [ARGS]    # only scripts/benchmark.py --device cuda; ARGS go to it
+#   bash scripts/gpu_check.sh bench [ARGS]    # only dev/benchmark.py --device cuda; ARGS go to it
 #                                             # (e.g. --quick, --sections step, --resume after a cut)
 # Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS).
 #
@@ -97,8 +97,8 @@ if [ "$mode" != bench ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$mode" != tests ]; then
-  echo "gpu_check: scripts/benchmark.py --device cuda -> $out/benchmark/"
-  "$python" scripts/benchmark.py --device cuda --out "$out/benchmark" "$@" 2>&1 | tee "$out/benchmark.log"
+  echo "gpu_check: dev/benchmark.py --device cuda -> $out/benchmark/"
+  "$python" dev/benchmark.py --device cuda --out "$out/benchmark" "$@" 2>&1 | tee "$out/benchmark.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   echo "gpu_check: the tables are in $out/benchmark/benchmark.md (all numbers in benchmark.json);" \
        "copy them into docs/benchmarks.md under 'On a GPU', with the machine line above."

@@ -46,8 +46,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def load_script(relative_path: str) -> ModuleType:
-    """A script of the repository (e.g. "scripts/benchmark.py") imported as a module, as tests
-    need its functions; scripts/ is put on sys.path for the modules scripts import from there."""
+    """A script of the repository (e.g. "dev/benchmark.py") imported as a module, as tests
+    need its functions; its folder is put on sys.path for the modules it imports from there (dev/bench)."""
     path = ROOT / relative_path
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))

@@ -1,10 +1,10 @@
-"""The benchmark harness (scripts/benchmark.py, scripts/bench/, scripts/bench_worker.py).
+"""The benchmark harness (dev/benchmark.py, dev/bench/, dev/bench_worker.py).
 
 Default suite (seconds): the statistics, the FLOP counter on one layer, the derived numbers, and a
 run of the real harness - plan, worker processes, report - on small networks, whose FLOPs per
 network (forward and backward of each G and D in one training step) must match an analytic count
 made here from the layer shapes to 1%: a step missing one network pass fails it.
-Opt-in (`pytest -m benchmark`, minutes): `scripts/benchmark.py --quick` with its timings.
+Opt-in (`pytest -m benchmark`, minutes): `dev/benchmark.py --quick` with its timings.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from torch import nn
 from conftest import ROOT, load_script
 from models import networks
 
-benchmark = load_script("scripts/benchmark.py")
+benchmark = load_script("dev/benchmark.py")
 from bench import derive, jobs, plan as plans, runner as runners, stats  # noqa: E402  (scripts/ is on sys.path now)
 from bench.flops import conv2d_flops, count_flops  # noqa: E402
 from bench.measure import measure  # noqa: E402
@@ -215,7 +215,7 @@ def test_resume_keeps_finished_measurements(tmp_path):
 def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("benchmark")
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=3600)
     runtime = time.perf_counter() - started
     assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-5000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
@@ -329,7 +329,7 @@ def test_quick_ddp_and_targets(quick):
 def test_validation_cost_is_read_from_the_run_logs_as_medians_of_each_validation_and_its_epoch(tmp_path):
     from util.display.validation_log import ValidationLog
 
-    bench_validation = load_script("scripts/bench_validation.py")
+    bench_validation = load_script("dev/bench_validation.py")
     log = ValidationLog(str(tmp_path))
     # (validation seconds, epoch seconds): shares 10%, 5%, 4%, 50%; epoch 2 redone after a resume
     for epoch, seconds, epoch_seconds in [(1, 3.0, 30.0), (2, 9.0, 10.0), (2, 2.0, 40.0), (3, 2.0, 50.0),

@@ -2,7 +2,7 @@
 --upsample resize. The augmentation reaches the generator's gradients, gives a pix2pix pair one
 transform, draws per image of the global batch (so 2 processes train the weights of 1 with twice the
 batch, for real under torchrun) and resumes exactly; with every option off a training step is the
-plain step of scripts/straightforward_step.py, bit for bit."""
+plain step of dev/straightforward_step.py, bit for bit."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -173,7 +173,7 @@ def test_with_every_option_off_a_training_step_is_the_plain_step_bit_for_bit(mod
     from options.train_options import TrainOptions
     from util import distributed
 
-    straightforward = load_script("scripts/straightforward_step.py")
+    straightforward = load_script("dev/straightforward_step.py")
     opt = TrainOptions().parse(["--dataroot", str(paired_root), "--model", model, "--netG", "resnet_6blocks",
                                 "--ngf", "4", "--ndf", "4", "--dataset_mode", "aligned", "--display_id", "0"])
     ctx = distributed.current_context()

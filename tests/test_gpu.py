@@ -203,7 +203,7 @@ def test_a_failing_rank_on_the_gpu_ends_every_rank_quickly(backend, unpaired_roo
 
 
 def test_the_benchmark_measures_speed_and_memory_on_the_gpu(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--device", DEVICE, "--quick",
+    result = subprocess.run([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--device", DEVICE, "--quick",
                              "--models", "cycle_gan", "--sections", "peaks,step", "--configs", "bf16",
                              "--out", str(tmp_path)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -271,7 +271,7 @@ def test_each_scale_judges_the_image_halved_once_more_and_one_scale_is_the_plain
 
 
 def test_benchmark_counts_the_multiscale_discriminators_flops_per_network(tmp_path):
-    """The benchmark's step job (scripts/bench) splits a cycle_gan step with --netD multiscale by
+    """The benchmark's step job (dev/bench) splits a cycle_gan step with --netD multiscale by
     network; each D is the sum of its scales, each scale passing as the plain PatchGAN does (the
     analytic count of tests/test_benchmark.py), within 1%."""
     from test_benchmark import assert_flops_match, conv_layer_flops, jobs

@@ -1,5 +1,5 @@
 """The kinds of job a worker runs (the "kind" key of its spec): step, loop, ddp, peaks.
-Each returns the result written to the worker's --result JSON (see scripts/bench_worker.py)."""
+Each returns the result written to the worker's --result JSON (see dev/bench_worker.py)."""
 from __future__ import annotations
 
 import statistics

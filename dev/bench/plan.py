@@ -14,7 +14,7 @@ SETTINGS: dict[str, dict] = {
     "channels_last": {"channels_last": True},
     "compile": {"compile": True},
     "fused_adam": {"fused_adam": True},
-    # Not a setting of ours: the step written plainly (scripts/straightforward_step.py), in fp32.
+    # Not a setting of ours: the step written plainly (dev/straightforward_step.py), in fp32.
     "straightforward": {"straightforward": True},
 }
 STRAIGHTFORWARD = "straightforward"

@@ -2,10 +2,10 @@
 CycleGAN generator (forward and backward), measured side by side on a quiet CPU and with other
 processes keeping cores busy, with the OpenMP wait policy left at its default and set to PASSIVE.
 
-    python scripts/bench_compile_contention.py                     # 128 px, 2 threads, 0 and 1 busy processes
-    python scripts/bench_compile_contention.py --size 256 --busy 0,1,2 --threads 2
+    python dev/bench_compile_contention.py                     # 128 px, 2 threads, 0 and 1 busy processes
+    python dev/bench_compile_contention.py --size 256 --busy 0,1,2 --threads 2
 
-Each cell runs in a fresh process (scripts/bench_compile_contention.py --worker): the generator
+Each cell runs in a fresh process (dev/bench_compile_contention.py --worker): the generator
 (resnet_9blocks, instance norm, as --compile builds it) runs 2 untimed steps, then `--steps` timed
 ones, eagerly and then compiled (its warm-up, the compiling, untimed). "busy" processes are plain
 Python loops started before the cell and stopped after it: another program using the cores, as on a

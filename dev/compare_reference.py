@@ -1,8 +1,8 @@
 """Our train.py against the reference's (junyanz/pytorch-CycleGAN-and-pix2pix), side by side on this
 machine: the same command line, the same real photos, rounds alternating which runs first.
 
-    python scripts/compare_reference.py --reference /path/to/pytorch-CycleGAN-and-pix2pix --out cmp_out
-    python scripts/compare_reference.py --reference REF --models pix2pix --rounds 3 --iterations 12 --out cmp_out
+    python dev/compare_reference.py --reference /path/to/pytorch-CycleGAN-and-pix2pix --out cmp_out
+    python dev/compare_reference.py --reference REF --models pix2pix --rounds 3 --iterations 12 --out cmp_out
 
 REF is a checkout of the reference (any version whose train.py runs on the CPU; the figures in
 docs/benchmarks.md used commit 2a7afba, its 2025 DDP version). Both run with this Python. The data are

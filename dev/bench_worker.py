@@ -1,7 +1,7 @@
-"""One benchmark measurement in this process, for scripts/benchmark.py (which starts one per job).
+"""One benchmark measurement in this process, for dev/benchmark.py (which starts one per job).
 
-    python scripts/bench_worker.py --spec '{"kind": "step", "model": "pix2pix", ...}' --result out.json
-    python -m torch.distributed.run --nproc_per_node=2 scripts/bench_worker.py --spec '{"kind": "ddp", ...}' ...
+    python dev/bench_worker.py --spec '{"kind": "step", "model": "pix2pix", ...}' --result out.json
+    python -m torch.distributed.run --nproc_per_node=2 dev/bench_worker.py --spec '{"kind": "ddp", ...}' ...
 
 Kinds of job (the `kind` key of the spec):
 
@@ -15,7 +15,7 @@ Kinds of job (the `kind` key of the spec):
 
 Every job runs in a fresh process, so its peak memory (RSS on the CPU, which only grows) belongs
 to one configuration. The result is one JSON object written to --result.
-The jobs are in scripts/bench/jobs.py.
+The jobs are in dev/bench/jobs.py.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "scripts"):  # the project, and scripts/bench when imported by the tests
+for path in (ROOT, ROOT / "dev"):  # the project, and dev/bench when imported by the tests
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

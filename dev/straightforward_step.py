@@ -6,7 +6,7 @@ order of forward passes, losses and updates, and nothing else: no model class (o
 set_requires_grad), no autocast or gradient-scaler calls, no image pool (the benchmark's steps are
 fewer than the pool's 50 images, during which the reference's pool returns the images it is
 given), no loss bookkeeping.
-scripts/bench_worker.py times it beside the project's `model.optimize_parameters()`.
+dev/bench_worker.py times it beside the project's `model.optimize_parameters()`.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Benchmark training speed: CycleGAN and pix2pix, plain fp32 against the fast settings.
 
-    python scripts/benchmark.py --out bench_out            # the full run (about 1.5 h on 2 CPU cores)
-    python scripts/benchmark.py --quick --out bench_out    # smaller sizes, fewer configs and steps (minutes)
-    python scripts/benchmark.py --dataroot ./datasets/horse2zebra --out bench_out   # your own data
+    python dev/benchmark.py --out bench_out            # the full run (about 1.5 h on 2 CPU cores)
+    python dev/benchmark.py --quick --out bench_out    # smaller sizes, fewer configs and steps (minutes)
+    python dev/benchmark.py --dataroot ./datasets/horse2zebra --out bench_out   # your own data
 
 Measures, on the available device (CUDA if present, else the CPU; --device to choose):
 
@@ -19,7 +19,7 @@ Measures, on the available device (CUDA if present, else the CPU; --device to ch
   checkpointing  the plain fp32 step at 512 px (batch 1) without and with --checkpoint_activations:
            time and peak memory.
 
-Each measurement runs in a fresh process (scripts/bench_worker.py), so peak memory is per
+Each measurement runs in a fresh process (dev/bench_worker.py), so peak memory is per
 configuration, and --compile starts from an empty inductor cache (the compile time reported is a
 cold compile; it is excluded from the step-time median). Steps are timed after warm-up; the table
 gives the median and the interquartile range. The full run measures the step configurations in
@@ -33,7 +33,7 @@ fraction of the measured conv peak of the same dtype.
 Writes OUT/benchmark.md (the tables, also printed), OUT/benchmark.json (everything, including
 every step time) and OUT/logs/ (one log per measurement).
 
-The parts live in scripts/bench/: plan (what to measure), runner and measure (the jobs),
+The parts live in dev/bench/: plan (what to measure), runner and measure (the jobs),
 derive (the numbers computed from them), report (the tables); bench_worker.py runs one job.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "scripts"):  # the project, and scripts/bench when imported by the tests
+for path in (ROOT, ROOT / "dev"):  # the project, and dev/bench when imported by the tests
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
@@ -125,7 +125,7 @@ def failed_measurements(results: dict) -> list[dict]:
 
 def describe_run(args: argparse.Namespace, plan: Plan, device: str, argv: list[str] | None) -> dict:
     """The report's "meta": command, date, machine, plan, load at the start."""
-    command = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python dev/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
     partial = bool(args.configs or args.sections) or set(args.models) != set(MODELS)
     return {"mode": f"{plan.name} plan, partial" if partial else plan.name, "command": command.strip(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

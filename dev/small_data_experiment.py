@@ -2,8 +2,8 @@
 demo images with and without --diff_augment (and with --ada_target), several seeds each, and score
 the generators on held-out images whose right answer is known.
 
-    python scripts/small_data_experiment.py --out /tmp/small_data            # the table in docs/training_tips.md
-    python scripts/small_data_experiment.py --out /tmp/small_data --seeds 5 --size 64 --epochs 60
+    python dev/small_data_experiment.py --out /tmp/small_data            # the table in docs/training_tips.md
+    python dev/small_data_experiment.py --out /tmp/small_data --seeds 5 --size 64 --epochs 60
 
 pix2pix: label maps -> rendered scenes (scripts/make_demo_dataset.py), scored on the test split's
 targets. CycleGAN: solid <-> striped shapes, trained unpaired; held-out striped scenes are rendered
@@ -30,7 +30,7 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev"))
 
 import make_demo_dataset as demo  # noqa: E402
 from models.translator import Translator  # noqa: E402

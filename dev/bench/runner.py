@@ -1,4 +1,4 @@
-"""Runs each measurement in a fresh worker process (scripts/bench_worker.py) and keeps its log."""
+"""Runs each measurement in a fresh worker process (dev/bench_worker.py) and keeps its log."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.environment import ROOT, free_port, load_average
 
-WORKER = ROOT / "scripts" / "bench_worker.py"
+WORKER = ROOT / "dev" / "bench_worker.py"
 
 
 class Runner:

@@ -1,8 +1,8 @@
 """What validation during training costs: train on the demo data with `--val_freq 1` and report the
 median validation time against the median epoch time, measured in the same runs.
 
-    python scripts/bench_validation.py --out bench_val                 # pix2pix and CycleGAN, ~10 min on 2 cores
-    python scripts/bench_validation.py --models pix2pix --epochs 6 --out bench_val
+    python dev/bench_validation.py --out bench_val                 # pix2pix and CycleGAN, ~10 min on 2 cores
+    python dev/bench_validation.py --models pix2pix --epochs 6 --out bench_val
 
 pix2pix uses the README demo's settings (unet_128, 128 px, batch 4) and scores L1, PSNR and SSIM on the
 demo's 20 validation images. CycleGAN (resnet_6blocks, ngf 32, 128 px) scores FID and KID in both

@@ -26,7 +26,7 @@ def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, 
         results["peaks"] = runner.run("peaks", {"kind": "peaks", "reps": plan.peak_reps, **plan.peak_sizes})
     if "step" in plan.sections:
         configs = list(plan.configs) + (list(CUDA_CONFIGS) if runner.device == "cuda" and plan.name == "full" else [])
-        for model in step_models:  # CUT has no straightforward twin (scripts/straightforward_step.py)
+        for model in step_models:  # CUT has no straightforward twin (dev/straightforward_step.py)
             plain = [c for c in configs if model not in STEP_ONLY_MODELS or c != STRAIGHTFORWARD]
             results["step"] += measure_steps(plan, runner, model, plain, flops)
     if "loop" in plan.sections:

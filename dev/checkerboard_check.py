@@ -2,8 +2,8 @@
 transpose (transposed convolutions, the reference's) and --upsample resize (nearest-neighbour
 upsampling then a convolution)?
 
-    python scripts/checkerboard_check.py                       # the table in docs/training_tips.md
-    python scripts/checkerboard_check.py --ngf 64 --size 256 --seeds 10
+    python dev/checkerboard_check.py                       # the table in docs/training_tips.md
+    python dev/checkerboard_check.py --ngf 64 --size 256 --seeds 10
 
 Each generator is randomly initialised (--init_type normal, as train.py does; several seeds) and
 translates smooth inputs (bicubically enlarged noise: under 1% of their energy lies above a quarter

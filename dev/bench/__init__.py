@@ -1,4 +1,4 @@
-"""The benchmark's parts (scripts/benchmark.py runs them, scripts/bench_worker.py measures).
+"""The benchmark's parts (dev/benchmark.py runs them, dev/bench_worker.py measures).
 
 Orchestrator (one process per run): `plan` (what to measure), `environment` (machine, devices,
 datasets), `runner` (one worker process per measurement), `measure` (the sections), `derive`
