@@ -28,7 +28,7 @@ from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
-from util.errors import EXIT_USER_ERROR, UserError, describe
+from util.errors import UserError, exits_on_user_error
 from util.evaluation.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
 from util.safe_files import atomic_write_json
 from util.seeding import enable_determinism, seed_everything
@@ -165,25 +165,28 @@ def tiling_note(opt) -> str:
     return f"tiles of {opt.tile} px, overlap {opt.tile_overlap}: equal to whole-image inference up to rounding."
 
 
+@exits_on_user_error(report=distributed.report_user_error)  # one paragraph, exit status 2
+def start_and_test(opt) -> int:
+    """Distributed start, translation and results page; every rank waits for rank 0's page."""
+    ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
+    page = run_test(opt, ctx)
+    if page is not None:
+        print0(f"results page: {os.path.abspath(page)}")
+    # Under torchrun the other ranks wait for rank 0's results page: a rank that tears its process
+    # group down while a peer is still busy can be aborted by the launcher (seen once with gloo).
+    distributed.barrier()
+    return 0
+
+
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
     if opt.deterministic:
         enable_determinism()  # before any CUDA work
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
-        page = run_test(opt, ctx)
-        if page is not None:
-            print0(f"results page: {os.path.abspath(page)}")
-        # Under torchrun the other ranks wait for rank 0's results page: a rank that tears its process
-        # group down while a peer is still busy can be aborted by the launcher (seen once with gloo).
-        distributed.barrier()
-    except UserError as err:
-        distributed.report_user_error(describe(err))
-        return EXIT_USER_ERROR
+        return start_and_test(opt)
     finally:
         distributed.shutdown()
-    return 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
 from util.console import print0
-from util.errors import EXIT_USER_ERROR, UserError, describe
+from util.errors import UserError, exits_on_user_error
 from util.seeding import enable_determinism, seed_everything
 from util.training.checkpointer import Checkpointer, StartPoint
 from util.training.compile_probe import CompileProbe
@@ -233,22 +233,25 @@ def train(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
     return 0
 
 
+@exits_on_user_error(report=distributed.report_user_error)  # one paragraph, exit status 2
+def start_and_train(opt: argparse.Namespace, locks: list[RunLock]) -> int:
+    """Distributed start, the run folder's lock (held in `locks` for main to release), training."""
+    ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
+    if ctx.is_main:  # one run per folder; taken before anything is written there
+        locks.append(RunLock(os.path.join(opt.checkpoints_dir, opt.name)).acquire())
+    return train(opt, ctx)
+
+
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
     if opt.deterministic:
         enable_determinism()  # before any CUDA work
-    lock = None
+    locks: list[RunLock] = []
     try:
-        ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)
-        if ctx.is_main:  # one run per folder; taken before anything is written there
-            lock = RunLock(os.path.join(opt.checkpoints_dir, opt.name)).acquire()
-        return train(opt, ctx)
-    except UserError as err:
-        distributed.report_user_error(describe(err))
-        return EXIT_USER_ERROR
+        return start_and_train(opt, locks)
     finally:
-        if lock is not None:
+        for lock in locks:
             lock.release()
         distributed.shutdown()
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 
 SHOWN = 5  # files named in one error message
@@ -141,15 +141,12 @@ def _write_one(triple: tuple[str, str, str]) -> None:
     image_write(*triple)
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     for arg in vars(args):
         print(f"[{arg}] = ", getattr(args, arg))
-    try:
-        pairs, unmatched = plan(args)
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    pairs, unmatched = plan(args)
     if unmatched:
         print(f"warning: skipped {len(unmatched)} unmatched image(s): {_listing(unmatched)}", file=sys.stderr)
     for folder in sorted({os.path.dirname(ab) for _, _, ab in pairs}):

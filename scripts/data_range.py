@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import make_dataset  # noqa: E402
 from data.image_io import read_image  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 
@@ -51,17 +51,14 @@ def value_range(paths: list[str]) -> tuple[float, float]:
     return low, high
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataroot", required=True, help="dataset folder (as for train.py)")
     parser.add_argument("--phase", default="train", help="which split to scan (default train)")
     parser.add_argument("--per_domain", action="store_true", help="print A_MIN A_MAX B_MIN B_MAX (one range per domain)")
     args = parser.parse_args(argv)
-    try:
-        ranges = {domain: value_range(make_dataset(folder)) for domain, folder in folders(args.dataroot, args.phase).items()}
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    ranges = {domain: value_range(make_dataset(folder)) for domain, folder in folders(args.dataroot, args.phase).items()}
     for domain, (low, high) in ranges.items():
         print(f"domain {domain}: min {low:.9g}, max {high:.9g}")
     if args.per_domain and len(ranges) == 2:

@@ -22,7 +22,7 @@ from models import create_model  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
@@ -61,14 +61,11 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
     return {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
 
 
+@exits_on_user_error()
 def main() -> int:
     opt = TestOptions().parse()
-    try:
-        best = best_epoch(opt)
-        table = report(opt, best)
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    best = best_epoch(opt)
+    table = report(opt, best)
     print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}")
     for name, row in table.items():
         label = f"best (epoch {best['epoch']})" if name == "best" else name

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from models import builtin_models  # noqa: E402
 from options.base_options import unwritable_file_reason  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.util import why_missing  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
@@ -212,13 +212,10 @@ def evaluate(args: argparse.Namespace) -> dict:
     return result
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        result = evaluate(args)
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    result = evaluate(args)
     for key in ("PSNR", "SSIM", "L1", "FID", "KID_mean", "KID_std"):
         if key in result:
             print(f"{key:<10}{result[key]:.6f}")

@@ -40,7 +40,7 @@ from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
 from models.tiling import PadToMultiple, export_min_size  # noqa: E402
 
@@ -202,31 +202,28 @@ def run_onnx(path: str):
     return lambda x: torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     opt = ExportOptions().parse(argv)
-    try:
-        formats = opt.formats
-        sizes = check_sizes(opt)
-        min_size = export_min_size(opt.netG, opt)
-        net, stem = load_generator(opt)
-        module = PadToMultiple(net, networks.size_rule(opt.netG, opt).multiple).eval()
-        # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
-        in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
-        source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
-        refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance)
-        out_dir = export_dir(opt)
-        os.makedirs(out_dir, exist_ok=True)
-        runners = {}
-        if "torchscript" in formats:
-            path = os.path.join(out_dir, stem + ".pt")
-            runners["torchscript"] = (path, export_torchscript(module, path))
-        if "onnx" in formats:
-            path = os.path.join(out_dir, stem + ".onnx")
-            export_onnx(module, path, in_channels, min_size, opt.opset)
-            runners["onnx"] = (path, run_onnx(path))
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    formats = opt.formats
+    sizes = check_sizes(opt)
+    min_size = export_min_size(opt.netG, opt)
+    net, stem = load_generator(opt)
+    module = PadToMultiple(net, networks.size_rule(opt.netG, opt).multiple).eval()
+    # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
+    in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+    source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
+    refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance)
+    out_dir = export_dir(opt)
+    os.makedirs(out_dir, exist_ok=True)
+    runners = {}
+    if "torchscript" in formats:
+        path = os.path.join(out_dir, stem + ".pt")
+        runners["torchscript"] = (path, export_torchscript(module, path))
+    if "onnx" in formats:
+        path = os.path.join(out_dir, stem + ".onnx")
+        export_onnx(module, path, in_channels, min_size, opt.opset)
+        runners["onnx"] = (path, run_onnx(path))
     worst = 0.0
     generator = torch.Generator().manual_seed(0)
     for name, (path, run) in runners.items():

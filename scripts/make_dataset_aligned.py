@@ -22,7 +22,7 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.safe_files import atomic_write  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
@@ -93,6 +93,7 @@ def align_images(pairs: list[tuple[str, str]], target_path: str) -> int:
     return len(pairs)
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset-path", "--dataset_path", dest="dataset_path", required=True,
@@ -100,27 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair_by", choices=["name", "order"], default="name",
                         help="name: partners share a file name; order: the sorted lists are paired by position")
     args = parser.parse_args(argv)
-    try:
-        root = args.dataset_path
-        if not os.path.isdir(root):
-            raise UserError(f"--dataset-path {root} is not a folder.")
-        splits = sorted(d[:-1] for d in os.listdir(root) if d.endswith("A") and os.path.isdir(os.path.join(root, d)))
-        if not splits:
-            raise UserError(f"--dataset-path {root} has no <split>A folders (e.g. trainA and trainB, testA and testB).")
-        jobs = []
-        for split in splits:
-            b_dir = os.path.join(root, split + "B")
-            if not os.path.isdir(b_dir):
-                raise UserError(f"{os.path.join(root, split + 'A')} has no partner folder {b_dir}.")
-            pairs = pair_files(get_file_paths(os.path.join(root, split + "A")), get_file_paths(b_dir), args.pair_by)
-            check_sizes(pairs)
-            jobs.append((split, pairs))
-        for split, pairs in jobs:  # every split is paired before anything is written
-            count = align_images(pairs, os.path.join(root, split))
-            print(f"{split}: {count} aligned images in {os.path.join(root, split)}")
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    root = args.dataset_path
+    if not os.path.isdir(root):
+        raise UserError(f"--dataset-path {root} is not a folder.")
+    splits = sorted(d[:-1] for d in os.listdir(root) if d.endswith("A") and os.path.isdir(os.path.join(root, d)))
+    if not splits:
+        raise UserError(f"--dataset-path {root} has no <split>A folders (e.g. trainA and trainB, testA and testB).")
+    jobs = []
+    for split in splits:
+        b_dir = os.path.join(root, split + "B")
+        if not os.path.isdir(b_dir):
+            raise UserError(f"{os.path.join(root, split + 'A')} has no partner folder {b_dir}.")
+        pairs = pair_files(get_file_paths(os.path.join(root, split + "A")), get_file_paths(b_dir), args.pair_by)
+        check_sizes(pairs)
+        jobs.append((split, pairs))
+    for split, pairs in jobs:  # every split is paired before anything is written
+        count = align_images(pairs, os.path.join(root, split))
+        print(f"{split}: {count} aligned images in {os.path.join(root, split)}")
     return 0
 
 

@@ -24,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 
@@ -67,6 +67,7 @@ def parse_ratios(text: str, splits: list[str]) -> list[float]:
     return ratios
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -78,37 +79,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle")
     parser.add_argument("--mode", choices=["copy", "move", "symlink"], default="copy", help="how files get there")
     args = parser.parse_args(argv)
-    try:
-        splits = [s.strip() for s in args.splits.split(",") if s.strip()]
-        ratios = parse_ratios(args.ratios, splits)
-        if not os.path.isdir(args.source):
-            raise UserError(f"--source {args.source} is not a folder of images.")
-        names = [n for n in os.listdir(args.source) if is_image_file(n) and os.path.isfile(os.path.join(args.source, n))]
-        needed = sum(r > 0 for r in ratios)
-        if len(names) < needed:
-            raise UserError(f"--source {args.source} has {len(names)} image(s), fewer than the {needed} splits with a "
-                            f"ratio above 0; add images or set some --ratios to 0.")
-        folders = [os.path.join(args.dest, split + args.domain) for split in splits]
-        for folder in folders:
-            if os.path.isdir(folder) and any(is_image_file(n) for n in os.listdir(folder)):
-                raise UserError(f"{folder} already holds images; splitting into it would mix two splits. Empty it or "
-                                f"choose another --dest.")
-        for folder, group in zip(folders, assign(names, ratios, args.seed)):
-            if not group:
-                continue
-            os.makedirs(folder, exist_ok=True)
-            for name in group:
-                src, dst = os.path.join(args.source, name), os.path.join(folder, name)
-                if args.mode == "copy":
-                    shutil.copy2(src, dst)
-                elif args.mode == "move":
-                    shutil.move(src, dst)
-                else:
-                    os.symlink(os.path.abspath(src), dst)
-            print(f"{folder}: {len(group)} images")
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    ratios = parse_ratios(args.ratios, splits)
+    if not os.path.isdir(args.source):
+        raise UserError(f"--source {args.source} is not a folder of images.")
+    names = [n for n in os.listdir(args.source) if is_image_file(n) and os.path.isfile(os.path.join(args.source, n))]
+    needed = sum(r > 0 for r in ratios)
+    if len(names) < needed:
+        raise UserError(f"--source {args.source} has {len(names)} image(s), fewer than the {needed} splits with a "
+                        f"ratio above 0; add images or set some --ratios to 0.")
+    folders = [os.path.join(args.dest, split + args.domain) for split in splits]
+    for folder in folders:
+        if os.path.isdir(folder) and any(is_image_file(n) for n in os.listdir(folder)):
+            raise UserError(f"{folder} already holds images; splitting into it would mix two splits. Empty it or "
+                            f"choose another --dest.")
+    for folder, group in zip(folders, assign(names, ratios, args.seed)):
+        if not group:
+            continue
+        os.makedirs(folder, exist_ok=True)
+        for name in group:
+            src, dst = os.path.join(args.source, name), os.path.join(folder, name)
+            if args.mode == "copy":
+                shutil.copy2(src, dst)
+            elif args.mode == "move":
+                shutil.move(src, dst)
+            else:
+                os.symlink(os.path.abspath(src), dst)
+        print(f"{folder}: {len(group)} images")
     return 0
 
 

@@ -29,7 +29,7 @@ from data.image_io import output_extension, probe_image  # noqa: E402
 from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from util.errors import EXIT_USER_ERROR, UserError, describe  # noqa: E402
+from util.errors import describe, exits_on_user_error, UserError  # noqa: E402
 from util.util import broken_link  # noqa: E402
 from util.flag_types import OneParagraphParser, finite_float, non_negative_int, positive_int  # noqa: E402
 
@@ -147,29 +147,26 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
     return done
 
 
+@exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
-                                     eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                     **args.architecture)
-        jobs, skipped = list_jobs(args.inputs, args.output,
-                                  lambda source, destination: output_name(translator, source, destination))
-        if not jobs:
-            raise UserError(nothing_to_translate(args.inputs, skipped))
-        total, start = len(jobs) + len(skipped), time.perf_counter()
-        done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped)
-        print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "
-              f"({translator})")
-        if skipped:
-            print(f"skipped {len(skipped)}:")
-            for path, reason in skipped:
-                print(f"  {path}: {reason}")
-        if not done:
-            raise UserError(nothing_to_translate(args.inputs, skipped))
-    except UserError as err:
-        print(describe(err), file=sys.stderr)
-        return EXIT_USER_ERROR
+    translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
+                                 eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
+                                 **args.architecture)
+    jobs, skipped = list_jobs(args.inputs, args.output,
+                              lambda source, destination: output_name(translator, source, destination))
+    if not jobs:
+        raise UserError(nothing_to_translate(args.inputs, skipped))
+    total, start = len(jobs) + len(skipped), time.perf_counter()
+    done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped)
+    print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "
+          f"({translator})")
+    if skipped:
+        print(f"skipped {len(skipped)}:")
+        for path, reason in skipped:
+            print(f"  {path}: {reason}")
+    if not done:
+        raise UserError(nothing_to_translate(args.inputs, skipped))
     return 0
 
 

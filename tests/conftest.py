@@ -128,7 +128,7 @@ FAST_FLAGS = ["--ngf", "8", "--ndf", "8", "--display_id", "0", "--num_threads", 
 def inception_torch_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TORCH_HOME whose hub cache holds deterministic Inception weights under the file name
     torch-fidelity downloads (util/evaluation/inception.py): set TORCH_HOME to it to run FID/KID offline."""
-    from scripts.bench.seeded_inception import write_seeded_inception_weights
+    from dev.bench.seeded_inception import write_seeded_inception_weights
     from util.evaluation.inception import INCEPTION_WEIGHTS_NAME
 
     home = tmp_path_factory.mktemp("torch_home")

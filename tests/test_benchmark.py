@@ -22,7 +22,7 @@ from conftest import ROOT, load_script
 from models import networks
 
 benchmark = load_script("dev/benchmark.py")
-from bench import derive, jobs, plan as plans, runner as runners, stats  # noqa: E402  (scripts/ is on sys.path now)
+from bench import derive, jobs, plan as plans, runner as runners, stats  # noqa: E402  (dev/ is on sys.path now)
 from bench.flops import conv2d_flops, count_flops  # noqa: E402
 from bench.measure import measure  # noqa: E402
 

@@ -5,6 +5,10 @@ that the user can fix. `train.py` and `test.py` print its message as one paragra
 with status 2 instead of showing a traceback. Everything else is a bug and keeps its traceback.
 """
 
+import functools
+import sys
+from typing import Callable
+
 EXIT_USER_ERROR = 2
 
 
@@ -21,3 +25,25 @@ def describe(error: UserError) -> str:
         last = [line for line in text.splitlines() if line.strip()][-1]
         text = last.split("UserError: ", 1)[-1]
     return "error: " + " ".join(text.split())
+
+
+def print_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
+    """Decorator of an entry point's function that returns the exit status: a UserError raised in it
+    ends it with its one-paragraph message (`describe`) given to `report` (default: printed on
+    stderr; train.py and test.py pass the rank-aware one) and exit status 2. Everything else keeps
+    its traceback."""
+    def decorate(function):
+        @functools.wraps(function)
+        def run(*args, **kwargs) -> int:
+            try:
+                return function(*args, **kwargs)
+            except UserError as err:
+                report(describe(err))
+                return EXIT_USER_ERROR
+        return run
+    return decorate
+
