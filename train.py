@@ -24,6 +24,7 @@ from models import create_model
 from models import networks
 from models.accumulation import check_accumulation, micro_batch_groups
 from models.base_model import BaseModel
+from models.training_engine import TrainingEngine
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
@@ -59,6 +60,7 @@ class Run:
     ctx: distributed.DistContext
     dataset: DatasetLoader        # the training images, a sampler per rank
     model: BaseModel
+    engine: TrainingEngine        # how the model's steps run: precision, accumulation, compile, DDP
     validator: Validator | None   # held-out metrics (--val_freq); None without
     visualizer: Visualizer | NullVisualizer  # the null one, doing nothing, on non-main ranks
     checkpointer: Checkpointer    # every save, resume and best file
@@ -135,8 +137,9 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
     visualizer.message(f"The number of training images = {len(dataset)}; {batch_description(opt, ctx)} on {ctx.device}")
     stop = StopRequest().install()
-    compile_probe = CompileProbe.for_model(model, opt.compile, opt.compile_probe, visualizer.message)
-    return Run(opt, ctx, dataset, model, validator, visualizer, checkpointer, stop, compile_probe), start.position
+    compile_probe = CompileProbe.for_model(model.engine, opt.compile, opt.compile_probe, visualizer.message)
+    return (Run(opt, ctx, dataset, model, model.engine, validator, visualizer, checkpointer, stop, compile_probe),
+            start.position)
 
 
 def train_one_epoch(run: Run, progress: Position) -> bool:
@@ -155,8 +158,8 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
         progress.total_iters += global_batch
         progress.images_done += global_batch
 
-        with run.compile_probe.timing(model):  # --compile: the first steps measure whether it pays
-            model.train_step(micro_batches)    # onto the device; losses, gradients, weight updates
+        with run.compile_probe.timing(run.engine):  # --compile: the first steps measure whether it pays
+            run.engine.train_step(micro_batches)    # onto the device; losses, gradients, weight updates
         model.update_ema()             # --ema_decay: the generators' moving averages
 
         total_iters = progress.total_iters

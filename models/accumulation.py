@@ -110,7 +110,7 @@ def accumulated_step(model: "BaseModel", micro_batches: list[dict]) -> None:
             else:  # the random draws of the first phase's pass over this micro-batch
                 _set_rng_state(rng_states[step.index], model.device)
             sync = nullcontext() if step.last else distributed.no_gradient_sync(networks)
-            with sync, model.micro_step(step):
+            with sync, model.engine.micro_step(step):
                 model.set_input(batch)
                 getattr(model, phase)()
             for name in seen:

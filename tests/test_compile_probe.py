@@ -111,13 +111,13 @@ def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restore
     model = create_model(opt, DistContext())
     model.setup(opt)
     assert isinstance(model.netG, SlowWrapper) and isinstance(model.netD, SlowWrapper)
-    model.use_compiled(False)
+    model.engine.use_compiled(False)
     assert not isinstance(model.netG, SlowWrapper) and not isinstance(model.netD, SlowWrapper)
-    model.compile_choice = False
+    model.engine.compile_choice = False
     state = model.shared_training_state()
     continued = create_model(opt, DistContext())
     continued.setup(opt, resume_state={"model": state, "options": None})
-    assert continued.compile_choice is False
+    assert continued.engine.compile_choice is False
 
 
 def test_train_py_measures_keeps_the_faster_and_a_continued_run_keeps_the_choice(paired_root, tmp_path, monkeypatch,
