@@ -8,6 +8,7 @@ from models import networks
 from models.diff_augment import augment_policy
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
+from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
 from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
 from util.training.resume_flags import ignored, refused
@@ -78,6 +79,20 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--D_spectral", action="store_true", on_resume="architecture", help="spectral normalisation of every convolution of the discriminators (PyTorch's parametrization); their checkpoints then hold weight.original and the power iteration's _u, _v")
         return parser
 
+    def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
+        """The base parser (models', families' and datasets' flags), then the loggers' own flags: the
+        built-in back ends' and those of each --logger class. A --logger module that cannot be
+        imported stops here (exit 2), before the run writes anything."""
+        parser = super().build_parser(argv)
+        known, _ = parser.parse_known_args(argv)
+        try:
+            loggers = logger_classes(known.logger)
+        except UserError as err:
+            parser.error(f"argument {err}")
+        for backend in (*BUILT_IN_BACKENDS, *loggers):
+            parser = backend.modify_commandline_options(parser, self.isTrain)
+        return parser
+
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         last_epoch = opt.n_epochs + opt.n_epochs_decay
         if last_epoch == 0:
@@ -96,10 +111,6 @@ class TrainOptions(BaseOptions):
             parser.error(f"argument --ada_target: --ada_target {opt.ada_target:g} adapts the probability of "
                          f"--diff_augment's transforms, but --diff_augment is off; add --diff_augment "
                          f"color,translation,cutout (for example) or drop --ada_target")
-        try:  # import the --logger modules now, so that a bad one stops the run before it writes anything
-            logger_classes(opt.logger)
-        except UserError as err:
-            parser.error(f"argument {err}")
         run_dir = os.path.join(opt.checkpoints_dir, opt.name)
         reason = unwritable_folder_reason(run_dir)
         if reason:
