@@ -21,7 +21,8 @@ model end to end. A dataset is one file; write these:
 Save it anywhere importable (e.g. `my_datasets/satellite_dataset.py`) and pass its dotted module
 path, `--dataset_mode my_datasets.satellite_dataset`: nothing else needs to change. A dataset that
 ships with the project is `data/<name>_dataset.py` holding a class `<Name>Dataset`, found as
-`--dataset_mode <name>` and listed in `BUILT_IN_MODES` (data/registry.py). See docs/datasets.md.
+`--dataset_mode <name>` (data/registry.py finds it by its file: nothing else to edit). See
+docs/datasets.md.
 """
 
 from __future__ import annotations

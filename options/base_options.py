@@ -64,7 +64,7 @@ class BaseOptions:
         parser.add_argument("--no_dropout", action="store_true", on_resume="architecture", help="no dropout for the generator")
         parser.add_argument("--upsample", type=str, default="transpose", choices=networks.UPSAMPLINGS, on_resume="architecture", help="how the resnet and unet generators double the size: transpose: transposed convolutions (the reference's; their checkpoints); resize: nearest-neighbour upsampling then a 3x3 convolution, which avoids checkerboard artifacts (docs/training_tips.md)")
         # dataset parameters
-        parser.add_argument("--dataset_mode", type=str, default="unaligned", on_resume="noted", help=f"chooses how datasets are loaded: {', '.join(data.BUILT_IN_MODES)}, or the dotted module path of your own dataset (docs/datasets.md)")
+        parser.add_argument("--dataset_mode", type=str, default="unaligned", on_resume="noted", help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or the dotted module path of your own dataset (docs/datasets.md)")
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture", help="AtoB or BtoA")
         parser.add_argument("--serial_batches", action="store_true", on_resume="noted", help="if true, takes images in order to make batches, otherwise takes them randomly")
         parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent", help="# threads for loading data")

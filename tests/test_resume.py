@@ -246,7 +246,7 @@ def built_in_parsers(options_classes: tuple = ()):
     from options.train_options import TrainOptions
 
     commands = [["--model", model, "--dataset_mode", mode]
-                for model in models.builtin_model_names() for mode in data.BUILT_IN_MODES]
+                for model in models.builtin_model_names() for mode in data.builtin_dataset_names()]
     commands += [["--netG", name] for name in networks.generators()]
     commands += [["--netD", name] for name in networks.discriminators()]
     for options_class in options_classes or (TrainOptions, TestOptions):
