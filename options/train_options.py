@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import data
 from models import networks
 from models.diff_augment import augment_policy
 from options.base_options import BaseOptions, unwritable_folder_reason
@@ -102,10 +103,10 @@ class TrainOptions(BaseOptions):
             parser.error(f"argument --epoch_count: --epoch_count {opt.epoch_count} is past the last epoch "
                          f"(--n_epochs {opt.n_epochs} + --n_epochs_decay {opt.n_epochs_decay} = {last_epoch}), so "
                          f"nothing would be trained; raise --n_epochs or lower --epoch_count")
-        if opt.dataset_mode == "single":
-            parser.error("argument --dataset_mode: single reads one folder of input images without targets, which "
-                         "test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
-                         "(--dataset_mode unaligned)")
+        if not data.find_dataset_using_name(opt.dataset_mode).has_targets:
+            parser.error(f"argument --dataset_mode: {opt.dataset_mode} reads input images without targets, which "
+                         f"test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
+                         f"(--dataset_mode unaligned)")
         self.check_high_resolution(parser, opt)
         if opt.ada_target > 0 and not opt.diff_augment:
             parser.error(f"argument --ada_target: --ada_target {opt.ada_target:g} adapts the probability of "
