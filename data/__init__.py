@@ -19,12 +19,12 @@ import torch.utils.data
 
 from data.base_dataset import BaseDataset
 from data.input_checks import check_dataset_root
-from data.registry import BUILT_IN_MODES, built_in_datasets, find_dataset_using_name, get_option_setter
+from data.registry import built_in_datasets, builtin_dataset_names, find_dataset_using_name, get_option_setter
 from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
 from util.distributed import DistContext
 from util.errors import UserError
 
-__all__ = ["BUILT_IN_MODES", "DATASETS", "DatasetLoader", "create_dataset", "find_dataset_using_name",
+__all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "find_dataset_using_name",
            "get_option_setter"]
 
 DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()

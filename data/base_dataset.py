@@ -34,10 +34,10 @@ class BaseDataset(data.Dataset, abc.ABC):
     """A map-style dataset whose `__getitem__(index)` returns a dict of tensors and paths.
 
     Subclasses implement `__init__(opt)` (call super first), `__len__`, `__getitem__`, and
-    optionally `modify_commandline_options`, the class attribute `paired`, and the classmethods
-    `required_folders(opt)` and `files_read(opt)`, which say what the dataset reads so that a bad
-    folder or image is refused before any model is built (data/input_checks.py; by default
-    nothing is checked but --dataroot). `create_dataset` calls `set_seed` once and the
+    optionally `modify_commandline_options`, the class attributes `paired` and `has_targets`, and
+    the classmethods `required_folders(opt)` and `files_read(opt)`, which say what the dataset
+    reads so that a bad folder or image is refused before any model is built
+    (data/input_checks.py; by default nothing is checked but --dataroot). `create_dataset` calls `set_seed` once and the
     loader calls `set_epoch` before each epoch. The DataLoader's workers persist across epochs;
     they learn the epoch from the training sampler's (epoch, index) keys (data/samplers.py), so a
     worker sets its copy's epoch before loading a sample.
@@ -46,6 +46,9 @@ class BaseDataset(data.Dataset, abc.ABC):
     # Whether each sample's B is the true counterpart of its A (scored with L1/PSNR/SSIM) rather
     # than an unrelated image of the other domain (scored by distribution: FID/KID).
     paired: bool = False
+    # Whether each sample has a B beside its A (its counterpart, or an image of the other domain):
+    # training needs one (options/train_options.py refuses a dataset without); inference does not.
+    has_targets: bool = True
 
     def __init__(self, opt: argparse.Namespace) -> None:
         self.opt = opt

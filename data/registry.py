@@ -3,7 +3,8 @@
 A name is either
 - a built-in mode NAME: the class in `data/NAME_dataset.py` whose name, lower-cased and without
   underscores, is NAME + "dataset" (as in the reference: `aligned` -> `AlignedDataset`). Those
-  shipped with the project are listed in `BUILT_IN_MODES`, which --help and errors offer;
+  shipped with the project are found by their files (`builtin_dataset_names`), and --help and
+  errors offer them;
 - a dotted module path (`my_datasets.satellite_dataset`): a user's own module, importable from
   the current folder or `sys.path`, holding one concrete `BaseDataset` subclass.
 
@@ -15,6 +16,7 @@ import argparse
 import importlib
 import inspect
 import os
+import pkgutil
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -22,7 +24,16 @@ from types import ModuleType
 from data.base_dataset import BaseDataset
 from util.errors import UserError
 
-BUILT_IN_MODES = ("aligned", "unaligned", "single", "colorization", "template")
+_MODULE_SUFFIX = "_dataset"
+_NOT_MODES = ("base",)  # data/base_dataset.py holds the contract and the shared preprocessing, no mode
+
+
+def builtin_dataset_names() -> list[str]:
+    """The built-in modes' names (data/<name>_dataset.py), sorted."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    stems = (info.name for info in pkgutil.iter_modules([folder]))
+    return sorted(stem[:-len(_MODULE_SUFFIX)] for stem in stems
+                  if stem.endswith(_MODULE_SUFFIX) and stem[:-len(_MODULE_SUFFIX)] not in _NOT_MODES)
 
 
 def find_dataset_using_name(name: str) -> type[BaseDataset]:
@@ -43,8 +54,8 @@ def find_dataset_using_name(name: str) -> type[BaseDataset]:
 
 
 def built_in_datasets() -> dict[str, type[BaseDataset]]:
-    """The classes of `BUILT_IN_MODES`, by mode name."""
-    return {name: find_dataset_using_name(name) for name in BUILT_IN_MODES}
+    """The built-in modes' classes, by mode name (imports them all)."""
+    return {name: find_dataset_using_name(name) for name in builtin_dataset_names()}
 
 
 def get_option_setter(name: str) -> Callable[[argparse.ArgumentParser, bool], argparse.ArgumentParser]:
@@ -87,7 +98,7 @@ def _import(module_name: str, mode: str) -> ModuleType:
 
 def _unknown(name: str) -> UserError:
     return UserError(
-        f"unknown --dataset_mode {name!r}; use one of {', '.join(BUILT_IN_MODES)}, or name your own dataset by "
+        f"unknown --dataset_mode {name!r}; use one of {', '.join(builtin_dataset_names())}, or name your own dataset by "
         f"its module's dotted path (e.g. --dataset_mode my_datasets.satellite_dataset for "
         f"my_datasets/satellite_dataset.py in the current folder or on sys.path, holding one BaseDataset "
         f"subclass; see docs/datasets.md).")

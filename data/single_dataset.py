@@ -19,6 +19,8 @@ class SingleDataset(BaseDataset):
     Sample: {"A": Tensor, "A_paths": str}.
     """
 
+    has_targets = False  # inputs alone: test.py translates them, training cannot learn from them
+
     @classmethod
     def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
         """`dataroot` itself, holding images (in subfolders too)."""

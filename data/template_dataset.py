@@ -5,7 +5,9 @@ and pairs each image A with its mirror image as B, which is enough to run a pix2
 model end to end. A dataset is one file; write these:
 
 1. `modify_commandline_options(parser, is_train)`: add flags for your dataset and change
-   defaults of existing ones (optional; return the parser).
+   defaults of existing ones (optional; return the parser). Declare with each flag what a
+   change of it does when a run is continued (`on_resume`, docs/resume.md); left out, such a
+   change is honoured with a note.
 2. `__init__(self, opt)`: call `super().__init__(opt)`, then find your files (use
    `make_dataset` for a folder of images) and raise `UserError` for anything the user must fix.
 3. `__len__(self)`: the number of samples.
@@ -19,7 +21,8 @@ model end to end. A dataset is one file; write these:
 Save it anywhere importable (e.g. `my_datasets/satellite_dataset.py`) and pass its dotted module
 path, `--dataset_mode my_datasets.satellite_dataset`: nothing else needs to change. A dataset that
 ships with the project is `data/<name>_dataset.py` holding a class `<Name>Dataset`, found as
-`--dataset_mode <name>` and listed in `BUILT_IN_MODES` (data/registry.py). See docs/datasets.md.
+`--dataset_mode <name>` (data/registry.py finds it by its file: nothing else to edit). See
+docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class TemplateDataset(BaseDataset):
     @staticmethod
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
         """Add `--new_dataset_option` (an example flag, stored as `self.new_option`)."""
-        parser.add_argument("--new_dataset_option", type=finite_float, default=1.0,
+        parser.add_argument("--new_dataset_option", type=finite_float, default=1.0, on_resume="noted",
                             help="example flag of the template dataset (unused)")
         return parser
 

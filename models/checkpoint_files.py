@@ -2,8 +2,10 @@
 
 `<label>_net_<name>.pth` holds one plain state_dict (written from the unwrapped module, so it loads
 anywhere: one process, the CPU, the reference's test.py). `architecture.json` beside the weights
-records the options that decide the networks' shapes, so that loading with other flags can say
-exactly which flags to pass, and models/saved_generator.py can rebuild a generator without flags.
+records the options that decide the networks' shapes -- every flag of the run declared
+`on_resume="architecture"` (util/training/resume_flags.py), --model and --direction among them, and
+the shape flags of its network families -- so that loading with other flags can say exactly which
+flags to pass, and models/saved_generator.py can rebuild a generator without flags.
 """
 from __future__ import annotations
 
@@ -16,19 +18,24 @@ from models.networks import DISCRIMINATOR, GENERATOR, family_of
 from util.errors import UserError
 from util.safe_files import atomic_write_json, read_json_object
 from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
+from util.training.resume_flags import ARCHITECTURE
 
-ARCHITECTURE_OPTIONS = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout",
-                        "input_nc", "output_nc", "direction", "upsample", "D_spectral")
 ARCHITECTURE_FILE = "architecture.json"
+# Recorded to find the run's generator (its model class, the direction trained), not a network's
+# shape: test.py loads one generator of any run with --model test, in either --direction.
+NOT_SHAPES = ("model", "direction")
 
 
 def architecture_options(opt) -> list[str]:
-    """The options architecture.json records: ARCHITECTURE_OPTIONS and the shape flags the run's
-    network families declare (its own family's flags, for a family of the user's)."""
+    """The options architecture.json records: every flag of the run declared `on_resume="architecture"`
+    (`opt._flag_classes`, as parsed: --model and --direction among them), and the shape flags the run's
+    network families name (a family of your own may add its flags without declaring them)."""
+    classes = getattr(opt, "_flag_classes", {})
     shape = [*family_of(opt.netG, GENERATOR).shape_flags]
     if hasattr(opt, "netD"):
         shape += family_of(opt.netD, DISCRIMINATOR).shape_flags
-    return list(dict.fromkeys([*ARCHITECTURE_OPTIONS, *shape]))
+    declared = [key for key, resume_class in classes.items() if resume_class == ARCHITECTURE]
+    return [key for key in dict.fromkeys([*declared, *shape]) if hasattr(opt, key)]
 
 
 def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -> None:
@@ -37,7 +44,7 @@ def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -
     for name, net in nets.items():
         state = {k: v.detach().cpu() for k, v in net.state_dict().items()}
         atomic_torch_save(state, os.path.join(save_dir, f"{label}_net_{name}.pth"))
-    architecture = {key: getattr(opt, key) for key in architecture_options(opt) if hasattr(opt, key)}
+    architecture = {key: getattr(opt, key) for key in architecture_options(opt)}
     atomic_write_json(os.path.join(save_dir, ARCHITECTURE_FILE), architecture, indent=1)  # whole, even if killed
 
 
@@ -73,11 +80,13 @@ def _trained_flags(saved: str, opt) -> str:
     except UserError as damaged:  # it would only have added a hint: say so, and give the rest
         return f" ({damaged})"
     parts = []
-    for key in ("netG", "norm", "ngf", "input_nc", "output_nc", "upsample", "netD", "n_layers_D", "ndf"):
-        if key in arch and arch[key] != getattr(opt, key, arch[key]):
-            parts.append(f"--{key} {arch[key]}")
-    if arch.get("no_dropout") != getattr(opt, "no_dropout", None):
-        parts.append("--no_dropout" if arch.get("no_dropout") else "(without --no_dropout)")
+    for key, value in arch.items():  # the shapes recorded that this command has otherwise
+        if key in NOT_SHAPES or value == getattr(opt, key, value):
+            continue
+        if isinstance(value, bool) or value is None:
+            parts.append(f"--{key}" if value else f"(without --{key})")
+        else:
+            parts.append(f"--{key} {value}")
     return " It was trained with " + " ".join(parts) + "; pass the same flags." if parts else ""
 
 

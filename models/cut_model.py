@@ -94,34 +94,41 @@ class CUTModel(BaseModel):
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
+        # How each flag fares on --continue_train (util/training/resume_flags.py): the losses are
+        # "noted"; what shapes G, D and F (netF's MLPs follow --nce_layers) is "architecture".
         parser.add_argument("--CUT_mode", type=cut_mode, default="CUT", action=mode_defaults_action(is_train),
-                            help="CUT or FastCUT (any case): FastCUT has no identity NCE, --lambda_NCE 10, flip "
-                                 "equivariance and 150+50 epochs")
-        parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, help="weight for GAN loss: GAN(G(X))")
-        parser.add_argument("--lambda_NCE", type=non_negative_float, default=1.0, help="weight for NCE loss: NCE(G(X), X)")
-        parser.add_argument("--nce_idt", type=str2bool, nargs="?", const=True, default=False,
+                            on_resume="noted", help="CUT or FastCUT (any case): FastCUT has no identity NCE, "
+                                                    "--lambda_NCE 10, flip equivariance and 150+50 epochs")
+        parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="noted",
+                            help="weight for GAN loss: GAN(G(X))")
+        parser.add_argument("--lambda_NCE", type=non_negative_float, default=1.0, on_resume="noted",
+                            help="weight for NCE loss: NCE(G(X), X)")
+        parser.add_argument("--nce_idt", type=str2bool, nargs="?", const=True, default=False, on_resume="noted",
                             help="use NCE loss for identity mapping: NCE(G(Y), Y)")
-        parser.add_argument("--nce_layers", type=layer_list, default="0,4,8,12,16",
+        parser.add_argument("--nce_layers", type=layer_list, default="0,4,8,12,16", on_resume="architecture",
                             help="compute NCE loss on which layers of the generator's `model` sequence")
         parser.add_argument("--nce_includes_all_negatives_from_minibatch", type=str2bool, nargs="?", const=True,
-                            default=False, help="negatives from every image of the global batch, not only the "
-                                                "query's own image (CUT uses it for single-image translation)")
+                            default=False, on_resume="noted", help="negatives from every image of the global batch, "
+                            "not only the query's own image (CUT uses it for single-image translation)")
         parser.add_argument("--netF", type=str, default="mlp_sample", choices=cut_networks.NETF_KINDS,
-                            help="how to downsample the feature map")
-        parser.add_argument("--netF_nc", type=positive_int, default=256, help="width of netF's projection MLP")
-        parser.add_argument("--nce_T", type=positive_float, default=0.07, help="temperature for NCE loss")
-        parser.add_argument("--num_patches", type=positive_int, default=256, help="number of patches per layer")
+                            on_resume="architecture", help="how to downsample the feature map")
+        parser.add_argument("--netF_nc", type=positive_int, default=256, on_resume="architecture",
+                            help="width of netF's projection MLP")
+        parser.add_argument("--nce_T", type=positive_float, default=0.07, on_resume="noted",
+                            help="temperature for NCE loss")
+        parser.add_argument("--num_patches", type=positive_int, default=256, on_resume="noted",
+                            help="number of patches per layer")
         parser.add_argument("--flip_equivariance", type=str2bool, nargs="?", const=True, default=False,
-                            help="enforce flip-equivariance as additional regularization (FastCUT)")
+                            on_resume="noted", help="enforce flip-equivariance as additional regularization (FastCUT)")
         # CUT's separate norms: --normG is our --norm (what architecture.json records for the
         # generator, and what syncbatch reads); --normD defaults to it.
         parser.add_argument("--normG", dest="norm", type=norm_name, choices=networks.NORMS, default=argparse.SUPPRESS,
-                            help="normalization of G (= --norm)")
-        parser.add_argument("--normD", type=str, default=None, choices=networks.NORMS,
+                            on_resume="architecture", help="normalization of G (= --norm)")
+        parser.add_argument("--normD", type=str, default=None, choices=networks.NORMS, on_resume="architecture",
                             help="normalization of D (default: that of G)")
-        parser.add_argument("--no_antialias", action="store_true",
+        parser.add_argument("--no_antialias", action="store_true", on_resume="architecture",
                             help="stride-2 convolutions instead of antialiased downsampling, in G and D")
-        parser.add_argument("--no_antialias_up", action="store_true",
+        parser.add_argument("--no_antialias_up", action="store_true", on_resume="architecture",
                             help="transposed convolutions instead of antialiased upsampling in G")
         parser.set_defaults(no_dropout=True, init_type="xavier", pool_size=0, **MODE_DEFAULTS["CUT"])
         if is_train:

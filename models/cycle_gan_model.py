@@ -43,9 +43,9 @@ class CycleGANModel(BaseModel):
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(no_dropout=True)  # default CycleGAN did not use dropout
         if is_train:
-            parser.add_argument("--lambda_A", type=non_negative_float, default=10.0, help="weight for cycle loss (A -> B -> A)")
-            parser.add_argument("--lambda_B", type=non_negative_float, default=10.0, help="weight for cycle loss (B -> A -> B)")
-            parser.add_argument("--lambda_identity", type=non_negative_float, default=0.5,
+            parser.add_argument("--lambda_A", type=non_negative_float, default=10.0, on_resume="noted", help="weight for cycle loss (A -> B -> A)")
+            parser.add_argument("--lambda_B", type=non_negative_float, default=10.0, on_resume="noted", help="weight for cycle loss (B -> A -> B)")
+            parser.add_argument("--lambda_identity", type=non_negative_float, default=0.5, on_resume="noted",
                                 help="use identity mapping. Setting lambda_identity other than 0 has an effect of scaling the weight of the identity mapping loss. For example, if the weight of the identity loss should be 10 times smaller than the weight of the reconstruction loss, please set lambda_identity = 0.1")
         return parser
 

@@ -33,8 +33,8 @@ class Pix2PixModel(BaseModel):
         parser.set_defaults(norm="batch", netG=unet.PIX2PIX_DEFAULT, dataset_mode="aligned")
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
-            parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, help="weight for L1 loss")
-            parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's intermediate features on the real and the generated pair, per scale; pix2pixHD uses 10 with --netD multiscale); 0: off")
+            parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, on_resume="noted", help="weight for L1 loss")
+            parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, on_resume="noted", help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's intermediate features on the real and the generated pair, per scale; pix2pixHD uses 10 with --netD multiscale); 0: off")
         return parser
 
     def __init__(self, opt, ctx):

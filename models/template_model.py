@@ -3,7 +3,9 @@
 To write a model `dummy`, copy this file to models/dummy_model.py and rename the class DummyModel:
 `--model dummy` finds it by its file and class names, nothing else to edit. (Or keep it outside this
 project, e.g. mypackage/dummy_model.py, and pass `--model mypackage.dummy_model`.) Then fill in:
-  - `modify_commandline_options`: your flags and changed defaults;
+  - `modify_commandline_options`: your flags and changed defaults, each flag with what a change of
+    it does on --continue_train (`on_resume="noted"` for a loss weight, "architecture" for what
+    shapes a network: docs/resume.md);
   - the facts the code around a model reads from its class (models/base_model.py):
       `visual_sides`: each visual's domain, A being the input side (test.py's full-precision files);
       `translators`: the generator that translates (the Translator, scripts/translate.py, export.py);
@@ -42,7 +44,8 @@ class TemplateModel(BaseModel):
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(dataset_mode="aligned")
         if is_train:
-            parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, help="weight for the regression loss")
+            parser.add_argument("--lambda_regression", type=non_negative_float, default=1.0, on_resume="noted",
+                                help="weight for the regression loss")
         return parser
 
     # --accum_steps (models/accumulation.py): the methods that make one step, split where a loss

@@ -31,7 +31,7 @@ class TestModel(BaseModel):
             parser.error("--model test only applies a trained generator (test.py); to train use --model "
                          "cycle_gan, pix2pix, colorization or template")
         parser.set_defaults(dataset_mode="single")
-        parser.add_argument("--model_suffix", type=str, default="",
+        parser.add_argument("--model_suffix", type=str, default="", on_resume="silent",
                             help="In checkpoints_dir, [epoch]_net_G[model_suffix].pth will be loaded as the generator.")
         return parser
 

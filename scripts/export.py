@@ -57,13 +57,14 @@ class ExportOptions(TestOptions):
             if action.dest == "dataroot":
                 action.required = False
                 action.default = ""
-        parser.add_argument("--weights", type=str, default="", help="a generator state_dict .pth to export instead of the checkpoints folder's")
-        parser.add_argument("--which_net", type=str, default="", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
-        parser.add_argument("--export_dir", type=str, default="", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
-        parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", help="comma-separated: torchscript, onnx")
-        parser.add_argument("--check_sizes", type=hw_sizes, default=None, help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
-        parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, help="largest absolute difference from PyTorch that passes the check")
-        parser.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default: torch's)")
+        # exporting continues no run: "silent" (util/training/resume_flags.py)
+        parser.add_argument("--weights", type=str, default="", on_resume="silent", help="a generator state_dict .pth to export instead of the checkpoints folder's")
+        parser.add_argument("--which_net", type=str, default="", on_resume="silent", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
+        parser.add_argument("--export_dir", type=str, default="", on_resume="silent", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
+        parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", on_resume="silent", help="comma-separated: torchscript, onnx")
+        parser.add_argument("--check_sizes", type=hw_sizes, default=None, on_resume="silent", help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
+        parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, on_resume="silent", help="largest absolute difference from PyTorch that passes the check")
+        parser.add_argument("--opset", type=positive_int, default=None, on_resume="silent", help="ONNX opset (default: torch's)")
         return parser
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:

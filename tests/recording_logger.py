@@ -1,5 +1,6 @@
 """A logger that exists only in the tests, given to train.py as `--logger recording_logger`: it keeps
-every event it receives, in order (tests/test_loggers.py compares them with the built-in back ends')."""
+every event it receives, in order (tests/test_loggers.py compares them with the built-in back ends'),
+and adds a flag of its own, `--recording_label`."""
 from __future__ import annotations
 
 from util.display.backend import LoggerBackend, RunInfo
@@ -12,9 +13,16 @@ class RecordingLogger(LoggerBackend):
 
     instances: list["RecordingLogger"] = []
 
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool):
+        parser.add_argument("--recording_label", type=str, default="", on_resume="silent",
+                            help="a name the recording logger keeps for the run (tests/recording_logger.py)")
+        return parser
+
     def __init__(self, run: RunInfo) -> None:
         super().__init__(run)
         self.events: list[tuple[str, tuple]] = []
+        self.label = run.opt.recording_label
         RecordingLogger.instances.append(self)
 
     def begin_epoch(self, *args) -> None:

@@ -20,6 +20,7 @@ from data.colorization_dataset import lab_to_rgb, lab_to_srgb, rgb_to_lab
 from data.image_folder import DomainSpec, is_image_file, load_for_network, load_image, make_dataset
 from data.image_io import layout_hint, probe_image, read_image
 from util.errors import UserError
+from util.flag_types import OneParagraphParser
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 
@@ -132,7 +133,7 @@ def test_colorization_returns_l_and_ab_channels(tmp_path):
 
 def test_template_dataset_pairs_each_image_with_its_mirror(tmp_path):
     save_gradient(tmp_path / "train" / "x.png")
-    parser = get_option_setter("template")(argparse.ArgumentParser(), True)
+    parser = get_option_setter("template")(OneParagraphParser(), True)  # it declares its flag's on_resume
     assert parser.parse_args([]).new_dataset_option == 1.0
     sample = create_dataset(make_opt(tmp_path, dataset_mode="template"), seed=0).dataset[0]
     assert_image_tensor(sample["A"], 3, 16)
@@ -146,7 +147,7 @@ def test_loader_yields_batches_of_batch_size(aligned_root):
 
 
 def test_unknown_dataset_mode_error_lists_valid_names():
-    with pytest.raises(UserError, match="aligned.*unaligned.*single"):
+    with pytest.raises(UserError, match="aligned, colorization, single, template, unaligned"):  # found by file
         find_dataset_using_name("pairs")
     assert set(DATASETS) == {"aligned", "unaligned", "single", "colorization", "template"}
 

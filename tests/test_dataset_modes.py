@@ -49,7 +49,7 @@ def test_a_misspelt_dataset_module_exits_2_in_one_paragraph_naming_the_built_ins
     assert exc.value.code == 2
     lines = capfd.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: argument --dataset_mode:"), lines
-    for text in ("'custom_datasets.noisy'", "aligned, unaligned, single, colorization, template", "dotted path",
+    for text in ("'custom_datasets.noisy'", "aligned, colorization, single, template, unaligned", "dotted path",
                  "docs/datasets.md"):
         assert text in lines[0], text
 
@@ -95,3 +95,20 @@ def test_a_module_with_two_datasets_is_refused_naming_both(current_folder):
                                                                  + DATASET_SOURCE.format(name="Second"))
     with pytest.raises(UserError, match="exactly one subclass.*defines First, Second"):
         find_dataset_using_name("cwd_pair.two_datasets")
+
+
+def test_a_dataset_without_targets_is_refused_for_training_naming_it(current_folder, capsys):
+    """Whether a dataset can train is its class's fact (`has_targets`), not a check of its name."""
+    from options.train_options import TrainOptions
+
+    (current_folder / "cwd_datasets").mkdir()
+    (current_folder / "cwd_datasets" / "inputs_dataset.py").write_text(
+        "from data.single_dataset import SingleDataset\n\n\nclass Inputs(SingleDataset):\n    pass\n")
+    (current_folder / "cwd_datasets" / "both_dataset.py").write_text(
+        "from data.single_dataset import SingleDataset\n\n\nclass Both(SingleDataset):\n    has_targets = True\n")
+    for mode in ("single", "cwd_datasets.inputs_dataset"):
+        with pytest.raises(SystemExit) as refused:
+            TrainOptions().parse(["--dataroot", "x", "--model", "pix2pix", "--dataset_mode", mode])
+        assert refused.value.code == 2
+        assert f"--dataset_mode: {mode} reads input images without targets" in capsys.readouterr().err
+    TrainOptions().parse(["--dataroot", "x", "--model", "pix2pix", "--dataset_mode", "cwd_datasets.both_dataset"])

@@ -128,7 +128,10 @@ def test_a_model_without_accumulation_phases_is_refused_and_a_changed_accum_step
     check_accumulation(Unsplit(), 1)
     with pytest.raises(UserError, match=r"--accum_steps 2: --model mypackage.my_model .*accumulation_phases.*--accum_steps 1"):
         check_accumulation(Unsplit(), 2)
-    notes = check_changed_flags({"accum_steps": 1}, {"accum_steps": 2}, {"accum_steps": 1}, "latest_train_state.pth")
+    from options.train_options import TrainOptions
+    classes = TrainOptions().build_parser(["--dataroot", "x"]).resume_classes()
+    notes = check_changed_flags({"accum_steps": 1}, {"accum_steps": 2}, {"accum_steps": 1}, "latest_train_state.pth",
+                                classes=classes)
     assert notes and "--accum_steps 2 (it trained with --accum_steps 1)" in notes[0]
 
 

@@ -120,6 +120,15 @@ def test_bad_logger_values_exit_2_naming_the_flag_and_every_problem_before_anyth
     assert not (tmp_path / "ck").exists()
 
 
+def test_a_logger_adds_flags_of_its_own_which_train_py_takes_with_that_logger_only(tmp_path, capsys):
+    opt = parse_train(tmp_path, "--logger", "recording_logger", "--recording_label", "run 7")
+    assert opt.recording_label == "run 7"
+    assert opt._flag_classes["recording_label"] == "silent"  # as tests/recording_logger.py declares it
+    with pytest.raises(SystemExit) as exc:
+        parse_train(tmp_path, "--recording_label", "run 7")
+    assert exc.value.code == 2 and "--recording_label" in capsys.readouterr().err
+
+
 def test_logger_can_be_a_python_file_holding_one_backend_class(tmp_path, capsys):
     from util.display.user_loggers import logger_class
     from util.errors import UserError

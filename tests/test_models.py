@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import models
 from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
-from models import networks
+from models import checkpoint_files, networks
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
 from util.distributed import DistContext
@@ -270,6 +270,25 @@ def test_save_networks_writes_plain_reference_state_dicts(tmp_path):
             assert all(v.device.type == "cpu" for v in saved.values())
     arch = json.loads((tmp_path / "exp" / "architecture.json").read_text())
     assert arch["netG"] == "resnet_6blocks" and arch["ngf"] == 8 and arch["norm"] == "instance"
+
+
+def test_architecture_json_records_every_flag_that_shapes_a_network(tmp_path):
+    """Besides the reference's flags: --num_D (with any --netD: a continued run may not change it),
+    --D_spectral, and the flags of the model's own networks (CUT's), which scripts and a mismatch
+    message read back."""
+    m = build("pix2pix", "--netD", "multiscale", "--num_D", "3", "--D_spectral", tmp=tmp_path)
+    m.save_networks("latest")
+    arch = json.loads((tmp_path / "exp" / "architecture.json").read_text())
+    assert (arch["netD"], arch["num_D"], arch["D_spectral"], arch["model"], arch["direction"]) == \
+        ("multiscale", 3, True, "pix2pix", "AtoB")
+    checkpoint_files.write_networks(str(tmp_path / "cut"), "latest", {},
+                                    train_opt("cut", "--normD", "batch", "--no_antialias", "--netF_nc", "64"))
+    arch = json.loads((tmp_path / "cut" / "architecture.json").read_text())
+    shapes = ("netD", "num_D", "normD", "no_antialias", "no_antialias_up", "netF", "netF_nc", "nce_layers")
+    assert {key: arch[key] for key in shapes} == {"netD": "basic", "num_D": 2, "normD": "batch", "no_antialias": True,
+                                                  "no_antialias_up": False, "netF": "mlp_sample", "netF_nc": 64,
+                                                  "nce_layers": "0,4,8,12,16"}
+    assert "lr" not in arch and "lambda_NCE" not in arch  # what trains the networks is not their shape
 
 
 def test_load_networks_restores_saved_weights(tmp_path):

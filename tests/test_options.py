@@ -3,7 +3,6 @@ the defaults each model changes, clear errors for misspelt choices, the deprecat
 read-only options, --suffix and the saved option files."""
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
@@ -15,6 +14,7 @@ import models
 from options.base_options import save_options
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
+from util.flag_types import OneParagraphParser
 
 # (flag, reference default, type, a value to parse from the command line). "flag" = store_true.
 BASE_FLAGS = [
@@ -96,7 +96,7 @@ def parse_test(*argv: str):
 
 def declared_default(options_cls, dest: str):
     """The default as declared by the options class itself, before any model changes it."""
-    parser = options_cls().initialize(argparse.ArgumentParser())
+    parser = options_cls().initialize(OneParagraphParser())  # the parser that takes each flag's on_resume
     return parser.get_default(dest)
 
 

@@ -237,41 +237,106 @@ def test_training_state_written_before_options_were_recorded_still_resumes_bit_i
 
 # ---------------------------------------------------------------------------------- flags changed on --continue_train
 # (end to end, with the runs' messages: the RESUME_FLAG_CASES of tests/test_bad_input.py)
-def built_in_training_flags() -> set[str]:
-    """Every flag train.py takes with a built-in model and dataset mode, and the options' isTrain."""
+def built_in_parsers(options_classes: tuple = ()):
+    """(what, parser) for train.py (and test.py, unless `options_classes` says otherwise) with every
+    built-in model and dataset mode, and with every built-in network family."""
     import data
     import models
+    from options.test_options import TestOptions
     from options.train_options import TrainOptions
 
-    flags = {"isTrain"}
-    for model in models.builtin_model_names():
-        for mode in data.BUILT_IN_MODES:
+    commands = [["--model", model, "--dataset_mode", mode]
+                for model in models.builtin_model_names() for mode in data.builtin_dataset_names()]
+    commands += [["--netG", name] for name in networks.generators()]
+    commands += [["--netD", name] for name in networks.discriminators()]
+    for options_class in options_classes or (TrainOptions, TestOptions):
+        for command in commands:
             try:
-                parser = TrainOptions().build_parser(["--dataroot", "x", "--model", model, "--dataset_mode", mode])
+                parser = options_class().build_parser(["--dataroot", "x", *command])
             except SystemExit:  # --model test does not train
                 continue
-            flags |= {action.dest for action in parser._actions if action.dest != "help"}
-    return flags
+            yield f"{options_class.__name__} {' '.join(command)}", parser
 
 
-def test_every_training_flag_is_in_exactly_one_resume_class():
-    flags = built_in_training_flags()
-    classes = resume_flags.CLASSES
-    for flag in sorted(flags):
-        homes = [name for name, members in classes.items() if flag in members]
-        assert len(homes) == 1, f"--{flag} is in {homes or 'no class'} of util/training/resume_flags.py"
-    stale = set().union(*classes.values()) - flags
-    assert not stale, f"util/training/resume_flags.py lists flags that do not exist: {stale}"
+def declared(parser) -> dict[str, str]:
+    """Each long option of `parser` (but --help) -> the name of the class it declares (None: none)."""
+    return {option: resume_flags.class_name(getattr(action, "on_resume", None))
+            for action in parser._actions if action.dest != "help"
+            for option in action.option_strings if option.startswith("--")}
+
+
+def declared_classes(*argv: str) -> dict:
+    """What each flag of train.py with `argv` declares (`opt._flag_classes` without parsing)."""
+    from options.train_options import TrainOptions
+
+    return TrainOptions().build_parser(["--dataroot", "x", *argv]).resume_classes()
+
+
+def test_every_built_in_flag_declares_what_a_change_of_it_does_on_continue_train():
+    undeclared = sorted({f"{option} ({what})" for what, parser in built_in_parsers()
+                         for option, name in declared(parser).items() if name is None})
+    assert not undeclared, f"declare on_resume= where these flags are added: {undeclared}"
+
+
+def test_a_flag_of_your_own_model_declared_without_a_class_is_recorded_and_honoured_with_a_note():
+    from options.train_options import TrainOptions
+
+    def parse(*flags: str):
+        return TrainOptions().parse(["--dataroot", "x", "--model", "custom_models.feature_matching_model", *flags])
+
+    trained, now = parse(), parse("--lambda_feature", "2", "--lr", "0.001")
+    assert "lambda_feature" not in now._flag_classes  # tests/custom_models/feature_matching_model.py declares none
+    saved = resume_flags.recorded_options(trained.as_dict(), trained._flag_classes)
+    assert saved["lambda_feature"] == 1.0 and "name" not in saved  # recorded, unlike the silent ones
+    said = resume_flags.check_changed_flags(saved, now.as_dict(), now._defaults, "state.pth",
+                                            classes=now._flag_classes)
+    assert said == ["note: continuing with changed flags, honoured from here on: --lr 0.001 (it trained with --lr "
+                    "0.0002), --lambda_feature 2.0 (it trained with --lambda_feature 1.0); the run no longer matches "
+                    "one that was never interrupted."]
+
+
+def flags_in_docs_table() -> dict[str, set[str]]:
+    """The flags docs/resume.md lists under each class, in its table of the built-in flags."""
+    text = (ROOT / "docs" / "resume.md").read_text()
+    section = text[text.index("### Every built-in flag"):]
+    table = section[:section.find("\n#")]  # up to the next heading
+    rows = re.findall(r"^\| `(?:on_resume=)?\"?(\w+)[^|]*\|([^|\n]*)\|", table, flags=re.M)
+    return {name: set(re.findall(r"--\w+", flags)) for name, flags in rows}
+
+
+def test_the_docs_list_every_built_in_training_flag_under_the_class_it_declares():
+    from options.train_options import TrainOptions
+
+    declared_by_class: dict[str, set[str]] = {}
+    for _, parser in built_in_parsers((TrainOptions,)):
+        for option, name in declared(parser).items():
+            declared_by_class.setdefault(name, set()).add(option)
+    listed = flags_in_docs_table()
+    assert set(listed) == set(resume_flags.CLASS_NAMES), listed.keys()
+    for name in resume_flags.CLASS_NAMES:
+        wrong = {"not listed": sorted(declared_by_class.get(name, set()) - listed[name]),
+                 "listed but not declared so": sorted(listed[name] - declared_by_class.get(name, set()))}
+        assert not any(wrong.values()), f"docs/resume.md, class {name}: {wrong}"
+
+
+def test_every_network_familys_shape_flags_are_architecture_flags():
+    classes = declared_classes("--model", "cut")  # CUT's --no_antialias* shape the resnet family's generators
+    for role, names in ((networks.GENERATOR, networks.generators()), (networks.DISCRIMINATOR, networks.discriminators())):
+        for name in names:
+            for flag in networks.family_of(name, role).shape_flags:
+                assert classes.get(flag) == resume_flags.ARCHITECTURE, f"--{flag} shapes --{role} {name}"
 
 
 def test_architecture_and_lr_policy_changes_are_refused_naming_each_flag_with_both_values():
     saved = {"ngf": 64, "norm": "batch", "no_dropout": False, "lr_policy": "plateau", "print_freq": 100}
     current = {"ngf": 32, "norm": "syncbatch", "no_dropout": True, "lr_policy": "linear", "print_freq": 1}
     with pytest.raises(UserError) as refused:
-        resume_flags.check_changed_flags(saved, current, {}, "ck/run/latest_train_state.pth")
+        resume_flags.check_changed_flags(saved, current, {}, "ck/run/latest_train_state.pth",
+                                         classes=declared_classes("--model", "pix2pix"))
     message = str(refused.value)
     for text in ("ck/run/latest_train_state.pth", "--ngf 64", "--ngf 32", "no --no_dropout", "--lr_policy plateau",
-                 "--lr_policy linear"):
+                 "--lr_policy linear", "networks and learning-rate schedule cannot change",
+                 "continue from its weights alone with --continue_train --epoch_count N"):
         assert text in message, (text, message)
     assert "--norm" not in message  # batch norm synchronised across processes builds the same networks
     assert "print_freq" not in message  # harmless
@@ -282,13 +347,15 @@ def test_honoured_changes_are_noted_ignored_ones_only_when_set_and_harmless_ones
     current = {"lr": 0.001, "batch_size": 4, "seed": 5, "init_type": "normal", "print_freq": 1, "my_flag": 2,
                "added_since": 3}
     defaults = {"seed": None, "init_type": "normal"}
-    said = "\n".join(resume_flags.check_changed_flags(saved, current, defaults, "state.pth"))
+    classes = declared_classes("--model", "pix2pix")  # --my_flag: one of your own, declared without a class
+    said = "\n".join(resume_flags.check_changed_flags(saved, current, defaults, "state.pth", classes=classes))
     for text in ("--lr 0.001 (it trained with --lr 0.0002)", "--batch_size 4 (it trained with --batch_size 1)",
-                 "--my_flag 2 (it trained with --my_flag 1)", "--seed 5 is ignored"):
+                 "--my_flag 2 (it trained with --my_flag 1)", "--seed 5 is ignored",
+                 "a continued run keeps the seed it started with"):
         assert text in said, (text, said)
     for text in ("init_type", "print_freq", "added_since"):  # left at its default; harmless; not recorded
         assert text not in said, (text, said)
-    assert resume_flags.check_changed_flags(None, current, defaults, "state.pth") == []  # an older state
+    assert resume_flags.check_changed_flags(None, current, defaults, "state.pth", classes=classes) == []  # older
 
 
 def schedule_options(**changes) -> argparse.Namespace:

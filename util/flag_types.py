@@ -6,7 +6,10 @@ value given, with exit status 2 -- the same form as every other bad input (util/
 
     parser.add_argument("--batch_size", type=positive_int, default=1)
 
-Scripts use `OneParagraphParser` too, so that their bad flags read like train.py's.
+Scripts use `OneParagraphParser` too, so that their bad flags read like train.py's. It also takes
+each flag's class on `--continue_train` where the flag is declared (util/training/resume_flags.py):
+
+    parser.add_argument("--ngf", type=positive_int, default=64, on_resume="architecture")
 """
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from util import distributed
+from util.training.resume_flags import ResumeClass, checked_class
 
 
 class Bounded:
@@ -103,6 +107,28 @@ class OneParagraphParser(argparse.ArgumentParser):
     here; the one paragraph matches the errors raised later (util/errors.py). Under torchrun
     every rank parses the same command line, so only rank 0 speaks.
     """
+
+    def add_argument(self, *args: Any, on_resume: Any = None, **kwargs: Any) -> argparse.Action:
+        """argparse's `add_argument`, plus `on_resume`: what a change of this flag does when a run is
+        continued ("architecture", "refused", "reapplied", "noted", ignored(why), "silent"; see
+        util/training/resume_flags.py), kept on the action. Left out, the flag is honoured with a note."""
+        resume_class = checked_class(on_resume)  # a misspelt class fails here, where it is declared
+        action = super().add_argument(*args, **kwargs)
+        action.on_resume = resume_class
+        return action
+
+    def resume_classes(self) -> dict[str, ResumeClass]:
+        """Each declared flag's class by its destination (`opt.<dest>`), in declaration order. Flags
+        sharing a destination (CUT's --normG is --norm) must declare the same class (ValueError)."""
+        classes: dict[str, ResumeClass] = {}
+        for action in self._actions:
+            declared = getattr(action, "on_resume", None)
+            if declared is None or action.dest == argparse.SUPPRESS:
+                continue
+            if classes.setdefault(action.dest, declared) != declared:
+                raise ValueError(f"{'/'.join(action.option_strings)} declares on_resume={declared!r}, but another "
+                                 f"flag of destination {action.dest!r} declared {classes[action.dest]!r}")
+        return classes
 
     def error(self, message: str) -> NoReturn:
         if distributed.current_context().is_main:

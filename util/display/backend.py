@@ -13,6 +13,10 @@ nothing unless the back end overrides it:
     message(text)                            a line for the user (saving, end of epoch, ...)
     close()                                  once, when training ends or stops early
 
+Before any of that, while train.py parses its flags, `modify_commandline_options(parser, is_train)`
+may add the back end's own flags (as models and datasets do), each declaring its class on
+--continue_train (`on_resume="silent"` for how a run is shown; util/training/resume_flags.py).
+
 `position` (util.training.position.Position) says where the run stands: `epoch`, `images_done` in
 it and `total_iters` since the run began, counted over all processes. It is a copy made for this
 event: keep it if you like. Images are 8-bit HxWx3 previews (numpy), keyed by visual name
@@ -20,6 +24,7 @@ event: keep it if you like. Images are 8-bit HxWx3 previews (numpy), keyed by vi
 """
 from __future__ import annotations
 
+import argparse
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,6 +66,13 @@ class LoggerBackend:
 
     def __init__(self, run: RunInfo) -> None:
         self.run = run
+
+    @staticmethod
+    def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
+        """Add the back end's own flags or change defaults; return the parser. Called for the built-in
+        back ends and each --logger class, whether or not the run uses it (a back end's flags are
+        train.py's flags)."""
+        return parser
 
     @classmethod
     def check_can_start(cls) -> None:

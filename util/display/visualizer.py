@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from util.training.validator import ValidationResult
 
 Backend = TypeVar("Backend", bound=LoggerBackend)
+# The built-in back ends, in the order they hear events; train.py takes their flags (options/train_options.py).
+BUILT_IN_BACKENDS: tuple[type[LoggerBackend], ...] = (ConsoleBackend, TensorBoardBackend, WandbBackend,
+                                                       VisdomBackend, HtmlBackend)
 
 
 def create_backends(opt: Any, progress: ProgressBar) -> list[LoggerBackend]:

@@ -80,6 +80,7 @@ class Checkpointer:
         self.seed: int | None = None  # the run's seed, once `find_start` has decided it
         self.best: BestTracker | None = None  # the best validation so far (--save_best)
         self.options: dict | None = None  # the run's options, recorded in every training state
+        self.flag_classes: dict = {}  # what a change of each does on a continue (opt._flag_classes)
 
     def remove_stale_temporary_files(self) -> None:
         """Delete the temporary files of a process killed while writing (util/safe_files.py), in the
@@ -103,7 +104,9 @@ class Checkpointer:
         is checked against `opt` (util/training/resume_flags.py): UserError for a flag that cannot
         change, a note for one that is honoured or ignored.
         """
-        self.options = recorded_options({key: value for key, value in vars(opt).items() if not key.startswith("_")})
+        self.flag_classes = getattr(opt, "_flag_classes", {})  # each flag's class as declared (on_resume)
+        self.options = recorded_options({key: value for key, value in vars(opt).items() if not key.startswith("_")},
+                                        self.flag_classes)
         saved = self._saved_state(opt)
         if saved is None:
             self.seed = distributed.shared_seed(opt.seed)
@@ -132,7 +135,8 @@ class Checkpointer:
                 self._continue_from_weights_only(opt.epoch)
             return None
         state = found[1] if self.ctx.is_main else load_training_state(path)
-        notes = check_changed_flags(options_of(state), self.options, getattr(opt, "_defaults", {}), path)
+        notes = check_changed_flags(options_of(state), self.options, getattr(opt, "_defaults", {}), path,
+                                    classes=self.flag_classes)
         p = position_of(state)
         print0(f"resuming from {path}: epoch {p.epoch}, {p.images_done} images into it, {p.total_iters} in total")
         for note in notes:

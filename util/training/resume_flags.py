@@ -1,70 +1,95 @@
 """Which flags may change when a run is continued, and what happens when one does.
 
+Every flag says so where it is declared, with its class (`on_resume`) at its `add_argument`
+(util/flag_types.py `OneParagraphParser`): the options' own flags (options/), each model's and
+dataset's (`modify_commandline_options`), a network family's and a logger's. The parsed options
+carry the classification (`opt._flag_classes`, options/base_options.py), and nothing here names a
+flag. The classes:
+
+  "architecture"  the flag defines a network's shape: recorded in architecture.json beside the
+                  weights (models/checkpoint_files.py) and refused when it changes.
+  "refused"       something else saved was built for the recorded value and cannot be continued
+  refused(what, advice)   with another: `what` it built (the learning-rate schedule for --lr_policy)
+                  and `advice` on how to change it anyway are said in the message.
+                  Both: one message naming every such flag with both values, before anything is
+                  written.
+  "reapplied"     optimizer and schedule settings, which the loaded optimizer and scheduler states
+                  would otherwise silently override: honoured from here on (the model re-applies
+                  them, models/schedules.py `reapply_schedule_flags`), with a note.
+  "noted"         what the run learns from and how (data, losses, precision): honoured from here
+                  on, with a note saying the run no longer matches one that was never interrupted.
+  ignored(why)    values a continued run takes from its training state: ignored, with a note giving
+                  `why` when this command sets one (a flag left at its default was simply not repeated).
+  "silent"        how the run is shown, logged, saved, validated or where it runs: honoured silently,
+                  and not recorded in the training state.
+
 A training state (util/training/training_state.py) records the options the run trained with
 (`recorded_options`). On `--continue_train` (and `--auto_resume`, torchrun and SLURM restarts)
-`check_changed_flags` compares them with this command's flags, each flag by its class here:
-
-  REFUSED    the saved networks or learning-rate schedule were built for the recorded value and
-             cannot be continued with another: one message naming every such flag with both
-             values, before anything is written.
-  REAPPLIED  optimizer and schedule settings, which the loaded optimizer and scheduler states
-             would otherwise silently override: honoured from here on (the model re-applies them,
-             models/networks.py `reapply_schedule_flags`), with a note.
-  NOTED      what the run learns from and how (data, losses, precision): honoured from here on,
-             with a note saying the run no longer matches one that was never interrupted.
-  IGNORED    values a continued run takes from its training state: ignored, with a note when this
-             command sets one (a flag left at its default was simply not repeated).
-  SILENT     how the run is shown, logged, saved, validated or where it runs: honoured silently.
-
-A flag in none of them (one a model or dataset of your own adds) is honoured with a note. Every
-flag of the built-in models and datasets is in exactly one class (tests/test_resume.py checks);
-docs/resume.md shows the table. Training states written before options were recorded resume
-as before, unchecked.
+`check_changed_flags` compares them with this command's, each flag by its class. A flag declared
+without a class (one a model or dataset of your own adds) is honoured with a note; every built-in
+flag declares one (tests/test_resume.py checks), and docs/resume.md's table lists them (checked
+against the declarations too). Training states written before options were recorded resume as
+before, unchecked.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Union
 
 from util.errors import UserError
 
-ARCHITECTURE = ("model", "netG", "netD", "n_layers_D", "ngf", "ndf", "norm", "no_dropout", "input_nc", "output_nc",
-                "direction", "num_D", "upsample", "D_spectral",
-                # --model cut's networks (models/cut_model.py): netF's MLPs follow --nce_layers
-                "normD", "no_antialias", "no_antialias_up", "netF", "netF_nc", "nce_layers")
-REFUSED = frozenset(ARCHITECTURE + ("lr_policy",))
-REAPPLIED = frozenset(("lr", "beta1", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters"))
-NOTED = frozenset((
-    # the data
-    "dataroot", "dataset_mode", "phase", "max_dataset_size", "batch_size", "load_size", "crop_size", "preprocess",
-    "no_flip", "serial_batches", "data_range", "new_dataset_option",
-    # the losses and what they see
-    "gan_mode", "pool_size", "lambda_L1", "lambda_A", "lambda_B", "lambda_identity", "lambda_regression",
-    "ema_decay", "save_best", "lambda_feat", "diff_augment", "ada_target", "ada_kimg",
-    "CUT_mode", "lambda_GAN", "lambda_NCE", "nce_idt", "nce_includes_all_negatives_from_minibatch", "nce_T",
-    "num_patches", "flip_equivariance",
-    # the global batch (a checkpoint is written between optimizer steps, so any K continues)
-    "accum_steps",
-    # the arithmetic
-    "dtype", "amp", "channels_last", "deterministic"))
-IGNORED = {
-    "seed": "a continued run keeps the seed it started with, which its data order and augmentations follow",
-    "init_type": "the weights are loaded, not initialised",
-    "init_gain": "the weights are loaded, not initialised",
-    "epoch_count": "the schedule counts from the epoch the run started at",
-}
-SILENT = frozenset((
-    "name", "checkpoints_dir", "suffix", "continue_train", "auto_resume", "epoch", "load_iter", "isTrain",
-    "device", "gpu_ids", "compile", "compile_probe", "num_threads", "ddp_backend", "ddp_timeout", "skip_bad_images", "verbose",
-    "display_freq", "display_ncols", "display_id", "display_server", "display_env", "display_port",
-    "display_channels", "display_winsize", "update_html_freq", "print_freq", "no_html", "use_tensorboard",
-    "no_progress", "logger", "progress_interval", "use_wandb", "wandb_project_name",
-    "save_latest_freq", "save_epoch_freq", "save_by_iter",
-    "val_freq", "val_phase", "val_max_images", "val_mode", "inception_weights",
-    # the same gradients, recomputed: memory, not results
-    "checkpoint_activations"))
-CLASSES = {"refused": REFUSED, "reapplied": REAPPLIED, "noted": NOTED, "ignored": frozenset(IGNORED),
-           "silent": SILENT}
+ARCHITECTURE, REFUSED, REAPPLIED, NOTED, SILENT = "architecture", "refused", "reapplied", "noted", "silent"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The class of a flag refused for what it built other than a network's shape (`what`, e.g. the
+    learning-rate schedule), with `advice` on how to change it anyway (said in the refusal)."""
+
+    what: str = "saved state"
+    advice: str = ""
+
+
+def refused(what: str, advice: str = "") -> Refused:
+    """`on_resume=refused("learning-rate schedule", "To change it, ...")`; the plain "refused" says "saved state"."""
+    return Refused(what, advice)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """The class of a flag whose new value a continued run ignores, and why (said in the note)."""
+
+    reason: str
+
+
+def ignored(reason: str) -> Ignored:
+    """`on_resume=ignored("the weights are loaded, not initialised")`: see the module docstring."""
+    return Ignored(reason)
+
+
+ResumeClass = Union[str, Refused, Ignored]
+CLASS_NAMES = (ARCHITECTURE, REFUSED, REAPPLIED, NOTED, "ignored", SILENT)  # the order docs/resume.md shows
+
+
+def class_name(resume_class: ResumeClass | None) -> str | None:
+    """The name of a class ("refused" for a `Refused`, "ignored" for an `Ignored`); None: undeclared."""
+    if isinstance(resume_class, (Refused, Ignored)):
+        return REFUSED if isinstance(resume_class, Refused) else "ignored"
+    return resume_class
+
+
+def checked_class(resume_class: Any) -> ResumeClass | None:
+    """`resume_class` (the plain "refused" as a `Refused`) if it is a class, or None (undeclared);
+    ValueError naming the classes otherwise."""
+    if resume_class == REFUSED:
+        return Refused()
+    if resume_class is None or isinstance(resume_class, (Refused, Ignored)) or \
+            resume_class in (ARCHITECTURE, REAPPLIED, NOTED, SILENT):
+        return resume_class
+    raise ValueError(f"on_resume={resume_class!r} is no resume class; use {ARCHITECTURE!r}, {REFUSED!r} (or "
+                     f"refused(what, advice)), {REAPPLIED!r}, {NOTED!r}, ignored(why) or {SILENT!r} "
+                     f"(util/training/resume_flags.py)")
 
 
 def _plain(value: Any) -> Any:
@@ -76,11 +101,11 @@ def _plain(value: Any) -> Any:
     return None
 
 
-def recorded_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """What a training state records of the run's options (`opt.as_dict()`): those a continuation
-    compares (not the SILENT ones, e.g. --name: the same run saved under two names holds the same
-    state), as plain values."""
-    return {key: _plain(value) for key, value in options.items() if key not in SILENT}
+def recorded_options(options: Mapping[str, Any], classes: Mapping[str, ResumeClass]) -> dict[str, Any]:
+    """What a training state records of the run's options (`opt.as_dict()`, classified by `classes`,
+    `opt._flag_classes`): those a continuation compares (not the "silent" ones, e.g. --name: the same
+    run saved under two names holds the same state), as plain values."""
+    return {key: _plain(value) for key, value in options.items() if classes.get(key) != SILENT}
 
 
 def flag_text(name: str, value: Any) -> str:
@@ -99,10 +124,11 @@ def flag_text(name: str, value: Any) -> str:
 SAME_NETWORKS = {"norm": {"syncbatch": "batch"}}
 
 
-def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any],
+                  classes: Mapping[str, ResumeClass]) -> dict[str, tuple[Any, Any]]:
     """The flags whose value differs: name -> (recorded, current). A flag the run did not have is
     not compared (it was added since, and has no recorded value)."""
-    now = recorded_options(current)
+    now = recorded_options(current, classes)
 
     def same(key: str) -> bool:
         alias = SAME_NETWORKS.get(key, {})
@@ -111,50 +137,54 @@ def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[
 
 
 def check_changed_flags(saved: Mapping[str, Any] | None, current: Mapping[str, Any], defaults: Mapping[str, Any],
-                        where: str) -> list[str]:
+                        where: str, *, classes: Mapping[str, ResumeClass]) -> list[str]:
     """Compare the options recorded in the training state `where` (`saved`; None for a state that
-    recorded none: nothing is checked) with this command's (`current`, its parser `defaults`).
-    Raises UserError naming every REFUSED flag with both values; returns the notes to show for
-    the other changes (see the module docstring)."""
+    recorded none: nothing is checked) with this command's (`current`, its parser `defaults`), each
+    flag by its class in `classes` (`opt._flag_classes`; a flag missing there is honoured with a note).
+    Raises UserError naming every refused flag ("architecture" or "refused") with both values;
+    returns the notes to show for the other changes (see the module docstring)."""
     if saved is None:
         return []
-    changes = changed_flags(saved, current)
-    refused = {key: change for key, change in changes.items() if key in REFUSED}
-    if refused:
-        raise UserError(refusal(refused, where))
-    return notes(changes, defaults)
+    changes = changed_flags(saved, current, classes)
+    refused_now = {key: change for key, change in changes.items()
+                   if classes.get(key) == ARCHITECTURE or isinstance(classes.get(key), Refused)}
+    if refused_now:
+        raise UserError(refusal(refused_now, where, classes))
+    return notes(changes, defaults, classes)
 
 
-def refusal(refused: Mapping[str, tuple[Any, Any]], where: str) -> str:
-    """The message for flags that cannot change on --continue_train."""
+def refusal(refused_now: Mapping[str, tuple[Any, Any]], where: str, classes: Mapping[str, ResumeClass]) -> str:
+    """The message for flags that cannot change on --continue_train: the networks they shape
+    ("architecture") and what the other refused ones built (`Refused.what`), with their advice."""
     listed = "; ".join(f"it trained with {flag_text(key, old)}, this command has {flag_text(key, new)}"
-                       for key, (old, new) in refused.items())
-    same = " ".join(flag_text(key, old) for key, (old, _) in refused.items() if old not in (False, None))
-    schedule, networks = "lr_policy" in refused, len(refused) > ("lr_policy" in refused)
-    what = " and ".join(part for part, changed in (("networks", networks), ("learning-rate schedule", schedule))
-                        if changed)
-    another_schedule = (" To change the schedule, continue from its weights alone with --continue_train "
-                        "--epoch_count N (fresh optimizers and schedule)." if schedule else "")
+                       for key, (old, new) in refused_now.items())
+    same = " ".join(flag_text(key, old) for key, (old, _) in refused_now.items() if old not in (False, None))
+    others = [classes[key] for key in refused_now if classes[key] != ARCHITECTURE]
+    networks = ["networks"] if len(others) < len(refused_now) else []
+    what = " and ".join(dict.fromkeys(networks + [kind.what for kind in others]))
+    advice = "".join(f" {text}" for text in dict.fromkeys(kind.advice for kind in others) if text)
     return (f"--continue_train: {where} continues a run whose {what} cannot change: {listed}. Pass the same flags "
-            f"to continue it{' (' + same + ')' if same else ''}, or another --name to start a new run."
-            f"{another_schedule}")
+            f"to continue it{' (' + same + ')' if same else ''}, or another --name to start a new run.{advice}")
 
 
-def notes(changes: Mapping[str, tuple[Any, Any]], defaults: Mapping[str, Any]) -> list[str]:
-    """The notes for changed flags that are honoured or ignored (none for SILENT ones)."""
-    honoured = [key for key in changes if key in REAPPLIED or key in NOTED]
-    unknown = [key for key in changes if not any(key in members for members in CLASSES.values())]
-    ignored = [key for key in changes if key in IGNORED and changes[key][1] != defaults.get(key, changes[key][1])]
+def notes(changes: Mapping[str, tuple[Any, Any]], defaults: Mapping[str, Any],
+          classes: Mapping[str, ResumeClass]) -> list[str]:
+    """The notes for changed flags that are honoured (also those declared without a class) or
+    ignored (these only when this command sets them); none for "silent" ones."""
+    honoured = [key for key in changes if classes.get(key) in (REAPPLIED, NOTED)]
+    undeclared = [key for key in changes if classes.get(key) is None]
+    ignored_now = [key for key in changes if isinstance(classes.get(key), Ignored)
+                   and changes[key][1] != defaults.get(key, changes[key][1])]
     said = []
 
     def described(keys: list[str]) -> str:
         return ", ".join(f"{flag_text(key, changes[key][1])} (it trained with {flag_text(key, changes[key][0])})"
                          for key in keys)
 
-    if honoured or unknown:
-        said.append(f"note: continuing with changed flags, honoured from here on: {described(honoured + unknown)}; "
+    if honoured or undeclared:
+        said.append(f"note: continuing with changed flags, honoured from here on: {described(honoured + undeclared)}; "
                     f"the run no longer matches one that was never interrupted.")
-    for key in ignored:
-        said.append(f"note: {flag_text(key, changes[key][1])} is ignored when continuing a run: {IGNORED[key]} "
-                    f"({flag_text(key, changes[key][0])}).")
+    for key in ignored_now:
+        said.append(f"note: {flag_text(key, changes[key][1])} is ignored when continuing a run: "
+                    f"{classes[key].reason} ({flag_text(key, changes[key][0])}).")
     return said
