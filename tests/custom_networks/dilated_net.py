@@ -51,7 +51,8 @@ class DilatedFamily(NetworkFamily):
 
     @staticmethod
     def add_flags(parser):
-        parser.add_argument("--dilated_blocks", type=int, default=2, help="residual blocks of dilated convolutions")
+        parser.add_argument("--dilated_blocks", type=int, default=2, on_resume="architecture",
+                            help="residual blocks of dilated convolutions")
         return parser
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
