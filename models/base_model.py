@@ -1,4 +1,7 @@
-"""The contract every model follows, and what they share: setup, saving, loading, schedules.
+"""The contract every model follows, and what they share: setup, schedules, reporting.
+
+How a step runs (precision, gradient scaling, accumulation, compile, DDP) is the model's training
+engine (models/training_engine.py, `model.engine`); saving and loading is models/model_state.py.
 
 A model is one file: a BaseModel subclass in models/<name>_model.py named <Name>Model (found by
 `--model <name>`, models/__init__.py), or in a module of your own (`--model mypackage.my_model`).
@@ -12,7 +15,7 @@ It
   - calls its discriminators on `self.diff_augment(x)` (a conditional pair: one call with both
     halves) in both players' steps, and reports D's verdicts on real images to
     `self.diff_augment.observe_real(pred)` (--diff_augment, --ada_target; the identity when off);
-    --D_spectral reaches every network named D... by itself;
+    --D_spectral reaches every network of role discriminator by itself;
   - may add flags in `modify_commandline_options(parser, is_train)`;
   - to train with --accum_steps, lists in `accumulation_phases` the methods that make one step,
     split where a loss needs an optimizer step taken before it in the same step
@@ -25,6 +28,11 @@ It
     for DDP, so what it adds is scheduled, resumed and synchronised like the rest;
   - declares once, on the class, what the code around it must know (nothing elsewhere lists
     models or visual names):
+      `network_roles`     what each network of `model_names` does: generator, encoder (used at
+                          inference beside the generators; both are EMA-averaged), discriminator,
+                          or head (trained for a loss only); a network without one is refused;
+      `sample_visuals`    for a model whose generator takes a latent code (`latent_size()`,
+                          `set_latent(codes)`): the visuals each code makes (test.py --n_samples);
       `visual_sides`      the domain of each visual ({"fake_B": "B", ...}, A = the input side),
                           for test.py's full-precision outputs (`visual_domains(opt)`);
       `translators`       the generator that translates in the trained direction and, if any,
