@@ -491,7 +491,8 @@ def test_a_network_without_a_declared_role_is_refused_naming_it(tmp_path, monkey
 
 
 def test_built_in_models_are_found_by_file_and_class_name():
-    assert models.builtin_model_names() == ["colorization", "cut", "cycle_gan", "pix2pix", "template", "test"]
+    assert models.builtin_model_names() == ["bicycle_gan", "colorization", "cut", "cycle_gan", "pix2pix", "template",
+                                            "test"]
     assert models.find_model_using_name("cycle_gan").__name__ == "CycleGANModel"
 
 

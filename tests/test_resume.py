@@ -320,9 +320,10 @@ def test_the_docs_list_every_built_in_training_flag_under_the_class_it_declares(
 
 
 def test_every_network_familys_shape_flags_are_architecture_flags():
-    classes = declared_classes("--model", "cut")  # CUT's --no_antialias* shape the resnet family's generators
-    for role, names in ((networks.GENERATOR, networks.generators()), (networks.DISCRIMINATOR, networks.discriminators())):
-        for name in names:
+    # CUT's --no_antialias* shape the resnet family's generators, BicycleGAN's --nz, --where_add and --nl its U-Net
+    classes = {**declared_classes("--model", "cut"), **declared_classes("--model", "bicycle_gan")}
+    for role in (networks.GENERATOR, networks.DISCRIMINATOR, networks.ENCODER):
+        for name in networks.builtin_names(role):
             for flag in networks.family_of(name, role).shape_flags:
                 assert classes.get(flag) == resume_flags.ARCHITECTURE, f"--{flag} shapes --{role} {name}"
 

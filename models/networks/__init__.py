@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from models.losses import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
-from models.networks.family import (DISCRIMINATOR, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
+from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
                                     builtin_families, checkpointed_blocks, family_name_type, family_of,
                                     recognise_generator)
 from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401

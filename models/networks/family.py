@@ -3,8 +3,8 @@
 A family is one class in one file (models/networks/<family>.py for the built-in ones, or a module
 of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whose one
 `NetworkFamily` subclass is used). It says
-  - which `--netG`/`--netD` values it answers to (`names`) and whether it is a generator or a
-    discriminator (`role`);
+  - which `--netG`/`--netD`/`--netE` values it answers to (`names`) and whether it is a generator,
+    a discriminator or an encoder (`role`: an image to a latent code, for BicycleGAN);
   - how to build a network from the options (`build`), and which options define that network's
     shape (`shape_flags`: what architecture.json records and a changed resume refuses), adding
     options of its own if it needs them (`add_flags`);
@@ -30,8 +30,8 @@ from torch import nn
 
 from util.errors import UserError
 
-GENERATOR, DISCRIMINATOR = "generator", "discriminator"
-FLAG_OF_ROLE = {GENERATOR: "netG", DISCRIMINATOR: "netD"}
+GENERATOR, DISCRIMINATOR, ENCODER = "generator", "discriminator", "encoder"
+FLAG_OF_ROLE = {GENERATOR: "netG", DISCRIMINATOR: "netD", ENCODER: "netE"}
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _family_classes_in(module) -> list[type[NetworkFamily]]:
 def builtin_families() -> dict[str, dict[str, type[NetworkFamily]]]:
     """role -> {name: family class} of every family in models/networks/ (found by its files)."""
     import models.networks as package
-    found: dict[str, dict[str, type[NetworkFamily]]] = {GENERATOR: {}, DISCRIMINATOR: {}}
+    found: dict[str, dict[str, type[NetworkFamily]]] = {role: {} for role in FLAG_OF_ROLE}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
         if info.name.startswith("_") or info.name in ("family", "layers"):
             continue

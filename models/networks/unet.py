@@ -1,6 +1,9 @@
 """The U-Net generators (`--netG unet_256`, `unet_128`): `num_downs` halvings with skip connections,
 so a 2**num_downs input is 1x1 at the bottleneck. Layers and keys follow the reference
-(`model.model.0.weight`, nested one `model` per level). Do not reorder."""
+(`model.model.0.weight`, nested one `model` per level). Do not reorder.
+
+With a latent code in the options (`--nz` > 0: BicycleGAN's model) the same names build BicycleGAN's
+U-Net taking G(x, z) instead (unet_latent.py), as they do in its code."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -11,6 +14,7 @@ from torch import nn
 from models.activation_checkpointing import recompute_in_backward
 from models.networks.family import NetworkFamily, SizeRule
 from models.networks.layers import get_norm_layer, norm_seen, resize_seen, use_resize_convolutions, uses_bias
+from models.networks.unet_latent import BASIC_UPSAMPLING, LatentUnetGenerator, nonlinearity
 from util.errors import UserError
 
 _DEPTHS = {"unet_256": 8, "unet_128": 7}
@@ -107,7 +111,8 @@ class UnetFamily(NetworkFamily):
 
     role = "generator"
     names = tuple(_DEPTHS)
-    shape_flags = ("ngf", "norm", "no_dropout", "upsample")
+    # nz, where_add, nl: BicycleGAN's U-Net (a run without a code has none of them)
+    shape_flags = ("ngf", "norm", "no_dropout", "upsample", "nz", "where_add", "nl")
     checkpointed_blocks = {UnetSkipConnectionBlock: CheckpointedUnetBlock}
     description = "unet_256, unet_128: a U-Net for 256 (128) px images"
 
@@ -115,7 +120,15 @@ class UnetFamily(NetworkFamily):
     def depth(self) -> int:
         return _DEPTHS[self.name]
 
+    def latent_size(self, flags: Any) -> int:
+        return int(getattr(flags, "nz", 0) or 0)
+
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
+        if self.latent_size(flags):
+            return LatentUnetGenerator(input_nc, output_nc, flags.nz, self.depth, flags.ngf,
+                                       norm_layer=None if flags.norm == "none" else get_norm_layer(flags.norm),
+                                       nl_layer=nonlinearity(flags.nl), use_dropout=not flags.no_dropout,
+                                       upsample=flags.upsample, where_add=flags.where_add)
         net = UnetGenerator(input_nc, output_nc, self.depth, flags.ngf, norm_layer=get_norm_layer(flags.norm),
                             use_dropout=not flags.no_dropout)
         if getattr(flags, "upsample", "transpose") != "transpose":
@@ -126,17 +139,40 @@ class UnetFamily(NetworkFamily):
     def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
         """Nested blocks, one "model" per level of depth; a U-Net's dropout has no weights, so the
         weights cannot say whether it had any."""
+        if "model.down.0.weight" in state:
+            return cls._latent_from_weights(state)
         first = state.get("model.model.0.weight")
         if first is None or first.ndim != 4:
             return None
         depth = max(key.split(".").count("model") for key in state) - 1
         name = next((name for name, levels in _DEPTHS.items() if levels == depth), None)
-        if name is None:
+        if name is None or not {"model.model.3.weight", "model.model.3.1.weight"} & set(state):
             return None
         output_nc = (state["model.model.3.weight"].shape[1] if "model.model.3.weight" in state  # ConvTranspose2d: (in, out, kh, kw)
                      else state["model.model.3.1.weight"].shape[0])  # --upsample resize: Conv2d (out, in, kh, kw)
         return {"netG": name, "norm": norm_seen(state, "model.model.0"), "ngf": first.shape[0],
                 "input_nc": first.shape[1], "output_nc": output_nc, **resize_seen(state)}
+
+    @staticmethod
+    def _latent_from_weights(state: Mapping[str, Any]) -> dict | None:
+        """BicycleGAN's U-Net with the code added at every level (`where_add all`): each level's
+        first conv takes its input's channels plus nz. (With `where_add input` its weights look like a
+        pix2pix U-Net's taking input_nc + nz channels; architecture.json or --nz tells them apart.)"""
+        first, second = state["model.down.0.weight"], state.get("model.submodule.down.1.weight")
+        if first.ndim != 4 or second is None:
+            return None
+        depth = max(key.split(".").count("submodule") for key in state) + 1
+        name = next((name for name, levels in _DEPTHS.items() if levels == depth), None)
+        if name is None:
+            return None
+        ngf = first.shape[0]
+        nz = second.shape[1] - ngf
+        basic = "model.up.1.weight" in state  # a transposed conv (in, out, ...) right after the activation
+        output_nc = state["model.up.1.weight"].shape[1] if basic else state["model.up.3.weight"].shape[0]
+        batch = any(key.endswith("running_mean") for key in state)
+        return {"netG": name, "ngf": ngf, "nz": nz, "where_add": "all", "upsample": BASIC_UPSAMPLING if basic else "bilinear",
+                "norm": "batch" if batch else "instance", "nl": "relu", "input_nc": first.shape[1] - nz,
+                "output_nc": output_nc}
 
     def size_rule(self, flags: Any) -> SizeRule:
         multiple = 2 ** self.depth  # halved once per level, down to 1 pixel

@@ -1,0 +1,274 @@
+"""BicycleGAN (Zhu et al., NeurIPS 2017; junyanz/BicycleGAN): many answers per input for paired data.
+
+A generator G(A, z) takes a latent code z beside the image, and an encoder E(B) -> (mu, logvar)
+maps a target image to the Gaussian its code is drawn from. Each batch is split in two halves (the
+reason --batch_size must be even), trained by two objectives at once:
+  - cVAE-GAN on the first ("encoded") half: z drawn from E(B), G(A, z) must reconstruct B (L1,
+    --lambda_L1) and fool D (--lambda_GAN), with a KL term pulling E's Gaussians to N(0, I)
+    (--lambda_kl);
+  - cLR-GAN: a random z ~ N(0, I) with the same A, G(A, z) must fool D2 (judged against the second
+    half's real B, --lambda_GAN2), and E must give z back from it (L1 on mu, --lambda_z; that loss
+    trains G only, E's weights held).
+G and E take one step, then D and D2 (on the outputs made before G's step), as in BicycleGAN's code.
+
+Under DDP the codes are drawn per global pair from a stream seeded by the run's seed (the same on
+every rank), the halves are the global batch's halves (the sampler deals samples round-robin, so
+each rank's first half is its share of the global first half), and the two losses BicycleGAN sums
+over images (KL, and the GAN loss of a one-scale D) are scaled by the number of processes: two
+processes train what one does with the global batch. A batch smaller than --batch_size (an
+epoch's last) is not trained on, as in BicycleGAN's code.
+
+At test time `forward` makes "fake_B" from the code E encodes from B (the "encoded" output; with
+--no_encode from the prior's mean, z = 0), or from the codes `set_latent` gave (test.py
+--n_samples, the Translator).
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import nn
+
+from models import networks
+from models.base_model import BaseModel
+from models.networks import encoder, patchgan_bicycle, unet
+from models.networks.unet_latent import BASIC_UPSAMPLING, NONLINEARITIES, UPSAMPLINGS, WHERE_ADD
+from util import distributed
+from util.errors import UserError
+from util.flag_types import non_negative_float, non_negative_int
+
+
+class BicycleGANModel(BaseModel):
+    visual_sides = {"real_A": "A", "real_B": "B", "fake_B": "B", "real_A_encoded": "A", "real_B_encoded": "B",
+                    "fake_B_encoded": "B", "fake_B_random": "B"}
+    network_roles = {"G": "generator", "E": "encoder", "D": "discriminator", "D2": "discriminator"}
+    translators = ("G",)
+    input_visual = "real_A"
+    sample_visuals = ("fake_B",)  # test.py --n_samples: fake_B_random0, 1, ...
+
+    @classmethod
+    def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
+        """The encoded output against B (paired), or by FID/KID against real B."""
+        return {"" if paired else "B": ("fake_B", "real_B" if paired else None)}
+
+    @staticmethod
+    def modify_commandline_options(parser, is_train: bool = True):
+        """BicycleGAN's flags and defaults (docs/bicyclegan.md has the table of its meanings)."""
+        parser.set_defaults(dataset_mode="aligned", netG=unet.PIX2PIX_DEFAULT, netD=patchgan_bicycle.DEFAULT,
+                            norm="instance", init_type="xavier", no_dropout=True, upsample=BASIC_UPSAMPLING)
+        # BicycleGAN's --upsample means basic|bilinear, not the resnet/unet families' transpose|resize
+        parser._option_string_actions["--upsample"].choices = UPSAMPLINGS
+        parser.add_argument("--use_dropout", dest="no_dropout", action="store_false", on_resume="architecture",
+                            help="dropout in the generator (BicycleGAN's flag; off by default under this model)")
+        parser.add_argument("--nz", type=non_negative_int, default=8, on_resume="architecture", help="numbers in the latent code")
+        parser.add_argument("--where_add", type=str, default="all", choices=(*WHERE_ADD, "middle"), on_resume="architecture", help="where G takes the code: input (with the image only) or all (at every level on the way down)")
+        parser.add_argument("--netE", type=networks.family_name_type(networks.ENCODER), default=encoder.DEFAULT, on_resume="architecture", help=networks.family_help(networks.ENCODER))
+        parser.add_argument("--nef", type=non_negative_int, default=64, on_resume="architecture", help="# of encoder filters in the first conv layer")
+        parser.add_argument("--nl", type=str, default="relu", choices=NONLINEARITIES, on_resume="architecture", help="the activation of G's way up")
+        parser.add_argument("--netD2", type=networks.family_name_type(networks.DISCRIMINATOR), default=patchgan_bicycle.DEFAULT, on_resume="architecture", help="the discriminator of the random-code outputs (cLR-GAN)")
+        parser.add_argument("--conditional_D", action="store_true", on_resume="architecture", help="the discriminators judge (A, B) pairs, not B alone")
+        if is_train:
+            parser.set_defaults(gan_mode="lsgan", pool_size=0, batch_size=2)
+            parser.add_argument("--use_same_D", action="store_true", on_resume="architecture", help="one discriminator judges both halves")
+            parser.add_argument("--lambda_L1", type=non_negative_float, default=10.0, on_resume="noted", help="weight of |B - G(A, E(B))|")
+            parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="architecture", help="weight of D's loss on G(A, E(B)); 0: no D")
+            parser.add_argument("--lambda_GAN2", type=non_negative_float, default=1.0, on_resume="architecture", help="weight of D2's loss on G(A, random z); 0: no D2")
+            parser.add_argument("--lambda_z", type=non_negative_float, default=0.5, on_resume="noted", help="weight of |E(G(A, z)) - z|")
+            parser.add_argument("--lambda_kl", type=non_negative_float, default=0.01, on_resume="noted", help="weight of the KL loss")
+        else:
+            parser.set_defaults(phase="val", n_samples=5)
+            parser.add_argument("--no_encode", action="store_true", on_resume="silent", help="do not encode B: the first output uses the prior's mean code (z = 0)")
+        return parser
+
+    def __init__(self, opt, ctx, seed: int = 0):
+        super().__init__(opt, ctx)
+        check_options(opt, ctx)
+        self.nz = opt.nz
+        self.encodes = opt.isTrain or not opt.no_encode
+        self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
+        self.model_names = ["G"]
+        if self.encodes:
+            self.netE = build_encoder(opt).to(self.device)
+            self.model_names.append("E")
+        self.codes: torch.Tensor | None = None  # set_latent's, for the next forward
+        if not self.isTrain:
+            self.loss_names, self.visual_names = [], ["real_A", "real_B", "fake_B"]
+            return
+        self.loss_names = ["G_GAN", "D", "G_GAN2", "D2", "G_L1", "z_L1", "kl"]
+        self.visual_names = ["real_A_encoded", "real_B_encoded", "fake_B_random", "fake_B_encoded"]
+        d_input_nc = opt.input_nc + opt.output_nc if opt.conditional_D else opt.output_nc
+        self.judges_encoded = opt.lambda_GAN > 0
+        self.judges_random = opt.lambda_GAN2 > 0
+        self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+        self.optimizer_G = self.make_adam(itertools.chain(self.netG.parameters(), self.netE.parameters()))
+        self.optimizers = [self.optimizer_G]
+        if self.judges_encoded:
+            self.netD = networks.build_discriminator(opt, d_input_nc).to(self.device)
+            self.model_names.append("D")
+            self.optimizer_D = self.make_adam(self.netD.parameters())
+            self.optimizers.append(self.optimizer_D)
+        if self.judges_random and not opt.use_same_D:
+            self.netD2 = networks.build_discriminator(networks.with_flags(opt, netD=opt.netD2), d_input_nc).to(self.device)
+            self.model_names.append("D2")
+            self.optimizer_D2 = self.make_adam(self.netD2.parameters())
+            self.optimizers.append(self.optimizer_D2)
+        # the codes of each step, drawn for the whole global batch (the same stream on every rank)
+        self.code_rng = torch.Generator().manual_seed(seed * 7919 + 17)
+
+    # ------------------------------------------------------------------ inference
+    def latent_size(self) -> int:
+        return self.nz
+
+    def set_latent(self, codes: torch.Tensor | None) -> None:
+        """The codes (one row per image of the batch) the next `forward` uses; None: E's encoding of B."""
+        self.codes = None if codes is None else codes.to(self.device, self.dtype)
+
+    def set_input(self, input: dict) -> None:
+        self.real_A, self.real_B, self.image_paths = self.paired_input(input)
+
+    def forward(self) -> None:
+        if self.codes is not None:
+            codes = self.codes
+        elif self.encodes:
+            check_encoder_input(self.opt, self.real_B)
+            codes, _ = self.netE(self.real_B)  # the mean of E's Gaussian
+        else:
+            codes = torch.zeros(self.real_A.shape[0], self.nz, device=self.device, dtype=self.dtype)
+        self.fake_B = self.netG(self.real_A, codes)
+
+    # ------------------------------------------------------------------ training
+    def data_dependent_initialize(self, first_batch: dict) -> None:
+        """Refuse an encoder or a second discriminator that cannot take the images (before anything is written)."""
+        _, target, _ = self.paired_input(first_batch)
+        check_encoder_input(self.opt, target)
+        if "D2" in self.model_names:
+            networks.family_of(self.opt.netD2, networks.DISCRIMINATOR).check_input_size(self.opt, *target.shape[2:])
+
+    def draw_codes(self, pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(eps for the encoded half's reparameterisation, the random half's z): this rank's rows of
+        codes drawn for every pair of the global batch."""
+        total = pairs * distributed.world_size()
+        eps = torch.randn(total, self.nz, generator=self.code_rng, dtype=torch.float64)
+        random = torch.randn(total, self.nz, generator=self.code_rng, dtype=torch.float64)
+        rows = distributed.global_batch_positions(pairs)
+        return eps[rows].to(self.device, self.dtype), random[rows].to(self.device, self.dtype)
+
+    def adversarial_loss(self, predictions, target_is_real: bool, for_discriminator: bool = True) -> torch.Tensor:
+        """BicycleGAN's GAN loss: the sum over D's scales of each scale's loss. With one scale its
+        loss iterates the grid's images, so it sums them: scaled to the global batch's half."""
+        if isinstance(predictions, (list, tuple)):
+            return sum(self.criterionGAN(p, target_is_real, for_discriminator) for p in predictions)
+        images = predictions.shape[0] * distributed.world_size()
+        return self.criterionGAN(predictions, target_is_real, for_discriminator) * images
+
+    def encode_judging(self, image: torch.Tensor) -> torch.Tensor:
+        """E's mean code of `image` with E's weights held (its gradient reaches G only)."""
+        plain = distributed.unwrap(self.netE)
+        held = {name: value.detach() for name, value in itertools.chain(plain.named_parameters(), plain.named_buffers())}
+        return torch.func.functional_call(plain, held, (image,))[0]
+
+    def pairs_to_judge(self, fake: torch.Tensor, real: torch.Tensor, real_A_fake: torch.Tensor,
+                       real_A_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.opt.conditional_D:
+            return fake, real
+        return torch.cat([real_A_fake, fake], 1), torch.cat([real_A_real, real], 1)
+
+    def optimize_parameters(self) -> None:
+        count = self.real_A.shape[0]
+        if count != self.opt.batch_size:  # an epoch's incomplete last batch: not trained on, as in BicycleGAN
+            return
+        half = count // 2
+        self.real_A_encoded, self.real_B_encoded = self.real_A[:half], self.real_B[:half]
+        real_A_random, real_B_random = self.real_A[half:], self.real_B[half:]
+        eps, self.z_random = self.draw_codes(half)
+        opt = self.opt
+        with self.autocast():
+            mu, logvar = self.netE(self.real_B_encoded)
+            z_encoded = eps * torch.exp(0.5 * logvar) + mu
+            self.fake_B_encoded = self.netG(self.real_A_encoded, z_encoded)
+            self.fake_B_random = self.netG(self.real_A_encoded, self.z_random)
+        fake_encoded, real_encoded = self.pairs_to_judge(self.fake_B_encoded, self.real_B_encoded,
+                                                         self.real_A_encoded, self.real_A_encoded)
+        fake_random, real_random = self.pairs_to_judge(self.fake_B_random, real_B_random,
+                                                       self.real_A_encoded, real_A_random)
+        judges = {name: getattr(self, "net" + name) for name in ("D", "D2") if name in self.model_names}
+        with self.frozen(*judges.values()) if judges else _nothing() as held:  # G and E's step: D, D2 judge only
+            held = dict(zip(judges, held if len(judges) > 1 else [held]))
+            with self.autocast():
+                self.loss_G_GAN = (self.adversarial_loss(held["D"](fake_encoded), True, False) * opt.lambda_GAN
+                                   if self.judges_encoded else 0.0)
+                self.loss_G_GAN2 = (self.adversarial_loss(held["D" if opt.use_same_D else "D2"](fake_random), True,
+                                                          False) * opt.lambda_GAN2 if self.judges_random else 0.0)
+                # KL(N(mu, sigma) || N(0, I)), summed over the images (of the global batch) and the code
+                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * distributed.world_size()
+                self.loss_kl = kl * (-0.5 * opt.lambda_kl)
+                self.loss_G_L1 = nn.functional.l1_loss(self.fake_B_encoded, self.real_B_encoded) * opt.lambda_L1
+                self.loss_z_L1 = (nn.functional.l1_loss(self.encode_judging(self.fake_B_random), self.z_random)
+                                  * opt.lambda_z if opt.lambda_z > 0 else 0.0)
+                loss = self.loss_G_GAN + self.loss_G_GAN2 + self.loss_kl + self.loss_G_L1 + self.loss_z_L1
+            self.update_weights(self.optimizer_G, loss)
+        self.update_discriminators(fake_encoded.detach(), real_encoded, fake_random.detach(), real_random)
+
+    def discriminator_loss(self, netD: nn.Module, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            return self.adversarial_loss(netD(fake), False) + self.adversarial_loss(netD(real), True)
+
+    def update_discriminators(self, fake_encoded, real_encoded, fake_random, real_random) -> None:
+        """D on the encoded half (and, with --use_same_D, on the random half too), D2 on the random half."""
+        self.loss_D = self.loss_D2 = 0.0
+        if self.judges_encoded:
+            self.loss_D = self.discriminator_loss(self.netD, fake_encoded, real_encoded)
+            loss = self.loss_D
+            if self.opt.use_same_D and self.judges_random:
+                self.loss_D2 = self.discriminator_loss(self.netD, fake_random, real_random)
+                loss = loss + self.loss_D2
+            self.update_weights(self.optimizer_D, loss)
+        if self.judges_random and not self.opt.use_same_D:
+            self.loss_D2 = self.discriminator_loss(self.netD2, fake_random, real_random)
+            self.update_weights(self.optimizer_D2, self.loss_D2)
+
+    def shared_training_state(self) -> dict:
+        return {**super().shared_training_state(), "code_rng": self.code_rng.get_state()}
+
+    def load_shared_training_state(self, state: dict) -> None:
+        super().load_shared_training_state(state)
+        self.code_rng.set_state(state["code_rng"])
+
+
+class _nothing:
+    """A stand-in for `frozen()` when no discriminator is trained (--lambda_GAN 0 --lambda_GAN2 0)."""
+
+    def __enter__(self):
+        return ()
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def build_encoder(opt) -> nn.Module:
+    """The --netE network encoding output_nc-channel images into --nz numbers, initialised."""
+    net = networks.family_of(opt.netE, networks.ENCODER).build(opt, opt.output_nc, opt.nz)
+    networks.init_weights(net, opt.init_type, opt.init_gain)
+    return net
+
+
+def check_encoder_input(opt, images: torch.Tensor) -> None:
+    networks.family_of(opt.netE, networks.ENCODER).check_input_size(opt, *images.shape[2:])
+
+
+def check_options(opt, ctx) -> None:
+    """One paragraph for each value BicycleGAN cannot train or test with."""
+    if opt.nz == 0:
+        raise UserError("--nz 0: BicycleGAN's generator needs a latent code to give several answers per input; "
+                        "pass --nz 8 (its default) or use --model pix2pix for one answer per input.")
+    if opt.where_add == "middle":
+        raise UserError("--where_add middle: BicycleGAN's code lists it but builds no such generator; choose "
+                        "--where_add all (its default: the code joins every level) or input.")
+    if networks.family_of(opt.netG, networks.GENERATOR).latent_size(opt) != opt.nz:
+        raise UserError(f"--netG {opt.netG} takes no latent code of --nz {opt.nz} numbers, and BicycleGAN's "
+                        f"generator must (G(A, z)); use --netG unet_256 or unet_128, or a family of your own whose "
+                        f"latent_size is --nz.")
+    if opt.isTrain and opt.batch_size % 2:
+        raise UserError(f"--batch_size {opt.batch_size}: BicycleGAN splits each batch into an encoded and a random "
+                        f"half, so it must be even (per process under torchrun); pass --batch_size "
+                        f"{opt.batch_size + 1}.")

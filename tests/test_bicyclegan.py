@@ -1,0 +1,132 @@
+"""BicycleGAN (`--model bicycle_gan`): many answers per input for paired data. Its networks take
+BicycleGAN's checkpoints (dev/compare_bicyclegan.py checks them against its own code); here: it
+trains under DDP as one process does, a killed run continues bit-identically, test.py writes the
+encoded output and N reproducible samples per input, the Translator gives test.py's images for
+the same codes, and its bad values are refused in one paragraph.
+
+One tiny shared run (BicycleGAN's 128 px networks, 4 filters wide) serves the inference tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import load_script, torchrun
+from test_distributed import assert_same_weights, ok, weights
+from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD", "basic_128_multi",
+        "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--ndf", "4", "--nz", "3",
+        "--load_size", "128", "--crop_size", "128", "--num_threads", "0"]
+TRAINING = ["--display_id", "0", "--seed", "9", "--no_html", "--no_progress"]
+
+
+def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
+    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *TRAINING, *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(paired_root, tmp_path_factory) -> Path:
+    ckpt = tmp_path_factory.mktemp("bicycle")
+    assert load_script("train.py").main(args(paired_root, ckpt, "one", "--n_epochs", "1", "--n_epochs_decay", "0",
+                                             "--max_dataset_size", "4", "--ema_decay", "0.5")) == 0
+    return ckpt / "one"
+
+
+def test_checkpoints_hold_its_four_networks_and_the_averages_of_g_and_e(trained):
+    names = {path.name for path in trained.glob("latest_*.pth")}
+    assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= names
+    assert {"latest_ema_net_G.pth", "latest_ema_net_E.pth"} <= names
+    assert not {"latest_ema_net_D.pth", "latest_ema_net_D2.pth"} & names
+    # BicycleGAN's own parameter names (its G adds the code at every level: down/submodule/up)
+    state = torch.load(trained / "latest_net_G.pth", weights_only=True)
+    assert "model.down.0.weight" in state and "model.submodule.down.1.weight" in state
+    assert state["model.down.0.weight"].shape[1] == 3 + 3  # the image's channels and the code's
+
+
+def test_two_processes_train_the_same_weights_as_one_with_the_global_batch(paired_root, tmp_path):
+    """The halves are the global batch's halves and the codes are drawn per global pair, so two
+    processes of two images each make the pairs and codes one process of four makes."""
+    equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
+                   "--no_flip", "--max_dataset_size", "8"]
+    assert load_script("train.py").main(args(paired_root, tmp_path, "one", "--batch_size", "4", *equivalence)) == 0
+    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "2", *equivalence)))
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
+    assert_same_weights(one, two)
+
+
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):
+    flags = ["--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4", "--print_freq", "2",
+             "--save_latest_freq", "2"]
+    run(train_command(args(paired_root, tmp_path, "whole", *flags)))
+    killed = train_command(args(paired_root, tmp_path, "killed", *flags))
+    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,")
+    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
+
+
+def run_test_py(trained: Path, paired_root: Path, results: Path, *extra: str) -> Path:
+    assert load_script("test.py").main(["--dataroot", str(paired_root), "--name", trained.name, "--checkpoints_dir",
+                                        str(trained.parent), "--results_dir", str(results), *TINY, "--phase", "test",
+                                        "--num_test", "2", *extra]) == 0
+    return results / trained.name / "test_latest" / "images"
+
+
+def read(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path)).astype(int)
+
+
+def test_test_py_writes_the_encoded_output_and_five_distinct_samples_reproducible_with_a_seed(trained, paired_root):
+    first = run_test_py(trained, paired_root, trained.parent / "results_first", "--seed", "4")
+    again = run_test_py(trained, paired_root, trained.parent / "results_again", "--seed", "4")
+    other = run_test_py(trained, paired_root, trained.parent / "results_other", "--seed", "5")
+    encoded = sorted(first.glob("*_fake_B.png"))
+    assert len(encoded) == 2  # one per input, from the code E encodes from its target
+    for path in encoded:
+        samples = [read(path.with_name(path.name.replace("_fake_B.", f"_fake_B_random{k}."))) for k in range(5)]
+        assert not (first / path.name.replace("_fake_B.", "_fake_B_random5.")).exists()  # BicycleGAN's default: 5
+        assert all(not np.array_equal(a, b) for i, a in enumerate(samples) for b in samples[i + 1:])
+        assert all(not np.array_equal(read(path), sample) for sample in samples)
+        for k, sample in enumerate(samples):
+            name = path.name.replace("_fake_B.", f"_fake_B_random{k}.")
+            assert np.array_equal(sample, read(again / name))  # the same seed, the same samples
+            assert not np.array_equal(sample, read(other / name))
+
+
+def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, paired_root):
+    from models.translator import Translator
+    pages = run_test_py(trained, paired_root, trained.parent / "results_sync", "--seed", "3", "--sync",
+                        "--n_samples", "3", "--eval")
+    translator = Translator.load(trained, device="cpu")
+    assert translator.latent_size == 3
+    source = sorted((paired_root / "test").glob("*.png"))[0]
+    pair = Image.open(source).convert("RGB")
+    image = np.asarray(pair.crop((0, 0, pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC))  # as test.py
+    outputs = translator.translate(image, n_samples=3, seed=3)  # --sync: the codes of seed 3
+    for k, output in enumerate(outputs):
+        written = read(pages / f"{source.stem}_fake_B_random{k}.png")
+        assert np.abs(output.astype(int) - written).max() <= 1
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--batch_size", "3"], ["--batch_size 3", "even", "--batch_size 4"]),
+    (["--nz", "0"], ["--nz 0", "latent code"]),
+    (["--netE", "resnet_256"], ["--netE resnet_256", "256 to 511", "--netE resnet_128"]),
+    (["--where_add", "middle"], ["--where_add middle", "all"]),
+    (["--netG", "resnet_6blocks"], ["--netG resnet_6blocks", "unet_256"]),
+], ids=["odd_batch", "no_code", "encoder_too_big_for_the_crop", "where_add_middle", "generator_without_code"])
+def test_bad_values_are_refused_in_one_paragraph_before_anything_is_written(paired_root, tmp_path, capsys, flags,
+                                                                            says):
+    assert load_script("train.py").main(args(paired_root, tmp_path, "bad", "--max_dataset_size", "2", *flags)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for text in says:
+        assert text in err, (text, err)
+    written = {path.name for path in (tmp_path / "bad").glob("*")} if (tmp_path / "bad").exists() else set()
+    assert not written - {".run.lock"}, written  # no checkpoint, options or log
