@@ -132,6 +132,8 @@ def get_params(opt: argparse.Namespace, size: tuple[int, int], rng: random.Rando
     new_w, new_h = _resized_size(opt, *size)
     x = rng.randint(0, max(0, new_w - opt.crop_size))
     y = rng.randint(0, max(0, new_h - opt.crop_size))
+    if getattr(opt, "center_crop", False):  # BicycleGAN's test.py flag: the middle, the same every time
+        x, y = max(0, new_w - opt.crop_size) // 2, max(0, new_h - opt.crop_size) // 2
     flip = rng.random() > 0.5  # drawn even with --no_flip so later draws do not shift
     return {"crop_pos": (x, y), "flip": flip and not opt.no_flip}
 

@@ -78,6 +78,7 @@ class BicycleGANModel(BaseModel):
         else:
             parser.set_defaults(phase="val", n_samples=5)
             parser.add_argument("--no_encode", action="store_true", on_resume="silent", help="do not encode B: the first output uses the prior's mean code (z = 0)")
+            parser.add_argument("--center_crop", action="store_true", on_resume="silent", help="crop the middle of each image (--load_size > --crop_size), as BicycleGAN's test.py does with it")
         return parser
 
     def __init__(self, opt, ctx, seed: int = 0):
