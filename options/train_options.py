@@ -55,8 +55,10 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--val_mode", type=str, default="eval", choices=["eval", "train"], on_resume="silent", help="eval: generators in eval mode (batch norm's running statistics, no dropout), as test.py --eval; train: as test.py without --eval (batch statistics, dropout)")
         parser.add_argument("--save_best", type=str, default="", on_resume="noted", help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay also best_ema_net_*.pth)")
         # training parameters
-        parser.add_argument("--n_epochs", "--niter", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs with the initial learning rate (--niter: the older reference's and BicycleGAN's name)")
-        parser.add_argument("--n_epochs_decay", "--niter_decay", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs to linearly decay learning rate to zero (--niter_decay: its older name)")
+        parser.add_argument("--n_epochs", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs with the initial learning rate")
+        parser.add_argument("--niter", dest="n_epochs", type=non_negative_int, default=100, on_resume="reapplied", help="--n_epochs under its older name (the older reference's and BicycleGAN's)")
+        parser.add_argument("--n_epochs_decay", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs to linearly decay learning rate to zero")
+        parser.add_argument("--niter_decay", dest="n_epochs_decay", type=non_negative_int, default=100, on_resume="reapplied", help="--n_epochs_decay under its older name")
         parser.add_argument("--beta1", type=fraction_below_one, default=0.5, on_resume="reapplied", help="momentum term of adam")
         parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied", help="initial learning rate for adam")
         parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",
