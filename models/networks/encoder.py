@@ -45,7 +45,21 @@ class HalvingResidualBlock(nn.Module):
         return self.conv(x) + self.shortcut(x)
 
 
-class ResnetEncoder(nn.Module):
+class GaussianHead(nn.Module):
+    """Convolutional features (`conv`, ending in the 8x8 average) mapped by two linear layers to the
+    mean and log-variance of a code of `nz` numbers; subclasses build the layers of `conv`."""
+
+    def set_layers(self, layers: list[nn.Module], width: int, nz: int) -> None:
+        self.conv = nn.Sequential(*layers)
+        self.fc = nn.Sequential(nn.Linear(width, nz))
+        self.fcVar = nn.Sequential(nn.Linear(width, nz))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.conv(x).flatten(1)
+        return self.fc(features), self.fcVar(features)
+
+
+class ResnetEncoder(GaussianHead):
     """A strided 4x4 conv, then `halvings - 1` residual blocks halving the size (ndf x 1, 2, 3, 4,
     4, ... channels), an activation and the 8x8 average; linear layers give mu and logvar."""
 
@@ -57,16 +71,10 @@ class ResnetEncoder(nn.Module):
             width = ndf * min(4, level + 1)
             layers.append(HalvingResidualBlock(ndf * min(4, level), width, norm_layer))
         layers += [_leaky(), nn.AvgPool2d(8)]
-        self.conv = nn.Sequential(*layers)
-        self.fc = nn.Sequential(nn.Linear(width, nz))
-        self.fcVar = nn.Sequential(nn.Linear(width, nz))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.conv(x).flatten(1)
-        return self.fc(features), self.fcVar(features)
+        self.set_layers(layers, width, nz)
 
 
-class ConvEncoder(nn.Module):
+class ConvEncoder(GaussianHead):
     """`halvings` strided 4x4 convs (ndf x 1, 2, 4, 4, ... channels) and the 8x8 average; linear
     layers give mu and logvar."""
 
@@ -80,13 +88,7 @@ class ConvEncoder(nn.Module):
             layers += [norm_layer(width)] if norm_layer is not None else []
             layers.append(_leaky())
         layers.append(nn.AvgPool2d(8))
-        self.conv = nn.Sequential(*layers)
-        self.fc = nn.Sequential(nn.Linear(width, nz))
-        self.fcVar = nn.Sequential(nn.Linear(width, nz))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.conv(x).flatten(1)
-        return self.fc(features), self.fcVar(features)
+        self.set_layers(layers, width, nz)
 
 
 def optional_norm_layer(norm: str):
