@@ -66,7 +66,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
     paired = dataset.dataset.paired
-    metrics = InferenceMetrics(opt, model.scored_pairs(paired), model.input_visual, ctx.device, paired)
+    metrics = InferenceMetrics(opt, model.scored_pairs(paired), model.input_visual, ctx.device, paired,
+                               model.sample_visuals[0] if opt.n_samples else None)
     rows = translate_all(opt, model, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
     # every rank takes part, with its share of the reference images: the metrics gather all ranks' images
     summary = metrics.compute(image_batches(reference[ctx.rank::ctx.world_size], 1))

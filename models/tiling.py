@@ -215,6 +215,21 @@ class PadToMultiple(nn.Module):
         return y[:, :, top:top + height, left:left + width]
 
 
+class LatentPadToMultiple(PadToMultiple):
+    """PadToMultiple for a generator that takes a latent code beside the image: forward(x, z), z one
+    code (N x latent size) per image."""
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        height = x.shape[2]
+        width = x.shape[3]
+        pad_h = (self.multiple - height % self.multiple) % self.multiple
+        pad_w = (self.multiple - width % self.multiple) % self.multiple
+        top = pad_h // 2
+        left = pad_w // 2
+        y = self.net(F.pad(x, [left, pad_w - left, top, pad_h - top], mode="reflect"), z)
+        return y[:, :, top:top + height, left:left + width]
+
+
 def export_min_size(netG: str, flags: Any = None) -> int:
     """Smallest height/width a PadToMultiple-wrapped generator of family `netG` accepts."""
     rule = family_of(netG).size_rule(flags)

@@ -58,6 +58,7 @@ from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
 from models.latent_codes import checked_latent_codes, draw_latent_codes
+from models.reference_encoder import ReferenceEncoder, find_encoder, reference_picture
 from models.networks import family_of
 from models.tiling import SizeAdapter, check_tiling
 
@@ -77,7 +78,8 @@ class Translator:
     def __init__(self, generator: nn.Module, netG: str, input_nc: int, output_nc: int, *,
                  device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
                  seed: int = 0, source: str = "", input_range: DataRange | None = None,
-                 output_range: DataRange | None = None, architecture: dict | None = None) -> None:
+                 output_range: DataRange | None = None, architecture: dict | None = None,
+                 encoder: ReferenceEncoder | None = None) -> None:
         """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
         was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
         the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
@@ -101,6 +103,7 @@ class Translator:
         self.input_range = input_range
         self.output_range = output_range
         self._lock = threading.Lock()  # serialises calls in training mode only
+        self.encoder = encoder  # a latent generator's encoder, for `reference` images (None: none saved)
 
     @classmethod
     def load(cls, checkpoint: str | os.PathLike, direction: str | None = None, epoch: str = "latest",
@@ -125,9 +128,11 @@ class Translator:
         resolved = _resolve_device(device)  # before loading, so that a bad device fails fast
         arch = found.architecture
         net = load_generator(found.path, arch, resolved)
+        latent = family_of(arch["netG"]).latent_size(SimpleNamespace(**arch)) > 0
         return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
                    eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
-                   output_range=output_range, architecture=arch)
+                   output_range=output_range, architecture=arch,
+                   encoder=find_encoder(found.path, arch["output_nc"], resolved) if latent else None)
 
     def __repr__(self) -> str:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
@@ -138,21 +143,28 @@ class Translator:
 
     # ------------------------------------------------------------------ public API
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64, n_samples: int | None = None,
-                  codes: Any = None, seed: int | None = None) -> Any:
+                  codes: Any = None, seed: int | None = None, reference: Any = None) -> Any:
         """The translation of `image`, of the same kind (see the module docstring). `tile` > 0
         translates images larger than `tile` pixels in overlapping tiles (as test.py --tile).
 
         A generator that takes a latent code beside the image (its family's `latent_size`) gives
         many answers per input: with `n_samples` N (codes drawn from a normal distribution seeded by
         `seed`, default the translator's, so the same seed gives the same outputs) or explicit
-        `codes` (N x latent_size), a list of N translations; with neither, one, from the first code
-        that `seed` draws."""
+        `codes` (N x latent_size), a list of N translations; with a `reference` image of the output
+        domain (a path, PIL image, array or tensor, as `image`), the one translation that looks like
+        it (its code from the encoder saved with the generator: `encode`); with none of them, one,
+        from the first code that `seed` draws."""
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
         if self.latent_size == 0:
-            if n_samples is not None or codes is not None:
+            if n_samples is not None or codes is not None or reference is not None:
                 raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
-                                f"gives one translation per input; leave out n_samples and codes.")
+                                f"gives one translation per input; leave out n_samples, codes and reference.")
             return self._translate(image, tile, tile_overlap)
+        if reference is not None:
+            if n_samples is not None or codes is not None:
+                raise UserError("a reference image gives the one code that looks like it: pass reference, or "
+                                "n_samples or codes, not both.")
+            return self.translate(image, tile=tile, tile_overlap=tile_overlap, codes=self.encode(reference))[0]
         outputs = []
         for code in self.latent_codes(n_samples, codes, seed):
             token = _LATENT_CODE.set(code)
@@ -169,6 +181,16 @@ class Translator:
             return checked_latent_codes(codes, self.latent_size)
         return draw_latent_codes(1 if n_samples is None else n_samples, self.latent_size,
                                  self.seed if seed is None else seed)
+
+    def encode(self, reference: Any) -> torch.Tensor:
+        """The 1 x latent_size code (float64) that makes a translation look like `reference`, an image
+        of the output domain (path, PIL image, array HxW or HxWxC, or tensor CxHxW in [-1, 1]): the
+        mean of the code the encoder saved with the generator gives it (models/reference_encoder.py)."""
+        if self.encoder is None:
+            raise UserError(f"{self.source or self.netG} has no encoder saved beside its generator (e.g. "
+                            f"latest_net_E.pth of a BicycleGAN run), so a reference image cannot be encoded; pass "
+                            f"n_samples or codes instead.")
+        return self.encoder.encode(reference_picture(reference, self.output_nc, self.output_range)[None])
 
     def _translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
         """`translate` for one code (or none): each kind of input its way."""
@@ -188,21 +210,27 @@ class Translator:
                         f"a tensor, or a list of them.")
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
-                       tile_overlap: int = 64) -> None:
+                       tile_overlap: int = 64, **answers: Any) -> list[str]:
         """Translate an image file into `output_path` (its folder created if need be), in the format its
         extension names, at the input's precision (a 16-bit PNG into a 16-bit PNG, float32 into .tif or .npy;
         data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
-        half a file. Raises
+        half a file. `answers` (n_samples, codes, seed, reference) are `translate`'s: several answers are
+        written as `<stem>_sample<k><extension>`. Returns the paths written. Raises
         `UserError` when the file cannot be read, or the output's format cannot hold the output."""
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
-        output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap)
+        output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
         info = probe_image(input_path)
+        stem, extension = os.path.splitext(output_path)
+        outputs = {output_path: output} if not isinstance(output, list) else \
+            {f"{stem}_sample{k}{extension}": one for k, one in enumerate(output)}
         try:
             os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-            # An alpha channel stays marked as alpha where the output has the input's channels (as test.py).
-            write_image(output_path, output, alpha=info.alpha and output.shape[-1] == info.channels)
+            for path, image in outputs.items():
+                # An alpha channel stays marked as alpha where the output has the input's channels (as test.py).
+                write_image(path, image, alpha=info.alpha and image.shape[-1] == info.channels)
         except (OSError, ValueError, ImportError) as err:
             raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
+        return list(outputs)
 
     # ------------------------------------------------------------------ one kind each
     def _translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,

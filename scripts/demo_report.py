@@ -8,6 +8,16 @@ Prints the mean L1 (in the network's [-1, 1] units) and PSNR on the test split o
   trained    the generator loaded from the checkpoint (--epoch, default latest),
   best       with a run trained with --val_freq and --save_best: the best epoch's generator, as
              best.json names it, with that epoch's validation scores.
+With --n_samples N (N >= 2) it also measures how different N answers to the same input are
+(util/evaluation/diversity.py: mean pairwise L1, and LPIPS where its weights are at hand): for a model
+with many answers per input (BicycleGAN) N latent codes, as test.py --n_samples draws them, and L1/PSNR
+are those of the encoded output; for any other model N forward passes with dropout on (the reference's
+only source of variety; test.py without --eval). Then
+
+    python scripts/demo_report.py --compare MANY.json ONE.json
+
+says whether the first run's trained samples are more diverse than the second's (the demo_report.json
+files of a BicycleGAN and a pix2pix run).
 Writes the table as JSON beside the results page and exits non-zero if training did not help.
 """
 from __future__ import annotations
@@ -23,7 +33,9 @@ from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
 from util.errors import exits_on_user_error  # noqa: E402
+from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
+from models.latent_codes import draw_latent_codes  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
@@ -48,28 +60,73 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
         models["best"].setup(FrozenOptions(**{**opt.as_dict(), "epoch": "best"}).freeze())
     names = ("identity", *models)
     scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True)
+    diversity = {name: SampleDiversity(lpips=True) for name in models} if opt.n_samples >= 2 else {}
     for i, data in enumerate(dataset):
         if i >= opt.num_test:
             break
-        for model in models.values():
+        for name, model in models.items():
             model.set_input(data)
+            if name in diversity:
+                diversity[name].update(samples(model, opt.n_samples, (opt.seed or 0) * 1_000_003 + i))
             model.test()
         trained = models["trained"]
         scores.update({"identity": trained.real_A, "target": trained.real_B,
                        **{name: model.fake_B for name, model in models.items()}})
     means = scores.compute()
-    return {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
+    table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
+    for name, measure in diversity.items():
+        table[name].update(measure.compute())
+        for key, why in measure.skipped.items():
+            print(f"{key} left out: {why}")
+    return table
+
+
+def samples(model, count: int, seed: int) -> list:
+    """`count` answers of `model` to its input: from `count` latent codes drawn from `seed` (as test.py
+    --n_samples does) if its generator takes one, else from `count` dropout masks."""
+    answers = []
+    if model.latent_size() > 0:
+        for code in draw_latent_codes(count, model.latent_size(), seed):
+            model.set_latent(code.expand(len(model.real_A), -1))
+            model.test()
+            answers.append(model.fake_B[:1])
+        model.set_latent(None)
+        return answers
+    for k in range(count):
+        seed_everything(seed + k)  # networks in training mode (no --eval): dropout draws a new mask each time
+        model.test()
+        answers.append(model.fake_B[:1])
+    return answers
+
+
+def compare(many_path: str, one_path: str) -> int:
+    """Print whether the trained samples of the run in `many_path` are more diverse than those in `one_path`."""
+    many, one = (read_json_object(path, "Run scripts/demo_report.py --n_samples N again to rewrite it.")["trained"]
+                 for path in (many_path, one_path))
+    keys = [key for key in ("diversity_LPIPS", "diversity_L1") if key in many and key in one]
+    if not keys:
+        print("no diversity score in both files: run scripts/demo_report.py with --n_samples 2 or more")
+        return 1
+    for key in keys:
+        print(f"{key}: {many[key]:.4f} ({many_path}) vs {one[key]:.4f} ({one_path})")
+    more = all(many[key] > one[key] for key in keys)
+    print("the first run's answers are more diverse" if more else "the first run's answers are NOT more diverse")
+    return 0 if more else 1
 
 
 @exits_on_user_error()
 def main() -> int:
+    if sys.argv[1:2] == ["--compare"]:
+        return compare(*sys.argv[2:4])
     opt = TestOptions().parse()
     best = best_epoch(opt)
     table = report(opt, best)
-    print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}")
+    spread = [key for key in ("diversity_L1", "diversity_LPIPS") if key in table["trained"]]
+    print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}" + "".join(f"{k:>17}" for k in spread))
     for name, row in table.items():
         label = f"best (epoch {best['epoch']})" if name == "best" else name
-        print(f"{label:<22}{row['L1']:>22.4f}{row['PSNR']:>10.2f}")
+        print(f"{label:<22}{row['L1']:>22.4f}{row['PSNR']:>10.2f}" + "".join(
+            f"{row[k]:>17.4f}" if k in row else f"{'':>17}" for k in spread))
     if best is not None:
         validated = ", ".join(f"{k} {v:.4f}" for k, v in best["metrics"].items() if not k.startswith("ema_"))
         print(f"best epoch by validation: {best['epoch']} of the run (on the val split: {validated})")

@@ -12,7 +12,10 @@ checkpoints/<name>/export). Both take NxCxHxW float images in [-1, 1] of any hei
 (at least `export_min_size`: 8 for resnets, 129 for unet_256) and return the same size: the
 exported module pads by reflection to the generator's size multiple and crops back, as test.py
 does with --preprocess none. The network is in eval mode (batch norm running statistics, no
-dropout), i.e. what `test.py --eval` computes.
+dropout), i.e. what `test.py --eval` computes. A generator that takes a latent code beside the
+image (BicycleGAN's: `--model bicycle_gan`) is exported with the code as a second input: forward(x, z),
+ONNX inputs "input" and "code" (N x --nz, one code per image; draw them from a standard normal
+distribution, or encode a reference image with the Translator's `encode`).
 
 Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
 the PyTorch module; the largest absolute difference is printed, and the exit status is 1 if it exceeds --tolerance.
@@ -42,7 +45,7 @@ from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
-from models.tiling import PadToMultiple, export_min_size  # noqa: E402
+from models.tiling import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 
@@ -119,21 +122,21 @@ def check_sizes(opt) -> list[tuple[int, int]]:
     return [(256, 256), (190, 318)]
 
 
-def _before_last_tanh(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """What `module` feeds its last nn.Tanh for input `x` (its output if it has none)."""
+def _before_last_tanh(module: torch.nn.Module, *x: torch.Tensor) -> torch.Tensor:
+    """What `module` feeds its last nn.Tanh for inputs `x` (its output if it has none)."""
     tanhs = [m for m in module.modules() if isinstance(m, torch.nn.Tanh)]
     if not tanhs:
-        return module(x)
+        return module(*x)
     seen = []
     handle = tanhs[-1].register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
     try:
-        module(x)
+        module(*x)
     finally:
         handle.remove()
     return seen[-1]
 
 
-def float32_rounding_error(module: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
+def float32_rounding_error(module: torch.nn.Module, *x: torch.Tensor) -> tuple[float, float]:
     """(error, magnitude) before the last tanh of `module` (float32, eval mode) on `x`: the largest
     difference between its float32 and float64 results, and the largest float64 value.
 
@@ -142,17 +145,24 @@ def float32_rounding_error(module: torch.nn.Module, x: torch.Tensor) -> tuple[fl
     runtimes' outputs can differ by up to about 2 * `error` (and by 2, the whole range, when the
     values are so large that their rounding crosses zero)."""
     with torch.no_grad():
-        single = _before_last_tanh(module, x).double()
-        exact = _before_last_tanh(copy.deepcopy(module).double(), x.double())
+        single = _before_last_tanh(module, *x).double()
+        exact = _before_last_tanh(copy.deepcopy(module).double(), *(t.double() for t in x))
     return (single - exact).abs().max().item(), exact.abs().max().item()
 
 
+def example_inputs(batch: int, channels: int, size: tuple[int, int], latent_size: int,
+                   generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """Random images in [-1, 1] and, for a generator taking a latent code, a standard normal code per image."""
+    x = torch.rand(batch, channels, *size, generator=generator) * 2 - 1
+    return (x, torch.randn(batch, latent_size, generator=generator)) if latent_size else (x,)
+
+
 def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, size: tuple[int, int],
-                           tolerance: float) -> None:
+                           tolerance: float, latent_size: int = 0) -> None:
     """Raise UserError if float32 rounding alone can move `module`'s output by more than
     `tolerance`: no check could then tell a faithful export from a broken one."""
-    x = torch.rand(1, channels, *size, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    error, magnitude = float32_rounding_error(module, x)
+    inputs = example_inputs(1, channels, size, latent_size, torch.Generator().manual_seed(1))
+    error, magnitude = float32_rounding_error(module, *inputs)
     if 2 * error <= tolerance:
         return
     spread = min(2.0, 2 * error)
@@ -175,7 +185,10 @@ def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptMo
         return torch.jit.load(path)
 
 
-def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int, opset: int | None) -> None:
+def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int, opset: int | None,
+                latent_size: int = 0) -> None:
+    """The ONNX file of `module`: input "input" (N x channels x H x W) and, with a latent code, "code"
+    (N x latent_size); output "output"."""
     try:
         import onnxscript  # noqa: F401  (torch's dynamo exporter needs it)
     except ImportError:
@@ -186,11 +199,12 @@ def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int
     width = torch.export.Dim("width", min=min_size, max=16384)
     # Batch 2 and unequal sides in the example: torch.export would fix a dimension of size 1, or
     # tie two equal ones together.
-    example = torch.rand(2, channels, max(min_size, 64), max(min_size, 64) + 8) * 2 - 1
+    example = example_inputs(2, channels, (max(min_size, 64), max(min_size, 64) + 8), latent_size, torch.Generator())
+    shapes = {"x": {0: batch, 2: height, 3: width}, **({"z": {0: batch}} if latent_size else {})}
     kwargs = {"opset_version": opset} if opset else {}
     atomic_write_by_name(path, lambda temporary: torch.onnx.export(
-        module, (example,), temporary, dynamo=True, input_names=["input"], output_names=["output"],
-        dynamic_shapes={"x": {0: batch, 2: height, 3: width}}, verbose=False, **kwargs))
+        module, example, temporary, dynamo=True, input_names=["input", "code"][:len(example)],
+        output_names=["output"], dynamic_shapes=shapes, verbose=False, **kwargs))
 
 
 def run_onnx(path: str):
@@ -200,7 +214,7 @@ def run_onnx(path: str):
     except ImportError:
         return None
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return lambda x: torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+    return lambda *x: torch.from_numpy(session.run(None, dict(zip(("input", "code"), (t.numpy() for t in x))))[0])
 
 
 @exits_on_user_error()
@@ -210,11 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = check_sizes(opt)
     min_size = export_min_size(opt.netG, opt)
     net, stem = load_generator(opt)
-    module = PadToMultiple(net, networks.size_rule(opt.netG, opt).multiple).eval()
+    latent_size = networks.family_of(opt.netG).latent_size(opt)  # > 0: the code is a second input
+    wrapper = LatentPadToMultiple if latent_size else PadToMultiple
+    module = wrapper(net, networks.size_rule(opt.netG, opt).multiple).eval()
     # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
-    in_channels = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+    # A latent generator's first convolution may take the code too: its image has --input_nc channels.
+    in_channels = opt.input_nc if latent_size else \
+        next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
     source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
-    refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance)
+    refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance, latent_size)
     out_dir = export_dir(opt)
     os.makedirs(out_dir, exist_ok=True)
     runners = {}
@@ -223,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         runners["torchscript"] = (path, export_torchscript(module, path))
     if "onnx" in formats:
         path = os.path.join(out_dir, stem + ".onnx")
-        export_onnx(module, path, in_channels, min_size, opt.opset)
+        export_onnx(module, path, in_channels, min_size, opt.opset, latent_size)
         runners["onnx"] = (path, run_onnx(path))
     worst = 0.0
     generator = torch.Generator().manual_seed(0)
@@ -233,12 +251,12 @@ def main(argv: list[str] | None = None) -> int:
             print("  not checked: onnxruntime is not installed (pip install onnxruntime)")
             continue
         for i, (h, w) in enumerate(sizes):
-            x = torch.rand(1 + i % 2, in_channels, h, w, generator=generator) * 2 - 1  # batch 1, then 2
+            x = example_inputs(1 + i % 2, in_channels, (h, w), latent_size, generator)  # batch 1, then 2
             # Without TorchScript's profiling passes, which cost seconds on the first calls and
             # would only speed up later ones.
             with torch.no_grad(), torch.jit.optimized_execution(False):
-                expected = module(x)
-                got = run(x)
+                expected = module(*x)
+                got = run(*x)
             diff = (got - expected).abs().max().item() if got.shape == expected.shape else float("inf")
             worst = max(worst, diff)
             print(f"  {h}x{w}: output {tuple(got.shape)}, max abs difference from PyTorch {diff:.3e}")

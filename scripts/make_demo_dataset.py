@@ -6,6 +6,9 @@ Layouts follow the reference repository:
   (width 2*S, height S). A is a flat-colour label map (like facades' labels), B a
   "rendered photo" of the same scene. B is a deterministic function of A alone, so a
   model can learn it, and A and B colours differ a lot, so copying A scores badly.
+* ``OUT/demo_bicyclegan/{train,val,test}/NNNN.png`` -- aligned pairs as demo_pix2pix, but
+  each photo's colours are turned by a random hue (the same label map has many right
+  renderings): a task for a model with many answers per input (BicycleGAN).
 * ``OUT/demo_cyclegan/{trainA,trainB,testA,testB}/*.png`` -- S x S, unpaired. Domain A
   has solid shapes, domain B striped shapes (like horse -> zebra), drawn from different
   random scenes.
@@ -15,7 +18,7 @@ holds the expected files for the same parameters; otherwise it is rebuilt in a h
 temporary folder and renamed into place, so an interrupted run never leaves half a dataset.
 
 Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 0]
-       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both]
+       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|bicyclegan]
 """
 
 from __future__ import annotations
@@ -117,6 +120,22 @@ def _pix2pix_pair(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.concatenate([label_img, render_photo(labels)], axis=1)
 
 
+def turn_hue(image: np.ndarray, angle: float) -> np.ndarray:
+    """`image` (uint8 RGB) with its colours turned by `angle` radians about the gray axis (greys stay)."""
+    axis = np.full(3, 1 / np.sqrt(3), np.float32)
+    cos, sin = np.cos(angle), np.sin(angle)
+    cross = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]], np.float32)
+    rotation = cos * np.eye(3, dtype=np.float32) + sin * cross + (1 - cos) * np.outer(axis, axis)  # Rodrigues
+    return np.clip(np.rint(image.astype(np.float32) @ rotation.T), 0, 255).astype(np.uint8)
+
+
+def _bicyclegan_pair(rng: np.random.Generator, size: int) -> np.ndarray:
+    """One aligned A | B image whose B has the pix2pix demo's rendering turned by a random hue."""
+    labels = _random_labels(rng, size)
+    label_img = LABEL_COLORS[labels].astype(np.uint8)
+    return np.concatenate([label_img, turn_hue(render_photo(labels), rng.uniform(0, 2 * np.pi))], axis=1)
+
+
 def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool,
                     stripe_rng: np.random.Generator | None = None) -> np.ndarray:
     """One S x S scene of 1-3 shapes on a plain background; striped shapes for domain B. With
@@ -203,6 +222,20 @@ def make_pix2pix_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int
     return _build(Path(out_dir), "demo_pix2pix", params, splits, make_split)
 
 
+def make_bicyclegan_demo(out_dir: Path, size: int = 128, seed: int = 0, n_train: int = 200,
+                         n_val: int = 20, n_test: int = 20) -> Path:
+    """Write (or reuse) `out_dir/demo_bicyclegan` with train/val/test aligned pairs; return it."""
+    splits = {"train": n_train, "val": n_val, "test": n_test}
+    params = {"task": "bicyclegan", "size": size, "seed": seed, **splits}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        rng = _rng(seed, 3, list(splits).index(split))
+        for i in range(count):
+            _save(_bicyclegan_pair(rng, size), folder / f"{i:04d}.png")
+
+    return _build(Path(out_dir), "demo_bicyclegan", params, splits, make_split)
+
+
 def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100,
                        n_test: int = 10) -> Path:
     """Write (or reuse) `out_dir/demo_cyclegan` (solid A vs striped B, unpaired); return it."""
@@ -248,9 +281,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
     parser.add_argument("--n_test", type=int, default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
-    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut"], default="both",
-                        help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside their true "
-                             "striped counterparts, for scoring)")
+    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan"],
+                        default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
+                        "their true striped counterparts, for scoring); bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
     if args.size < 16:
         parser.error("--size must be at least 16")
@@ -260,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task in ("cyclegan", "both", "cut"):
         make_cyclegan_demo(args.out, args.size, args.seed, args.n_train // 2, args.n_test // 2)
+    if args.task == "bicyclegan":
+        make_bicyclegan_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task == "cut":
         make_cyclegan_pairs(args.out, args.size, args.seed, args.n_test // 2)
 

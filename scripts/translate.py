@@ -47,7 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
     parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap")
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval, and of the latent codes of --n_samples")
+    many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
+    many.add_argument("--n_samples", type=positive_int, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
+    many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
     parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
@@ -133,14 +136,15 @@ def output_name(translator: Translator, source: str, destination: str) -> str:
 
 
 def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int, tile_overlap: int,
-                  skipped: list[tuple[str, str]]) -> int:
-    """Translate each job with a progress bar (on a terminal); appends failures to `skipped`."""
+                  skipped: list[tuple[str, str]], **answers) -> int:
+    """Translate each job with a progress bar (on a terminal); appends failures to `skipped`.
+    `answers`: the latent code's keywords of `Translator.translate` (n_samples, codes, reference)."""
     from tqdm import tqdm
 
     done = 0
     for source, destination in tqdm(jobs, desc="translating", unit="image", file=sys.stderr, disable=None):
         try:
-            translator.translate_file(source, destination, tile=tile, tile_overlap=tile_overlap)
+            translator.translate_file(source, destination, tile=tile, tile_overlap=tile_overlap, **answers)
             done += 1
         except UserError as err:
             skipped.append((source, describe(err).removeprefix("error: ")))
@@ -157,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                               lambda source, destination: output_name(translator, source, destination))
     if not jobs:
         raise UserError(nothing_to_translate(args.inputs, skipped))
+    answers = latent_answers(translator, args)
     total, start = len(jobs) + len(skipped), time.perf_counter()
-    done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped)
+    done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped, **answers)
     print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "
           f"({translator})")
     if skipped:
@@ -168,6 +173,25 @@ def main(argv: list[str] | None = None) -> int:
     if not done:
         raise UserError(nothing_to_translate(args.inputs, skipped))
     return 0
+
+
+def latent_answers(translator: Translator, args: argparse.Namespace) -> dict:
+    """`translate`'s keywords for --n_samples / --reference, checked once before any image is read."""
+    given = [flag for flag, value in (("--n_samples", args.n_samples), ("--reference", args.reference)) if value]
+    if not given:
+        return {}
+    if translator.latent_size == 0:
+        raise UserError(f"{' and '.join(given)}: the generator of {args.checkpoint} takes no latent code, so it gives "
+                        f"one answer per image; leave {' and '.join(given)} out.")
+    if len(given) == 2:
+        raise UserError("--reference gives the one answer that looks like that image; pass --reference or "
+                        "--n_samples, not both.")
+    if args.reference:
+        if not os.path.isfile(args.reference):
+            raise UserError(f"--reference {args.reference} is not an image file; pass an image of the output domain.")
+        translator.encode(args.reference)  # a reference that cannot be encoded fails before any image is read
+        return {"reference": args.reference}
+    return {"n_samples": args.n_samples, "seed": args.seed}
 
 
 def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]]) -> str:

@@ -127,10 +127,27 @@ FAST_FLAGS = ["--ngf", "8", "--ndf", "8", "--display_id", "0", "--num_threads", 
 @pytest.fixture(scope="session")
 def inception_torch_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TORCH_HOME whose hub cache holds deterministic Inception weights under the file name
-    torch-fidelity downloads (util/evaluation/inception.py): set TORCH_HOME to it to run FID/KID offline."""
+    torch-fidelity downloads (util/evaluation/inception.py) and deterministic AlexNet weights under the
+    name torchvision downloads for LPIPS (util/evaluation/diversity.py): set TORCH_HOME to it to run
+    FID/KID and LPIPS offline."""
     from dev.bench.seeded_inception import write_seeded_inception_weights
+    from util.evaluation.diversity import ALEXNET_WEIGHTS_NAME
     from util.evaluation.inception import INCEPTION_WEIGHTS_NAME
 
     home = tmp_path_factory.mktemp("torch_home")
     write_seeded_inception_weights(home / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME)
+    write_seeded_alexnet_weights(home / "hub" / "checkpoints" / ALEXNET_WEIGHTS_NAME)
     return home
+
+
+def write_seeded_alexnet_weights(path: Path) -> None:
+    """torchvision's AlexNet with seeded random convolutions (what LPIPS uses) and its classifier's
+    weights as zeros stored once and broadcast (LPIPS never runs it), so the file is small."""
+    import torchvision
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        state = torchvision.models.alexnet().state_dict()
+    state = {key: value if key.startswith("features.") else torch.zeros(()).expand(value.shape)
+             for key, value in state.items()}
+    torch.save(state, path)

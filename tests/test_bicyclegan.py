@@ -7,6 +7,8 @@ the same codes, and its bad values are refused in one paragraph.
 One tiny shared run (BicycleGAN's 128 px networks, 4 filters wide) serves the inference tests."""
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +132,70 @@ def test_bad_values_are_refused_in_one_paragraph_before_anything_is_written(pair
         assert text in err, (text, err)
     written = {path.name for path in (tmp_path / "bad").glob("*")} if (tmp_path / "bad").exists() else set()
     assert not written - {".run.lock"}, written  # no checkpoint, options or log
+
+
+def test_test_py_scores_the_samples_diversity_and_realism_beside_the_encoded_outputs_fidelity(
+        trained, paired_root, inception_torch_home, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
+    monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
+    pages = run_test_py(trained, paired_root, trained.parent / "results_scored", "--n_samples", "3", "--eval_metrics")
+    metrics = json.loads((pages.parent / "metrics.json").read_text())
+    assert {"output_L1", "output_PSNR", "output_SSIM"} <= set(metrics)  # the encoded output against B
+    assert metrics["samples_per_input"] == 3
+    # the samples differ (mean pairwise L1 of the saved images, within 8-bit rounding)
+    names = sorted(pages.glob("*_fake_B.png"))
+    expected = np.mean([np.mean([np.abs(read(a) - read(b)).mean() / 127.5 for a, b in itertools.combinations(
+        [path.with_name(path.name.replace("_fake_B.", f"_fake_B_random{k}.")) for k in range(3)], 2)])
+        for path in names])
+    assert metrics["diversity_L1"] > 0 and abs(metrics["diversity_L1"] - expected) < 0.01
+    assert metrics["diversity_LPIPS"] > 0  # LPIPS on the seeded stand-in AlexNet
+    assert {"FID_random", "KID_random"} <= set(metrics)  # the random samples against the real B images
+
+
+def test_lpips_without_its_weights_is_left_out_saying_where_to_put_them(trained, paired_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
+    pages = run_test_py(trained, paired_root, tmp_path / "results", "--n_samples", "2", "--eval_metrics")
+    metrics = json.loads((pages.parent / "metrics.json").read_text())
+    assert "diversity_L1" in metrics and "diversity_LPIPS" not in metrics
+    assert "alexnet-owt-7be5be79.pth" in metrics["diversity_LPIPS_skipped"]
+    assert str(tmp_path / "empty" / "hub" / "checkpoints") in metrics["diversity_LPIPS_skipped"]
+
+
+def test_a_reference_image_gives_test_pys_encoded_output_in_the_translator_and_translate_py(trained, paired_root,
+                                                                                             tmp_path):
+    from models.translator import Translator
+    pages = run_test_py(trained, paired_root, tmp_path / "results", "--eval")
+    source = sorted((paired_root / "test").glob("*.png"))[0]
+    pair = Image.open(source).convert("RGB")
+    halves = [pair.crop((x, 0, x + pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC)
+              for x in (0, pair.width // 2)]  # as test.py resizes A and B
+    translator = Translator.load(trained, device="cpu")
+    encoded = translator.translate(np.asarray(halves[0]), reference=np.asarray(halves[1]))
+    assert np.abs(encoded.astype(int) - read(pages / f"{source.stem}_fake_B.png")).max() <= 1
+    # scripts/translate.py: the same with --reference, N files with --n_samples
+    halves[0].save(tmp_path / "a.png")
+    halves[1].save(tmp_path / "look.png")
+    translate = load_script("scripts/translate.py").main
+    assert translate([str(tmp_path / "a.png"), "--checkpoint", str(trained), "--output", str(tmp_path / "like"),
+                      "--reference", str(tmp_path / "look.png")]) == 0
+    assert np.array_equal(read(tmp_path / "like" / "a.png"), encoded.astype(int))
+    assert translate([str(tmp_path / "a.png"), "--checkpoint", str(trained), "--output", str(tmp_path / "many"),
+                      "--n_samples", "2", "--seed", "7"]) == 0
+    samples = translator.translate(np.asarray(halves[0]), n_samples=2, seed=7)
+    for k, sample in enumerate(samples):
+        assert np.array_equal(read(tmp_path / "many" / f"a_sample{k}.png"), sample.astype(int))
+
+
+def test_export_takes_the_code_as_a_second_input(trained, paired_root, tmp_path):
+    export = load_script("scripts/export.py").main
+    assert export(["--name", trained.name, "--checkpoints_dir", str(trained.parent), *TINY,
+                   "--export_dir", str(tmp_path), "--formats", "torchscript", "--check_sizes", "128x128"]) == 0
+    scripted = torch.jit.load(str(tmp_path / "latest_net_G.pt"))
+    from models.translator import Translator
+    translator = Translator.load(trained, device="cpu")
+    x = torch.rand(2, 3, 128, 128) * 2 - 1
+    codes = torch.randn(2, 3)
+    with torch.no_grad():
+        assert torch.allclose(scripted(x, codes), translator.generator.eval()(x, codes), atol=1e-5)
+        assert not torch.allclose(scripted(x, codes), scripted(x, codes.flip(0)), atol=1e-3)  # the code matters

@@ -80,7 +80,7 @@ class LevelWithCode(nn.Module):
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         x_and_z = _spread(z, x) if self.nz > 0 else x
-        if self.innermost:
+        if self.submodule is None:  # the innermost level (a test TorchScript resolves when it compiles)
             return torch.cat([self.up(self.down(x_and_z)), x], 1)
         inner = self.submodule(self.down(x_and_z), z)
         return self.up(inner) if self.outermost else torch.cat([self.up(inner), x], 1)
@@ -116,11 +116,14 @@ class LatentUnetGenerator(nn.Module):
     """A U-Net with `num_downs` halvings taking G(x, z): z (N x nz) joins the input of every level
     (`where_add="all"`) or of the first only (`"input"`). Channels: ngf, 2, 4, then 8 x ngf."""
 
+    __constants__ = ["code_at_every_level"]  # TorchScript compiles only the branch this constant takes
+
     def __init__(self, input_nc: int, output_nc: int, nz: int, num_downs: int, ngf: int = 64,
                  norm_layer=None, nl_layer: Callable[[], nn.Module] = lambda: nn.ReLU(True),
                  use_dropout: bool = False, upsample: str = BASIC_UPSAMPLING, where_add: str = "all"):
         super().__init__()
         self.nz, self.where_add = nz, where_add
+        self.code_at_every_level = where_add == "all"
         common = dict(norm_layer=norm_layer, nl_layer=nl_layer, upsample=upsample)
         widest = ngf * 8
         if where_add == "all":
@@ -139,6 +142,6 @@ class LatentUnetGenerator(nn.Module):
             self.model = Level(input_nc + nz, output_nc, ngf, block, outermost=True, **common)
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        if self.where_add == "all":
+        if self.code_at_every_level:
             return self.model(x, z)
         return self.model(_spread(z, x) if self.nz > 0 else x)

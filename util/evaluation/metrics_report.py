@@ -10,6 +10,10 @@ test.py scores the translated images in memory (the first image of each batch: t
                                        --fid_reference DIR when given, else the test set's real images
                                        of the target domain; CycleGAN also gets FID_A/KID_A
                                        (fake_A against real_A).
+  --n_samples N (models with many      diversity_L1 (and with --eval_metrics diversity_LPIPS) of each
+  answers per input)                   input's N samples (util/evaluation/diversity.py); with
+                                       --eval_metrics also FID_random/KID_random: the samples against
+                                       the same real images as the outputs.
 metrics.json keeps the keys of earlier versions: output_L1, output_PSNR, output_SSIM, identity_*,
 FID, KID_mean, KID_std, FID_A, KID_A_mean, KID_A_std (docs/evaluation.md).
 """
@@ -20,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from util.errors import UserError
+from util.evaluation.diversity import SampleDiversity
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message
 from util.evaluation.metrics import PAIRED_METRICS, TranslationMetrics
 
@@ -55,10 +60,11 @@ class InferenceMetrics:
     """What test.py measures (the module docstring): the outputs' metrics and the baseline's."""
 
     def __init__(self, opt, pairs: Mapping[str, tuple[str, str | None]], input_visual: str | None,
-                 device: torch.device, paired: bool) -> None:
+                 device: torch.device, paired: bool, sample_visual: str | None = None) -> None:
         """`pairs`: the model's scored (output, target) visuals for this data (`scored_pairs(paired)`);
         the first are "the outputs", keyed plainly (FID, output_L1), the others keep their suffix
-        (CycleGAN's B->A: FID_A). `input_visual`: the model's input, for the do-nothing baseline."""
+        (CycleGAN's B->A: FID_A). `input_visual`: the model's input, for the do-nothing baseline.
+        `sample_visual`: with --n_samples, the visual whose `<name>_random<k>` are the samples."""
         if pairs:
             first = next(iter(pairs))
             pairs = {"": pairs[first], **{k: v for k, v in pairs.items() if k != first}}
@@ -74,24 +80,46 @@ class InferenceMetrics:
         self.baseline = None
         if paired and self.target is not None and opt.input_nc == opt.output_nc and input_visual is not None:
             self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device)
+        # --n_samples: how different the samples are, and (--eval_metrics) how real they look
+        self.samples = [f"{sample_visual}_random{k}" for k in range(getattr(opt, "n_samples", 0))] if sample_visual else []
+        self.diversity = SampleDiversity(device, lpips=opt.eval_metrics) if self.samples else None
+        self.random = None
+        if self.samples and opt.eval_metrics and has_reference:
+            self.random = TranslationMetrics({"random": ("samples", None)}, paired=False, distribution=True,
+                                             device=device, inception_weights=opt.inception_weights or None,
+                                             external_reference={"random"})
 
     def update(self, visuals: dict[str, torch.Tensor]) -> None:
         first = {name: image[:1] for name, image in visuals.items()}  # the saved image of the batch
         self.outputs.update(first)
         if self.baseline is not None:
             self.baseline.update(first)
+        if self.diversity is not None:
+            self.diversity.update([first[name] for name in self.samples])
+        if self.random is not None:
+            self.random.update({"samples": torch.cat([first[name] for name in self.samples])})
+            if not self.reference:  # the test set's real images, as the outputs are compared with
+                self.random.add_reference("random", first[self.target])
 
     def compute(self, reference_batches: Iterable[torch.Tensor] = ()) -> dict[str, Any]:
         """metrics.json's content, after feeding `reference_batches` (this process's share of the
         --fid_reference images) to FID/KID (collective: every process calls it)."""
         for batch in reference_batches:
             self.outputs.add_reference("", batch)
+            if self.random is not None:
+                self.random.add_reference("random", batch)
         scores = self.outputs.compute()
         counts = self.outputs.image_counts.get("", {})
         summary: dict[str, Any] = {"images": counts["paired"]} if counts.get("paired") else {}
         summary.update(legacy_names(scores, "output_"))
         if self.baseline is not None:
             summary.update(legacy_names(self.baseline.compute(), "identity_"))
+        if self.diversity is not None:
+            summary.update(self.diversity.compute(), samples_per_input=len(self.samples))
+            summary.update({f"{key}_skipped": why for key, why in self.diversity.skipped.items()})
+        if self.random is not None:
+            summary.update(self.random.compute())
+            summary.update({f"{key}_skipped": why for key, why in self.random.skipped.items()})
         if not self.eval_metrics:
             return summary
         if "FID" in scores:
@@ -122,4 +150,5 @@ def describe_distribution(metrics: dict[str, Any]) -> str:
 
 def paired_summary(metrics: dict[str, Any]) -> Iterable[str]:
     """'key value' texts of the paired metrics in `metrics`, for the console and the results page."""
-    return (f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("output_", "identity_")))
+    return (f"{k} {v:.4f}" for k, v in metrics.items()
+            if k.startswith(("output_", "identity_", "diversity_")) and not k.endswith("_skipped"))
