@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dataroot", action="append", default=[], type=Path,
                         help="a dataset for the loop measurement instead of the generated demo data: trainA/trainB "
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes: the step section only)")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes) and bicycle_gan (batch 2: its two halves): the step section only")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
                         " (fp32 is always measured: everything is compared with it)")
     parser.add_argument("--sections", default=None, help="comma-separated subset of: " + ", ".join(SECTIONS))

@@ -18,6 +18,12 @@ over images (KL, and the GAN loss of a one-scale D) are scaled by the number of 
 processes train what one does with the global batch. A batch smaller than --batch_size (an
 epoch's last) is not trained on, as in BicycleGAN's code.
 
+With --accum_steps K each micro-batch is split into its halves, the codes of the whole step are
+drawn at its first micro-batch (micro-batch k takes the k-th block), and the summed losses are
+scaled by K too: K micro-batches train what one batch of K x --batch_size does whose encoded half
+holds the micro-batches' encoded halves, in order (tests/test_bicyclegan.py checks it in float64).
+A step whose last micro-batch is incomplete is not taken.
+
 At test time `forward` makes "fake_B" from the code E encodes from B (the "encoded" output; with
 --no_encode from the prior's mean, z = 0), or from the codes `set_latent` gave (test.py
 --n_samples, the Translator).
@@ -43,6 +49,7 @@ class BicycleGANModel(BaseModel):
                     "fake_B_encoded": "B", "fake_B_random": "B"}
     network_roles = {"G": "generator", "E": "encoder", "D": "discriminator", "D2": "discriminator"}
     translators = ("G",)
+    accumulation_phases = ("optimize_parameters",)  # G and E step before D, on outputs made before either step
     input_visual = "real_A"
     sample_visuals = ("fake_B",)  # test.py --n_samples: fake_B_random0, 1, ...
 
@@ -115,6 +122,7 @@ class BicycleGANModel(BaseModel):
             self.optimizers.append(self.optimizer_D2)
         # the codes of each step, drawn for the whole global batch (the same stream on every rank)
         self.code_rng = torch.Generator().manual_seed(seed * 7919 + 17)
+        self.step_codes: tuple[torch.Tensor, torch.Tensor] | None = None  # (eps, z) of the step under way
 
     # ------------------------------------------------------------------ inference
     def latent_size(self) -> int:
@@ -147,19 +155,30 @@ class BicycleGANModel(BaseModel):
 
     def draw_codes(self, pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(eps for the encoded half's reparameterisation, the random half's z): this rank's rows of
-        codes drawn for every pair of the global batch."""
-        total = pairs * distributed.world_size()
-        eps = torch.randn(total, self.nz, generator=self.code_rng, dtype=torch.float64)
-        random = torch.randn(total, self.nz, generator=self.code_rng, dtype=torch.float64)
-        rows = distributed.global_batch_positions(pairs)
+        the codes drawn for every pair of the global batch (of every micro-batch of the step, at its
+        first: with --accum_steps, micro-batch k takes the k-th block)."""
+        micro = self.engine.micro
+        index, count = (micro.index, micro.count) if micro is not None else (0, 1)
+        block = pairs * distributed.world_size()
+        if index == 0:
+            self.step_codes = tuple(torch.randn(block * count, self.nz, generator=self.code_rng, dtype=torch.float64)
+                                    for _ in range(2))
+        rows = [row + index * block for row in distributed.global_batch_positions(pairs)]
+        eps, random = self.step_codes
         return eps[rows].to(self.device, self.dtype), random[rows].to(self.device, self.dtype)
+
+    def summed_over_images(self) -> int:
+        """The factor of a loss BicycleGAN sums over the images of a batch: the number of processes
+        and micro-batches, so that each process's micro-batch sum adds up to the global step's."""
+        micro = self.engine.micro
+        return distributed.world_size() * (micro.count if micro is not None else 1)
 
     def adversarial_loss(self, predictions, target_is_real: bool, for_discriminator: bool = True) -> torch.Tensor:
         """BicycleGAN's GAN loss: the sum over D's scales of each scale's loss. With one scale its
         loss iterates the grid's images, so it sums them: scaled to the global batch's half."""
         if isinstance(predictions, (list, tuple)):
             return sum(self.criterionGAN(p, target_is_real, for_discriminator) for p in predictions)
-        images = predictions.shape[0] * distributed.world_size()
+        images = predictions.shape[0] * self.summed_over_images()
         return self.criterionGAN(predictions, target_is_real, for_discriminator) * images
 
     def encode_judging(self, image: torch.Tensor) -> torch.Tensor:
@@ -177,7 +196,7 @@ class BicycleGANModel(BaseModel):
     def optimize_parameters(self) -> None:
         count = self.real_A.shape[0]
         if count != self.opt.batch_size:  # an epoch's incomplete last batch: not trained on, as in BicycleGAN
-            return
+            return  # (the last micro-batch of its step: no optimizer steps, the gradients are cleared at the next)
         half = count // 2
         self.real_A_encoded, self.real_B_encoded = self.real_A[:half], self.real_B[:half]
         real_A_random, real_B_random = self.real_A[half:], self.real_B[half:]
@@ -201,7 +220,7 @@ class BicycleGANModel(BaseModel):
                 self.loss_G_GAN2 = (self.adversarial_loss(held["D" if opt.use_same_D else "D2"](fake_random), True,
                                                           False) * opt.lambda_GAN2 if self.judges_random else 0.0)
                 # KL(N(mu, sigma) || N(0, I)), summed over the images (of the global batch) and the code
-                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * distributed.world_size()
+                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * self.summed_over_images()
                 self.loss_kl = kl * (-0.5 * opt.lambda_kl)
                 self.loss_G_L1 = nn.functional.l1_loss(self.fake_B_encoded, self.real_B_encoded) * opt.lambda_L1
                 self.loss_z_L1 = (nn.functional.l1_loss(self.encode_judging(self.fake_B_random), self.z_random)

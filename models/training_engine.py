@@ -104,6 +104,11 @@ class TrainingEngine:
         self.grad_scalers[index].scale(loss * micro.weight).backward()
         self._step_losses[index] = self._step_losses[index] + loss.detach() * micro.weight
 
+    @property
+    def micro(self) -> MicroStep | None:
+        """The micro-batch of an accumulated step being trained on (--accum_steps), None outside one."""
+        return self._micro
+
     @contextmanager
     def micro_step(self, step: MicroStep) -> Iterator[None]:
         """Within the block, `update_weights` accumulates micro-batch `step` (models/accumulation.py)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,24 @@ def test_two_processes_train_the_same_weights_as_one_with_the_global_batch(paire
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
     assert_same_weights(one, two)
+
+
+def test_accumulated_micro_batches_train_what_one_batch_of_their_halves_does(paired_root, tmp_path):
+    """--batch_size 2 --accum_steps 2 over images p0 p1 p2 p3 encodes p0 and p2 and draws random
+    codes for p1 and p3: what --batch_size 4 trains on the order p0 p2 p1 p3 (float64)."""
+    pairs = sorted((paired_root / "train").glob("*.png"))[:4]
+    for name, order in (("micro", (0, 1, 2, 3)), ("whole", (0, 2, 1, 3))):
+        (tmp_path / name / "train").mkdir(parents=True)
+        for position, index in enumerate(order):
+            shutil.copy(pairs[index], tmp_path / name / "train" / f"{position}.png")
+    same = ["--dtype", "float64", "--n_epochs", "2", "--n_epochs_decay", "0", "--serial_batches", "--no_flip"]
+    train = load_script("train.py").main
+    assert train(args(tmp_path / "micro", tmp_path, "accumulated", "--batch_size", "2", "--accum_steps", "2",
+                      *same)) == 0
+    assert train(args(tmp_path / "whole", tmp_path, "one_batch", "--batch_size", "4", *same)) == 0
+    accumulated, one_batch = weights(tmp_path / "accumulated"), weights(tmp_path / "one_batch")
+    assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one_batch)
+    assert_same_weights(accumulated, one_batch)
 
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):

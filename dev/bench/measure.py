@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
-from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_ONLY_MODELS, STRAIGHTFORWARD,
+from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS, STRAIGHTFORWARD,
                         Plan, Timing, config_spec)
 from bench.runner import Runner
 
@@ -58,8 +58,8 @@ def _note_flops(flops: FlopTable, model: str, size: int, result: dict) -> None:
 def measure_steps(plan: Plan, runner: Runner, model: str, configs: list[str], flops: FlopTable) -> list[dict]:
     """One row per configuration: the synthetic step, in `plan.repeats` passes of alternating
     order, pooled. The first fp32 job also counts the step's FLOPs (into `flops`)."""
-    size = plan.step_size[model]
-    print(f"training step: {model}, {size}x{size}, batch 1, synthetic tensors"
+    size, batch = plan.step_size[model], STEP_BATCH.get(model, 1)
+    print(f"training step: {model}, {size}x{size}, batch {batch}, synthetic tensors"
           + (f", {plan.repeats} passes (second in reverse order)" if plan.repeats > 1 else ""))
     passes: dict[str, list[dict]] = {config: [] for config in configs}
     for number in range(plan.repeats):
@@ -68,14 +68,14 @@ def measure_steps(plan: Plan, runner: Runner, model: str, configs: list[str], fl
             compiled = config_spec(config)["compile"]
             timing = Timing(plan.compile_warmup if compiled else plan.step.warmup, plan.step.min_steps,
                             plan.step.max_steps, plan.step.budget_s)
-            spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(config),
+            spec = {"kind": "step", "model": model, "size": size, "batch": batch, **config_spec(config),
                     **timing.spec(), "count_flops": config == BASELINE and number == 0,
                     **_network_args(plan)}
             suffix = f"_pass{number + 1}" if plan.repeats > 1 else ""
             result = runner.run(f"step_{model}_{config}{suffix}", spec, compile_cache=f"{model}_{config}")
             _note_flops(flops, model, size, result)
             passes[config].append(result)
-    return [{"model": model, "config": config, "size": size, "batch": 1, **merge_passes(passes[config])}
+    return [{"model": model, "config": config, "size": size, "batch": batch, **merge_passes(passes[config])}
             for config in configs]
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MODELS = ("cycle_gan", "pix2pix")
-# Opt-in (--models cut,fastcut): the step section only, beside CycleGAN's; their train.py flags.
-STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"], "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"]}
+# Opt-in (--models cut,fastcut,bicycle_gan): the step section only, beside CycleGAN's; their train.py flags.
+STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"], "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"],
+                    "bicycle_gan": ["--model", "bicycle_gan"]}
+# The step's batch where a model cannot train on one image: BicycleGAN splits it into an encoded and a random half.
+STEP_BATCH = {"bicycle_gan": 2}
 # A configuration is "fp32" (plain eager float32) or settings joined by "+".
 SETTINGS: dict[str, dict] = {
     "bf16": {"amp": "bf16"},
@@ -31,7 +34,8 @@ TARGETS = {"speedup": {"cycle_gan": 2.0, "pix2pix": 1.5}, "not_slower_than_strai
            "data_wait_fraction": 0.05, "ddp_efficiency": 0.9}
 # The generators' smallest input multiple: unet_256 halves 8 times, so it needs multiples of 256.
 SIZE_MULTIPLE = {"resnet_9blocks": 4, "unet_256": 256}
-DEFAULT_NETG = {"cycle_gan": "resnet_9blocks", "pix2pix": "unet_256", "cut": "resnet_9blocks", "fastcut": "resnet_9blocks"}
+DEFAULT_NETG = {"cycle_gan": "resnet_9blocks", "pix2pix": "unet_256", "cut": "resnet_9blocks", "fastcut": "resnet_9blocks",
+                "bicycle_gan": "unet_256"}
 
 
 @dataclass
@@ -87,7 +91,7 @@ class Plan:
 def full_plan() -> Plan:
     return Plan(
         name="full",
-        step_size={"cycle_gan": 256, "pix2pix": 256, "cut": 256, "fastcut": 256},
+        step_size={"cycle_gan": 256, "pix2pix": 256, "cut": 256, "fastcut": 256, "bicycle_gan": 256},
         configs=list(CONFIGS),
         step=Timing(warmup=2, min_steps=4, max_steps=15, budget_s=40.0),
         repeats=2,
@@ -110,7 +114,7 @@ def quick_plan() -> Plan:
     return Plan(
         name="quick",
         # pix2pix's unet_256 takes multiples of 256 only, so it stays at 256 (it is the cheap one).
-        step_size={"cycle_gan": 64, "pix2pix": 256, "cut": 64, "fastcut": 64},
+        step_size={"cycle_gan": 64, "pix2pix": 256, "cut": 64, "fastcut": 64, "bicycle_gan": 256},
         configs=["fp32", STRAIGHTFORWARD, "bf16", "channels_last", "fused_adam", "bf16+channels_last"],
         step=Timing(warmup=1, min_steps=3, max_steps=5, budget_s=6.0),
         compile_warmup=2,

@@ -61,11 +61,15 @@ def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
 
 
 def count_step_flops(model, opt) -> tuple[int, dict]:
-    """FLOPs of one optimize_parameters() with a batch of one image: the total and
-    {network: {"forward": .., "backward": ..}} (conv and matmul FLOPs are per image, so a batch
-    of b costs exactly b times this)."""
-    model.set_input(synthetic_batch(opt, 1, seed=1))
-    return count_network_flops(model.optimize_parameters, model.named_networks())
+    """FLOPs of one optimize_parameters() per image: the total and {network: {"forward": ..,
+    "backward": ..}} (conv and matmul FLOPs are per image, so a batch of b costs exactly b times
+    this). Counted on a batch of one image, or of --batch_size where a model needs more (BicycleGAN's
+    two halves: the mean over its images)."""
+    batch = opt.batch_size
+    model.set_input(synthetic_batch(opt, batch, seed=1))
+    total, by_network = count_network_flops(model.optimize_parameters, model.named_networks())
+    return total // batch, {net: {phase: count // batch for phase, count in phases.items()}
+                            for net, phases in by_network.items()}
 
 
 def check_losses_finite(model) -> None:
