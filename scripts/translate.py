@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval, and of the latent codes of --n_samples")
     many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
     many.add_argument("--n_samples", type=positive_int, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
+    many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
     many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
     parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
@@ -177,21 +178,40 @@ def main(argv: list[str] | None = None) -> int:
 
 def latent_answers(translator: Translator, args: argparse.Namespace) -> dict:
     """`translate`'s keywords for --n_samples / --reference, checked once before any image is read."""
-    given = [flag for flag, value in (("--n_samples", args.n_samples), ("--reference", args.reference)) if value]
+    given = [flag for flag, value in (("--n_samples", args.n_samples), ("--codes", args.codes),
+                                      ("--reference", args.reference)) if value]
     if not given:
         return {}
     if translator.latent_size == 0:
         raise UserError(f"{' and '.join(given)}: the generator of {args.checkpoint} takes no latent code, so it gives "
                         f"one answer per image; leave {' and '.join(given)} out.")
-    if len(given) == 2:
-        raise UserError("--reference gives the one answer that looks like that image; pass --reference or "
-                        "--n_samples, not both.")
+    if len(given) > 1:
+        raise UserError(f"{' and '.join(given)}: each says which codes to translate with; pass one of them.")
+    if args.codes:
+        return {"codes": read_codes(args.codes, translator.latent_size)}
     if args.reference:
         if not os.path.isfile(args.reference):
             raise UserError(f"--reference {args.reference} is not an image file; pass an image of the output domain.")
         translator.encode(args.reference)  # a reference that cannot be encoded fails before any image is read
         return {"reference": args.reference}
     return {"n_samples": args.n_samples, "seed": args.seed}
+
+
+def read_codes(path: str, size: int):
+    """--codes FILE: N x `size` numbers from a .npy file or a text file (one code a line), checked."""
+    import numpy as np
+
+    from models.latent_codes import checked_latent_codes
+
+    try:
+        codes = np.load(path) if path.endswith(".npy") else np.loadtxt(path, ndmin=2)
+    except (OSError, ValueError) as err:
+        raise UserError(f"--codes {path} cannot be read ({' '.join(str(err).split())}); pass a .npy file or a text "
+                        f"file with one code of {size} numbers a line.") from None
+    try:
+        return checked_latent_codes(codes, size)
+    except UserError as err:
+        raise UserError(f"--codes {path}: {err}") from None
 
 
 def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]]) -> str:

@@ -155,6 +155,32 @@ def test_step_flops_per_network_match_the_analytic_count(one_thread, tmp_path, m
     assert_flops_match(row, expected_flops_by_network(model, SMALL[model], ngf=8, ndf=8))
 
 
+def test_bicyclegan_step_flops_are_per_image_of_its_two_image_batch_and_belong_to_its_four_networks(one_thread,
+                                                                                                       tmp_path):
+    """BicycleGAN trains on pairs of images (the encoded and the random half): its step is counted on
+    its batch of 2 and reported per image; G runs once per image (on the encoded half's A with two
+    codes), so G's forward FLOPs per image are one G(A, z)."""
+    from types import SimpleNamespace
+    small = ["--netG", "unet_128", "--netE", "resnet_128", "--netD", "basic_128_multi", "--netD2", "basic_128_multi",
+             "--ngf", "4", "--nef", "4", "--ndf", "4"]
+    spec = {"kind": "step", "model": "bicycle_gan", "size": 128, "batch": plans.STEP_BATCH["bicycle_gan"],
+            "device": "cpu", "checkpoints_dir": str(tmp_path), "extra_args": small, "warmup": 0, "min_steps": 1,
+            "max_steps": 1, "budget_s": 0, "count_flops": True}
+    result = jobs.job_step(spec)
+    by_network = result["flops_by_network_batch1"]
+    other = by_network.pop("other", {"forward": 0, "backward": 0})  # a few hundred FLOPs outside the networks
+    assert set(by_network) == {"G", "E", "D", "D2"}
+    assert sum(other.values()) < 1e-5 * result["flops_batch1"]
+    assert all(phases["forward"] > 0 and phases["backward"] > 0 for phases in by_network.values())
+    assert sum(sum(p.values()) for p in by_network.values()) + sum(other.values()) == \
+        pytest.approx(result["flops_batch1"], abs=8)  # each count halved (rounded down) separately
+    flags = SimpleNamespace(netG="unet_128", ngf=4, norm="instance", no_dropout=True, init_type="xavier",
+                            init_gain=0.02, upsample="basic", nz=8, where_add="all", nl="relu", gpu_ids=[])
+    generator = networks.build_generator(flags, 3, 3)
+    one_image = count_flops(lambda: generator(torch.zeros(1, 3, 128, 128), torch.zeros(1, 8)))
+    assert by_network["G"]["forward"] == one_image
+
+
 def test_derived_numbers_and_best_configuration():
     results = {
         "peaks": {"conv_fp32_flops_per_s": 100e9, "conv_bf16_flops_per_s": 200e9},

@@ -218,3 +218,39 @@ def test_export_takes_the_code_as_a_second_input(trained, paired_root, tmp_path)
     with torch.no_grad():
         assert torch.allclose(scripted(x, codes), translator.generator.eval()(x, codes), atol=1e-5)
         assert not torch.allclose(scripted(x, codes), scripted(x, codes.flip(0)), atol=1e-3)  # the code matters
+
+
+@pytest.fixture
+def input_image(paired_root, tmp_path) -> Path:
+    pair = Image.open(sorted((paired_root / "test").glob("*.png"))[0]).convert("RGB")
+    pair.crop((0, 0, pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC).save(tmp_path / "a.png")
+    return tmp_path / "a.png"
+
+
+def test_translate_py_translates_with_the_codes_of_a_file(trained, input_image, tmp_path):
+    from models.translator import Translator
+    codes = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]])
+    np.savetxt(tmp_path / "codes.txt", codes)
+    assert load_script("scripts/translate.py").main([str(input_image), "--checkpoint", str(trained), "--output",
+                                                     str(tmp_path / "out"), "--codes", str(tmp_path / "codes.txt")]) == 0
+    expected = Translator.load(trained, device="cpu").translate(np.asarray(Image.open(input_image)), codes=codes)
+    for k, image in enumerate(expected):
+        assert np.array_equal(read(tmp_path / "out" / f"a_sample{k}.png"), image.astype(int))
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--n_samples", "2", "--reference", "{image}"], ["--n_samples and --reference", "pass one of them"]),
+    (["--codes", "{codes}"], ["--codes", "codes of 3 finite numbers"]),
+    (["--reference", "{missing}"], ["--reference", "not an image file"]),
+], ids=["two_sources_of_codes", "codes_of_the_wrong_size", "missing_reference"])
+def test_translate_py_refuses_bad_code_options_in_one_paragraph(trained, input_image, tmp_path, capsys, extra, says):
+    np.savetxt(tmp_path / "codes.txt", np.zeros((2, 5)))
+    values = {"image": str(input_image), "codes": str(tmp_path / "codes.txt"), "missing": str(tmp_path / "no.png")}
+    argv = [str(input_image), "--checkpoint", str(trained), "--output", str(tmp_path / "out"),
+            *(word.format(**values) for word in extra)]
+    assert load_script("scripts/translate.py").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for text in says:
+        assert text in err, (text, err)
+    assert not (tmp_path / "out").exists()
