@@ -167,8 +167,8 @@ class BicycleGANModel(BaseModel):
         eps, random = self.step_codes
         return eps[rows].to(self.device, self.dtype), random[rows].to(self.device, self.dtype)
 
-    def summed_over_images(self) -> int:
-        """The factor of a loss BicycleGAN sums over the images of a batch: the number of processes
+    def summed_loss_scale(self) -> int:
+        """The scale of a loss BicycleGAN sums over the images of a batch: the number of processes
         and micro-batches, so that each process's micro-batch sum adds up to the global step's."""
         micro = self.engine.micro
         return distributed.world_size() * (micro.count if micro is not None else 1)
@@ -178,7 +178,7 @@ class BicycleGANModel(BaseModel):
         loss iterates the grid's images, so it sums them: scaled to the global batch's half."""
         if isinstance(predictions, (list, tuple)):
             return sum(self.criterionGAN(p, target_is_real, for_discriminator) for p in predictions)
-        images = predictions.shape[0] * self.summed_over_images()
+        images = predictions.shape[0] * self.summed_loss_scale()
         return self.criterionGAN(predictions, target_is_real, for_discriminator) * images
 
     def encode_judging(self, image: torch.Tensor) -> torch.Tensor:
@@ -220,7 +220,7 @@ class BicycleGANModel(BaseModel):
                 self.loss_G_GAN2 = (self.adversarial_loss(held["D" if opt.use_same_D else "D2"](fake_random), True,
                                                           False) * opt.lambda_GAN2 if self.judges_random else 0.0)
                 # KL(N(mu, sigma) || N(0, I)), summed over the images (of the global batch) and the code
-                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * self.summed_over_images()
+                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * self.summed_loss_scale()
                 self.loss_kl = kl * (-0.5 * opt.lambda_kl)
                 self.loss_G_L1 = nn.functional.l1_loss(self.fake_B_encoded, self.real_B_encoded) * opt.lambda_L1
                 self.loss_z_L1 = (nn.functional.l1_loss(self.encode_judging(self.fake_B_random), self.z_random)

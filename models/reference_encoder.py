@@ -79,7 +79,7 @@ def find_encoder(generator_path: str, channels: int, device: torch.device | str 
         if os.path.abspath(path) == os.path.abspath(generator_path) or not os.path.isfile(path):
             continue
         state = load_state_dict_file(path, device)
-        seen = networks.recognise_generator(state, networks.ENCODER)
+        seen = networks.recognise_network(state, networks.ENCODER)
         if not seen and "netE" not in saved:
             continue
         arch = {**seen, **{k: saved[k] for k in ("netE", "nef", "nz", "norm") if k in saved}}

@@ -84,7 +84,7 @@ def infer_architecture(state: dict, netG: str | None = None) -> dict:
     built-in family recognises them; {} when none does."""
     if netG is not None:
         return networks.family_of(netG).from_weights(state) or {}
-    return networks.recognise_generator(state)
+    return networks.recognise_network(state)
 
 
 def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") -> nn.Module:

@@ -205,14 +205,18 @@ class PadToMultiple(nn.Module):
         self.multiple = multiple
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        padded, top, left = self.pad(x)
+        return self.net(padded)[:, :, top:top + x.shape[2], left:left + x.shape[3]]
+
+    def pad(self, x: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """`x` padded by reflection to the next multiple, split evenly; and the top and left padding."""
         height = x.shape[2]
         width = x.shape[3]
         pad_h = (self.multiple - height % self.multiple) % self.multiple
         pad_w = (self.multiple - width % self.multiple) % self.multiple
         top = pad_h // 2
         left = pad_w // 2
-        y = self.net(F.pad(x, [left, pad_w - left, top, pad_h - top], mode="reflect"))
-        return y[:, :, top:top + height, left:left + width]
+        return F.pad(x, [left, pad_w - left, top, pad_h - top], mode="reflect"), top, left
 
 
 class LatentPadToMultiple(PadToMultiple):
@@ -220,14 +224,8 @@ class LatentPadToMultiple(PadToMultiple):
     code (N x latent size) per image."""
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        height = x.shape[2]
-        width = x.shape[3]
-        pad_h = (self.multiple - height % self.multiple) % self.multiple
-        pad_w = (self.multiple - width % self.multiple) % self.multiple
-        top = pad_h // 2
-        left = pad_w // 2
-        y = self.net(F.pad(x, [left, pad_w - left, top, pad_h - top], mode="reflect"), z)
-        return y[:, :, top:top + height, left:left + width]
+        padded, top, left = self.pad(x)
+        return self.net(padded, z)[:, :, top:top + x.shape[2], left:left + x.shape[3]]
 
 
 def export_min_size(netG: str, flags: Any = None) -> int:

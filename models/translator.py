@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,7 +79,7 @@ class Translator:
                  device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
                  seed: int = 0, source: str = "", input_range: DataRange | None = None,
                  output_range: DataRange | None = None, architecture: dict | None = None,
-                 encoder: ReferenceEncoder | None = None) -> None:
+                 encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None) -> None:
         """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
         was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
         the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
@@ -103,7 +103,9 @@ class Translator:
         self.input_range = input_range
         self.output_range = output_range
         self._lock = threading.Lock()  # serialises calls in training mode only
-        self.encoder = encoder  # a latent generator's encoder, for `reference` images (None: none saved)
+        # a latent generator's encoder for `reference` images, or how to load it at its first use (so
+        # that translating without a reference never depends on the encoder's file)
+        self._encoder = encoder
 
     @classmethod
     def load(cls, checkpoint: str | os.PathLike, direction: str | None = None, epoch: str = "latest",
@@ -132,7 +134,14 @@ class Translator:
         return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
                    eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
                    output_range=output_range, architecture=arch,
-                   encoder=find_encoder(found.path, arch["output_nc"], resolved) if latent else None)
+                   encoder=(lambda: find_encoder(found.path, arch["output_nc"], resolved)) if latent else None)
+
+    @property
+    def encoder(self) -> ReferenceEncoder | None:
+        """The encoder saved with a latent generator (loaded at the first use), None where there is none."""
+        if callable(self._encoder):
+            self._encoder = self._encoder()
+        return self._encoder
 
     def __repr__(self) -> str:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
@@ -188,8 +197,8 @@ class Translator:
         mean of the code the encoder saved with the generator gives it (models/reference_encoder.py)."""
         if self.encoder is None:
             raise UserError(f"{self.source or self.netG} has no encoder saved beside its generator (e.g. "
-                            f"latest_net_E.pth of a BicycleGAN run), so a reference image cannot be encoded; pass "
-                            f"n_samples or codes instead.")
+                            f"latest_net_E.pth of a BicycleGAN run), so a reference image cannot be encoded; draw "
+                            f"codes (n_samples; scripts/translate.py --n_samples) or give them (codes; --codes).")
         return self.encoder.encode(reference_picture(reference, self.output_nc, self.output_range)[None])
 
     def _translate(self, image: Any, tile: int, tile_overlap: int) -> Any:

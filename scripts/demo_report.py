@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 import sys
 
+import torch
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data import create_dataset  # noqa: E402
@@ -32,9 +34,10 @@ from models import create_model  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
-from util.errors import exits_on_user_error  # noqa: E402
+from util.errors import UserError, exits_on_user_error  # noqa: E402
 from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
+from models.base_model import BaseModel  # noqa: E402
 from models.latent_codes import draw_latent_codes  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
@@ -74,16 +77,19 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
                        **{name: model.fake_B for name, model in models.items()}})
     means = scores.compute()
     table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
+    notes = set()
     for name, measure in diversity.items():
         table[name].update(measure.compute())
-        for key, why in measure.skipped.items():
-            print(f"{key} left out: {why}")
+        notes.update(f"{key} left out: {why}" for key, why in measure.skipped.items())
+    for note in sorted(notes):
+        print(note)
     return table
 
 
-def samples(model, count: int, seed: int) -> list:
+def samples(model: BaseModel, count: int, seed: int) -> list[torch.Tensor]:
     """`count` answers of `model` to its input: from `count` latent codes drawn from `seed` (as test.py
-    --n_samples does) if its generator takes one, else from `count` dropout masks."""
+    --n_samples does) if its generator takes one, else from `count` dropout masks (seeds of their own
+    for every input and answer)."""
     answers = []
     if model.latent_size() > 0:
         for code in draw_latent_codes(count, model.latent_size(), seed):
@@ -93,16 +99,25 @@ def samples(model, count: int, seed: int) -> list:
         model.set_latent(None)
         return answers
     for k in range(count):
-        seed_everything(seed + k)  # networks in training mode (no --eval): dropout draws a new mask each time
+        seed_everything(seed * count + k)  # networks in training mode (no --eval): dropout draws a new mask
         model.test()
         answers.append(model.fake_B[:1])
     return answers
 
 
-def compare(many_path: str, one_path: str) -> int:
-    """Print whether the trained samples of the run in `many_path` are more diverse than those in `one_path`."""
-    many, one = (read_json_object(path, "Run scripts/demo_report.py --n_samples N again to rewrite it.")["trained"]
-                 for path in (many_path, one_path))
+def compare(paths: list[str]) -> int:
+    """`--compare MANY.json ONE.json`: print whether the trained samples of the run in the first file
+    are more diverse than those in the second."""
+    if len(paths) != 2:
+        raise UserError(f"--compare takes two demo_report.json files (the run with many answers, then the other), "
+                        f"not {len(paths)} argument(s): {' '.join(paths) or 'none'}.")
+    many_path, one_path = paths
+    rerun = "Run scripts/demo_report.py --n_samples N again to rewrite it."
+    tables = [read_json_object(path, rerun) for path in paths]
+    for path, table in zip(paths, tables):
+        if not isinstance(table.get("trained"), dict):
+            raise UserError(f"--compare {path} holds no scores of a trained model (no \"trained\" table). {rerun}")
+    many, one = (table["trained"] for table in tables)
     keys = [key for key in ("diversity_LPIPS", "diversity_L1") if key in many and key in one]
     if not keys:
         print("no diversity score in both files: run scripts/demo_report.py with --n_samples 2 or more")
@@ -117,7 +132,7 @@ def compare(many_path: str, one_path: str) -> int:
 @exits_on_user_error()
 def main() -> int:
     if sys.argv[1:2] == ["--compare"]:
-        return compare(*sys.argv[2:4])
+        return compare(sys.argv[2:])
     opt = TestOptions().parse()
     best = best_epoch(opt)
     table = report(opt, best)

@@ -22,6 +22,8 @@ import sys
 import time
 from collections.abc import Callable
 
+import torch
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
@@ -137,7 +139,7 @@ def output_name(translator: Translator, source: str, destination: str) -> str:
 
 
 def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int, tile_overlap: int,
-                  skipped: list[tuple[str, str]], **answers) -> int:
+                  skipped: list[tuple[str, str]], **answers: object) -> int:
     """Translate each job with a progress bar (on a terminal); appends failures to `skipped`.
     `answers`: the latent code's keywords of `Translator.translate` (n_samples, codes, reference)."""
     from tqdm import tqdm
@@ -197,7 +199,7 @@ def latent_answers(translator: Translator, args: argparse.Namespace) -> dict:
     return {"n_samples": args.n_samples, "seed": args.seed}
 
 
-def read_codes(path: str, size: int):
+def read_codes(path: str, size: int) -> torch.Tensor:
     """--codes FILE: N x `size` numbers from a .npy file or a text file (one code a line), checked."""
     import numpy as np
 

@@ -52,13 +52,27 @@ def test_checkpoints_hold_its_four_networks_and_the_averages_of_g_and_e(trained)
     assert state["model.down.0.weight"].shape[1] == 3 + 3  # the image's channels and the code's
 
 
-def test_two_processes_train_the_same_weights_as_one_with_the_global_batch(paired_root, tmp_path):
-    """The halves are the global batch's halves and the codes are drawn per global pair, so two
-    processes of two images each make the pairs and codes one process of four makes."""
-    equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
-                   "--no_flip", "--max_dataset_size", "8"]
-    assert load_script("train.py").main(args(paired_root, tmp_path, "one", "--batch_size", "4", *equivalence)) == 0
-    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "2", *equivalence)))
+def reordered_copy(paired_root: Path, folder: Path, order: tuple[int, ...]) -> Path:
+    """The first training pairs of `paired_root`, renamed so that --serial_batches reads them in `order`."""
+    pairs = sorted((paired_root / "train").glob("*.png"))
+    (folder / "train").mkdir(parents=True)
+    for position, index in enumerate(order):
+        shutil.copy(pairs[index], folder / "train" / f"{position}.png")
+    return folder
+
+
+def test_two_processes_accumulating_two_micro_batches_train_what_one_process_does_with_the_global_batch(
+        paired_root, tmp_path):
+    """Two processes of --batch_size 2 --accum_steps 2 over p0..p7: the sampler deals p0..p3 to the first
+    micro-batches (p0 p2 to rank 0, p1 p3 to rank 1), so the encoded halves are p0 p1 p4 p5 and the
+    random ones p2 p3 p6 p7, and the step's codes are drawn for all eight: what one process with
+    --batch_size 8 trains on the order p0 p1 p4 p5 p2 p3 p6 p7 (float64)."""
+    equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches", "--no_flip"]
+    accumulated = reordered_copy(paired_root, tmp_path / "micro", tuple(range(8)))
+    whole = reordered_copy(paired_root, tmp_path / "whole", (0, 1, 4, 5, 2, 3, 6, 7))
+    assert load_script("train.py").main(args(whole, tmp_path, "one", "--batch_size", "8", *equivalence)) == 0
+    ok(torchrun("train.py", *args(accumulated, tmp_path, "two", "--batch_size", "2", "--accum_steps", "2",
+                                  *equivalence)))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
     assert_same_weights(one, two)
@@ -67,11 +81,8 @@ def test_two_processes_train_the_same_weights_as_one_with_the_global_batch(paire
 def test_accumulated_micro_batches_train_what_one_batch_of_their_halves_does(paired_root, tmp_path):
     """--batch_size 2 --accum_steps 2 over images p0 p1 p2 p3 encodes p0 and p2 and draws random
     codes for p1 and p3: what --batch_size 4 trains on the order p0 p2 p1 p3 (float64)."""
-    pairs = sorted((paired_root / "train").glob("*.png"))[:4]
     for name, order in (("micro", (0, 1, 2, 3)), ("whole", (0, 2, 1, 3))):
-        (tmp_path / name / "train").mkdir(parents=True)
-        for position, index in enumerate(order):
-            shutil.copy(pairs[index], tmp_path / name / "train" / f"{position}.png")
+        reordered_copy(paired_root, tmp_path / name, order)
     same = ["--dtype", "float64", "--n_epochs", "2", "--n_epochs_decay", "0", "--serial_batches", "--no_flip"]
     train = load_script("train.py").main
     assert train(args(tmp_path / "micro", tmp_path, "accumulated", "--batch_size", "2", "--accum_steps", "2",
@@ -254,3 +265,20 @@ def test_translate_py_refuses_bad_code_options_in_one_paragraph(trained, input_i
     for text in says:
         assert text in err, (text, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_its_run_folder_does(
+        trained, input_image, paired_root, tmp_path):
+    """BicycleGAN's own folders hold only latest_net_{G,E,D,D2}.pth: the generator and the encoder are
+    recognised from their weights (the encoder's normalisation, which leaves no weights, tried)."""
+    from models.translator import Translator
+    for name in ("G", "E", "D", "D2"):
+        shutil.copy(trained / f"latest_net_{name}.pth", tmp_path / f"latest_net_{name}.pth")
+    reference = np.asarray(Image.open(sorted((paired_root / "test").glob("*.png"))[1]).convert("RGB").crop(
+        (32, 0, 64, 32)))  # a 32 px B: resized to the 128 px the encoder takes
+    image = np.asarray(Image.open(input_image))
+    ours = Translator.load(trained, device="cpu")
+    theirs = Translator.load(tmp_path, device="cpu")
+    assert theirs.latent_size == 3 and theirs.encoder is not None
+    assert np.array_equal(theirs.translate(image, reference=reference), ours.translate(image, reference=reference))
+    assert np.allclose(theirs.encode(reference), ours.encode(reference))

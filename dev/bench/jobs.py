@@ -17,7 +17,8 @@ from bench.training import (build_model, build_options, check_losses_finite, com
 
 def job_step(spec: dict) -> dict:
     """`model.optimize_parameters()` on one synthetic batch, repeated; with "count_flops", also
-    the step's FLOPs at batch 1, in all ("flops_batch1") and per network ("flops_by_network_batch1")."""
+    the step's FLOPs per image (counted at batch 1, or on the model's smallest batch and divided: its
+    mean image), in all ("flops_batch1") and per network ("flops_by_network_batch1")."""
     ctx = make_context(spec.get("device", "auto"), spec.get("threads"))
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec)

@@ -7,8 +7,8 @@ from typing import Any
 
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
-from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS, STRAIGHTFORWARD,
-                        Plan, Timing, config_spec)
+from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS,
+                        STRAIGHTFORWARD, Plan, Timing, config_spec)
 from bench.runner import Runner
 
 # (model, size) -> {"total": FLOPs of one step at batch 1, "by_network": {net: {"forward", "backward"}}}

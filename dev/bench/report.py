@@ -111,8 +111,9 @@ def _step_section(step_rows: list[dict]) -> list[str]:
         rows_in = [r for r in step_rows if r["model"] == model]
         if not rows_in:
             continue
-        size = rows_in[0]["size"]
-        lines += [f"### Training step: {model} ({DEFAULT_NETG[model]}), {size}x{size}, batch 1, synthetic tensors", ""]
+        size, batch = rows_in[0]["size"], rows_in[0]["batch"]
+        lines += [f"### Training step: {model} ({DEFAULT_NETG[model]}), {size}x{size}, batch {batch}, synthetic "
+                  f"tensors", ""]
         lines += _table(["config", "median s/step", "IQR s", "pass medians", "steps", "img/s", "vs fp32", "peak MiB",
                          "GFLOP/step", "GFLOP/s", "of conv peak", "data wait", "compile s", "load"],
                         [_step_row(r) for r in rows_in]) + [""]

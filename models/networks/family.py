@@ -179,7 +179,7 @@ def family_name_type(role: str):
     return parse
 
 
-def recognise_generator(state: Mapping[str, Any], role: str = GENERATOR) -> dict:
+def recognise_network(state: Mapping[str, Any], role: str = GENERATOR) -> dict:
     """The options the weights of a built-in generator (or network of `role`) show ({} for weights no
     family recognises)."""
     for family in dict.fromkeys(builtin_families()[role].values()):

@@ -59,7 +59,7 @@ class LevelWithCode(nn.Module):
                  nl_layer: Callable[[], nn.Module] = lambda: nn.ReLU(True), use_dropout: bool = False,
                  upsample: str = BASIC_UPSAMPLING):
         super().__init__()
-        self.outermost, self.innermost, self.nz = outermost, innermost, nz
+        self.outermost, self.nz = outermost, nz
         downconv = nn.Conv2d(input_nc + nz, inner_nc, kernel_size=4, stride=2, padding=1)
         if outermost:
             down = [downconv]
@@ -80,7 +80,7 @@ class LevelWithCode(nn.Module):
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         x_and_z = _spread(z, x) if self.nz > 0 else x
-        if self.submodule is None:  # the innermost level (a test TorchScript resolves when it compiles)
+        if self.submodule is None:  # the innermost level; TorchScript compiles only the branch that applies
             return torch.cat([self.up(self.down(x_and_z)), x], 1)
         inner = self.submodule(self.down(x_and_z), z)
         return self.up(inner) if self.outermost else torch.cat([self.up(inner), x], 1)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import urllib.error
 import warnings
 from itertools import combinations
 from typing import Sequence
@@ -25,7 +24,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from util.evaluation.inception import _socket_timeout, downloads_allowed, inception_weights_dir, DOWNLOAD_TIMEOUT_S
+from util import distributed
+from util.evaluation.inception import download_weights, downloads_allowed, inception_weights_dir
 
 ALEXNET_WEIGHTS_URL = "https://download.pytorch.org/models/alexnet-owt-7be5be79.pth"  # torchvision's AlexNet_Weights
 ALEXNET_WEIGHTS_NAME = ALEXNET_WEIGHTS_URL.rsplit("/", 1)[1]
@@ -41,15 +41,7 @@ def ensure_lpips_weights() -> bool:
     target = lpips_weights_path()
     if os.path.isfile(target):
         return True
-    if not downloads_allowed():
-        return False
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        with _socket_timeout(DOWNLOAD_TIMEOUT_S):
-            torch.hub.download_url_to_file(ALEXNET_WEIGHTS_URL, target, progress=False)
-    except (OSError, urllib.error.URLError, ValueError):  # no network, refused, timed out, HTTP error
-        return False
-    return True
+    return downloads_allowed() and download_weights(ALEXNET_WEIGHTS_URL, target)
 
 
 def missing_lpips_weights_message() -> str:
@@ -78,12 +70,12 @@ class SampleDiversity:
         self.skipped: dict[str, str] = {}
         self.means: dict[str, nn.Module] = {"diversity_L1": MeanMetric().to(self.device)}  # over all pairs
         self.lpips: nn.Module | None = None
-        if lpips:
-            if ensure_lpips_weights():
-                self.lpips = load_lpips(self.device)
-                self.means["diversity_LPIPS"] = self.lpips
-            else:
-                self.skipped["diversity_LPIPS"] = missing_lpips_weights_message()
+        # every process must make the same choice, or their gatherings in compute() would not match
+        if lpips and distributed.any_rank(not ensure_lpips_weights()):
+            self.skipped["diversity_LPIPS"] = missing_lpips_weights_message()
+        elif lpips:
+            self.lpips = load_lpips(self.device)
+            self.means["diversity_LPIPS"] = self.lpips
 
     @torch.no_grad()
     def update(self, samples: Sequence[torch.Tensor]) -> None:

@@ -70,13 +70,19 @@ def ensure_inception_weights(explicit: str | None = None) -> str | None:
     if path is not None or not downloads_allowed():
         return path
     target = os.path.join(inception_weights_dir(), INCEPTION_WEIGHTS_NAME)
+    return target if download_weights(INCEPTION_WEIGHTS_URL, target) else None
+
+
+def download_weights(url: str, target: str) -> bool:
+    """Download `url` into `target` (its folder made) as torch.hub does, giving up within seconds when
+    the network is unreachable; whether the file is there now. Callers check `downloads_allowed()` first."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
     try:
         with _socket_timeout(DOWNLOAD_TIMEOUT_S):
-            torch.hub.download_url_to_file(INCEPTION_WEIGHTS_URL, target, progress=False)
+            torch.hub.download_url_to_file(url, target, progress=False)
     except (OSError, urllib.error.URLError, ValueError):  # no network, refused, timed out, HTTP error
-        return None
-    return target
+        return False
+    return True
 
 
 def inception_weights_available(explicit: str | None = None) -> bool:

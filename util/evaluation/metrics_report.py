@@ -81,7 +81,8 @@ class InferenceMetrics:
         if paired and self.target is not None and opt.input_nc == opt.output_nc and input_visual is not None:
             self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device)
         # --n_samples: how different the samples are, and (--eval_metrics) how real they look
-        self.samples = [f"{sample_visual}_random{k}" for k in range(getattr(opt, "n_samples", 0))] if sample_visual else []
+        count = getattr(opt, "n_samples", 0) if sample_visual else 0
+        self.samples = [f"{sample_visual}_random{k}" for k in range(count)]
         self.diversity = SampleDiversity(device, lpips=opt.eval_metrics) if self.samples else None
         self.random = None
         if self.samples and opt.eval_metrics and has_reference:
