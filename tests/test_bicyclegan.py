@@ -37,15 +37,20 @@ def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
 def trained(paired_root, tmp_path_factory) -> Path:
     ckpt = tmp_path_factory.mktemp("bicycle")
     assert load_script("train.py").main(args(paired_root, ckpt, "one", "--n_epochs", "1", "--n_epochs_decay", "0",
-                                             "--max_dataset_size", "4", "--ema_decay", "0.5")) == 0
+                                             "--max_dataset_size", "4", "--ema_decay", "0.5", "--val_freq", "1",
+                                             "--save_best", "L1")) == 0
     return ckpt / "one"
 
 
-def test_checkpoints_hold_its_four_networks_and_the_averages_of_g_and_e(trained):
-    names = {path.name for path in trained.glob("latest_*.pth")}
+def test_checkpoints_hold_its_four_networks_the_averages_of_g_and_e_and_the_best_validated_ones(trained):
+    names = {path.name for path in trained.glob("*.pth")}
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= names
     assert {"latest_ema_net_G.pth", "latest_ema_net_E.pth"} <= names
     assert not {"latest_ema_net_D.pth", "latest_ema_net_D2.pth"} & names
+    # validation scores the encoded output against B on the val split; --save_best keeps G and E
+    best = json.loads((trained / "best.json").read_text())["best"]
+    assert best["epoch"] == 1 and 0 < best["metrics"]["L1"] < 2
+    assert {"best_net_G.pth", "best_net_E.pth"} <= names
     # BicycleGAN's own parameter names (its G adds the code at every level: down/submodule/up)
     state = torch.load(trained / "latest_net_G.pth", weights_only=True)
     assert "model.down.0.weight" in state and "model.submodule.down.1.weight" in state

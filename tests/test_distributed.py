@@ -25,7 +25,11 @@ def single(script: str, *args: str, timeout: float = 240) -> subprocess.Complete
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}"
+    # a worker killed by a signal prints where each thread was (faulthandler) before the module list: keep that part
+    fatal = result.stderr.find("Fatal Python error")
+    crash = f"\nCRASH:\n{result.stderr[fatal:fatal + 4000]}" if fatal >= 0 else ""
+    assert result.returncode == 0, \
+        f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}{crash}"
     return result
 
 
