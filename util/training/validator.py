@@ -112,6 +112,9 @@ class Validator:
                 model.forward()
                 model.compute_visuals()
                 current = model.get_current_visuals()
+                # the scored outputs and targets, which the training visuals may not show (BicycleGAN's fake_B)
+                current.update((name, getattr(model, name)) for pair in metrics.pairs.values() for name in pair
+                               if name is not None and name not in current)
                 metrics.update(current)
                 if keep is not None and not keep:
                     keep.update((name, image[:1].detach().cpu()) for name, image in current.items())
