@@ -11,6 +11,7 @@ exists, so they are no-ops in a single process and the training loop has no rank
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import random
 import re
@@ -420,10 +421,17 @@ def report_user_error(message: str) -> None:
 
 
 def shutdown() -> None:
+    """End this process's part in the process group, before the interpreter starts to shut down."""
     global _started
     _started = None
+    # A model and its training engine refer to each other, so only the cycle collector frees them and the
+    # DDP wrappers that hold the process group. A process group released during the interpreter's shutdown
+    # can abort the process (gloo's threads release tensors that need the GIL: pytorch/pytorch#179291), as
+    # torchrun workers did now and then under load after runs that had succeeded: collect them now.
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
 
 
 @contextmanager
