@@ -81,9 +81,10 @@ def train(root: Path, model: str, ckpt: Path):
 # ---------------------------------------------------------------------------- the tools' layouts train
 @pytest.mark.slow
 def test_each_tools_output_trains_for_an_epoch(tmp_path):
+    """The tools run as programs, from the reference's paths where it has them (datasets/)."""
     # combine_A_and_B: A/{train,test} + B/{train,test} -> AB/{train,test} (12 pairs: the process pool)
     fold_A, fold_B = paired_folders(tmp_path / "c", {"train": 12, "test": 2})
-    ok(run_script("scripts/combine_A_and_B.py", "--fold_A", str(fold_A), "--fold_B", str(fold_B),
+    ok(run_script("datasets/combine_A_and_B.py", "--fold_A", str(fold_A), "--fold_B", str(fold_B),
                   "--fold_AB", str(tmp_path / "c" / "AB")))
     ab = np.asarray(Image.open(tmp_path / "c" / "AB" / "train" / "0003.png"))
     assert ab.shape == (32, 64, 3)
@@ -100,7 +101,7 @@ def test_each_tools_output_trains_for_an_epoch(tmp_path):
         names_A = sorted(p.name for p in (data / f"{split}A").iterdir())
         assert len(names_A) == count and names_A == sorted(p.name for p in (data / f"{split}B").iterdir())
     # make_dataset_aligned: {train,val,test}{A,B} -> {train,val,test} in the same folder
-    ok(run_script("scripts/make_dataset_aligned.py", "--dataset-path", str(data)))
+    ok(run_script("datasets/make_dataset_aligned.py", "--dataset-path", str(data)))
     name = sorted(os.listdir(data / "train"))[0]
     aligned = np.asarray(Image.open(data / "train" / name))
     i = int(Path(name).stem)
@@ -287,6 +288,44 @@ def test_download_scripts_accept_the_reference_names_and_list_them_for_others(tm
     wrong = download(script, "no_such_name", closed, tmp_path)
     assert wrong.returncode == 1 and "'no_such_name' is not one of" in wrong.stderr
     assert all(name in wrong.stderr for name in names.split())
+
+
+def cityscapes(root: Path, splits: dict[str, list[str]]) -> tuple[Path, Path]:
+    """Cityscapes' layout: gtFine/<split>/<city>/<name>_gtFine_color.png and leftImg8bit/.../<name>_leftImg8bit.png,
+    each label image red and each photo blue with its number in green."""
+    for split, names in splits.items():
+        for i, name in enumerate(names):
+            city = name.split("_")[0]
+            solid(root / "gtFine" / split / city / f"{name}_gtFine_color.png", (250, 10 * i, 0), (64, 32))
+            solid(root / "leftImg8bit" / split / city / f"{name}_leftImg8bit.png", (0, 10 * i, 250), (64, 32))
+    return root / "gtFine", root / "leftImg8bit"
+
+
+def test_prepare_cityscapes_writes_the_references_layout_from_the_reference_path(tmp_path):
+    gt, photos = cityscapes(tmp_path, {"train": ["aachen_000000_000019", "bochum_000000_000313"],
+                                       "val": ["lindau_000000_000019"]})
+    out = tmp_path / "cityscapes"
+    ok(run_script("datasets/prepare_cityscapes_dataset.py", "--gtFine_dir", str(gt), "--leftImg8bit_dir", str(photos),
+                  "--output_dir", str(out)))
+    assert sorted(os.listdir(out)) == ["test", "testA", "testB", "train", "trainA", "trainB"]  # val becomes test
+    assert sorted(os.listdir(out / "train")) == ["0.jpg", "1.jpg"] and sorted(os.listdir(out / "trainB")) == \
+        ["0_B.jpg", "1_B.jpg"]
+    pair = np.asarray(Image.open(out / "train" / "1.jpg")).astype(int)
+    assert pair.shape == (256, 512, 3)
+    assert np.abs(pair[128, 64] - (0, 10, 250)).max() <= 3 and np.abs(pair[128, 320] - (250, 10, 0)).max() <= 3
+    assert np.abs(np.asarray(Image.open(out / "testA" / "0_A.jpg")).astype(int)[5, 5] - (0, 0, 250)).max() <= 3
+
+
+def test_prepare_cityscapes_names_a_photo_without_labels_and_writes_nothing(tmp_path, capsys):
+    gt, photos = cityscapes(tmp_path, {"train": ["aachen_000000_000019"], "val": ["lindau_000000_000019"]})
+    solid(photos / "train" / "aachen" / "aachen_000001_000019_leftImg8bit.png", (0, 0, 0))
+    result = tool(capsys, "scripts/prepare_cityscapes_dataset.py", "--gtFine_dir", str(gt), "--leftImg8bit_dir",
+                  str(photos), "--output_dir", str(tmp_path / "out"))
+    user_error(result, "aachen_000001_000019_leftImg8bit.png", "no partner")
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    missing = tool(capsys, "scripts/prepare_cityscapes_dataset.py", "--gtFine_dir", str(tmp_path / "nothing"),
+                   "--leftImg8bit_dir", str(photos), "--output_dir", str(tmp_path / "out"))
+    user_error(missing, "--gtFine_dir", "cityscapes-dataset.com")
 
 
 def test_cityscapes_datasets_point_to_the_official_site(tmp_path):
