@@ -105,6 +105,41 @@ def test_evaluate_py_without_inception_weights_says_where_to_put_them(image_sets
     assert INCEPTION_WEIGHTS_NAME in err and str(tmp_path / "torch" / "hub" / "checkpoints") in err
 
 
+@pytest.mark.parametrize("given", ["--inception_weights", "$IMG2IMG_INCEPTION_WEIGHTS", "hub cache"])
+def test_inception_weights_that_hold_code_are_refused_without_running_it(image_sets, tmp_path, capsys, monkeypatch,
+                                                                          given):
+    """torch-fidelity loads the file with pickle's full power: the file is read safely first, however it is given."""
+    from test_bad_input import Payload
+    marker = tmp_path / "code_was_run"
+    weights = tmp_path / "torch" / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME
+    weights.parent.mkdir(parents=True)
+    torch.save({"weight": Payload(marker)}, weights)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv(OFFLINE_ENV, "1")
+    monkeypatch.delenv(WEIGHTS_ENV, raising=False)
+    flags = ["--inception_weights", str(weights)] if given == "--inception_weights" else []
+    if given.startswith("$"):
+        monkeypatch.setenv(WEIGHTS_ENV, str(weights))
+    assert evaluate_main(str(image_sets / "a"), "--reference", str(image_sets / "b"), *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(weights) in err and "would run code" in err, err
+    assert not marker.exists()
+
+
+def test_lpips_weights_that_hold_code_are_refused_without_running_them(tmp_path, monkeypatch):
+    from test_bad_input import Payload
+    from util.evaluation.diversity import ALEXNET_WEIGHTS_NAME, SampleDiversity
+    from util.errors import UserError
+    marker = tmp_path / "code_was_run"
+    weights = tmp_path / "torch" / "hub" / "checkpoints" / ALEXNET_WEIGHTS_NAME
+    weights.parent.mkdir(parents=True)
+    torch.save({"features.0.weight": Payload(marker)}, weights)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    with pytest.raises(UserError, match="would run code") as refused:
+        SampleDiversity(lpips=True)
+    assert str(weights) in str(refused.value) and not marker.exists()
+
+
 # ---------------------------------------------------------------------------- test.py
 def test_test_py_keeps_the_earlier_metrics_json_keys_for_both_cycle_gan_directions(tmp_path, monkeypatch):
     assert legacy_names({"L1": 1, "PSNR": 2, "SSIM": 3, "FID": 4, "KID": 5, "KID_std": 6, "FID_A": 7, "KID_A": 8,

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from util import distributed
-from util.evaluation.inception import download_weights, downloads_allowed, inception_weights_dir
+from util.evaluation.inception import download_weights, downloads_allowed, inception_weights_dir, refuse_stored_code
 
 ALEXNET_WEIGHTS_URL = "https://download.pytorch.org/models/alexnet-owt-7be5be79.pth"  # torchvision's AlexNet_Weights
 ALEXNET_WEIGHTS_NAME = ALEXNET_WEIGHTS_URL.rsplit("/", 1)[1]
@@ -53,9 +53,12 @@ def missing_lpips_weights_message() -> str:
 
 
 def load_lpips(device: torch.device | str = "cpu") -> nn.Module:
-    """torchmetrics' LPIPS (AlexNet) on `device`, taking images in [-1, 1]; ensure_lpips_weights() first."""
+    """torchmetrics' LPIPS (AlexNet) on `device`, taking images in [-1, 1]; ensure_lpips_weights() first.
+    A UserError naming AlexNet's file if it holds anything but tensors (code stored in it is never run)."""
     from torchmetrics.image.lpip import LearnedPerceptualImagePatchSimilarity  # heavy import: only when scored
 
+    refuse_stored_code(lpips_weights_path(), "AlexNet (LPIPS)",
+                       f"Delete it and put the official {ALEXNET_WEIGHTS_URL} there (see docs/evaluation.md).")
     return LearnedPerceptualImagePatchSimilarity(net_type="alex", reduction="mean", normalize=False).to(device)
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import socket
 import urllib.error
+import warnings
 from typing import Iterator
 
 import torch
@@ -113,12 +115,29 @@ def _socket_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
+def refuse_stored_code(path: str, what: str, fix: str) -> None:
+    """A UserError naming `path` unless it holds plain tensors. torch-fidelity and torchvision load their
+    weights files with pickle's full power (`weights_only=False`), which runs code stored in a file; so
+    we read the file first the safe way (`weights_only=True`, which never runs any) and refuse it there."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"{path} is not a plain file of {what} weights: loading it would run code stored inside it, "
+                        f"which we refuse (nothing in it was run). {fix}") from None
+    except Exception as err:  # noqa: BLE001 (damaged bytes fail in many ways; name the file and say why)
+        first_line = (str(err).splitlines() or [""])[0][:200]
+        raise UserError(f"{path} is not a file of {what} weights ({type(err).__name__}: {first_line}). {fix}") from None
+
+
 def load_inception(path: str, device: torch.device | str = "cpu") -> nn.Module:
     """torchmetrics' NoTrainInceptionV3 (torch-fidelity's network) with the weights at `path`, on
     `device`: Nx3xHxW uint8 images (any H, W) -> Nx2048 float32 pool3 features. A UserError naming
-    the file if it holds something else."""
+    the file if it holds something else (code stored in it is never run)."""
     from torchmetrics.image.fid import NoTrainInceptionV3  # heavy import: only FID/KID runs need it
 
+    refuse_stored_code(path, "Inception-v3", missing_inception_weights_message())
     try:
         network = NoTrainInceptionV3(name="inception-v3-compat", features_list=[str(FEATURE_DIM)],
                                      feature_extractor_weights_path=path, antialias=False)
