@@ -121,6 +121,11 @@ class BaseOptions:
         opt.isTrain = self.isTrain
         if opt.suffix:
             opt.name = opt.name + "_" + self._expand_suffix(parser, opt)
+        self._check_run_name(parser, opt.name)
+        if opt.dtype == "float64" and opt.amp != "none":
+            parser.error(f"argument --amp: --amp {opt.amp} computes in {opt.amp.replace('bf', 'bfloat').replace('fp', 'float')} "
+                         f"what --dtype float64 asks to keep in float64 (for exact checks); pass one of them: --amp "
+                         f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
         self.check_combinations(parser, opt)
@@ -132,6 +137,19 @@ class BaseOptions:
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""
+
+    @staticmethod
+    def _check_run_name(parser: argparse.ArgumentParser, name: str) -> None:
+        """--name is one folder in --checkpoints_dir (and --results_dir): '', '.', '..' and names with a
+        path separator would put the run's files elsewhere, e.g. into --checkpoints_dir itself."""
+        separators = [sep for sep in ("/", os.sep, os.altsep, "\0") if sep and sep in name]
+        if name.strip() in ("", ".", "..") or separators:
+            words = [part for part in name.replace("\0", "/").replace(os.sep, "/").split("/") if part.strip(". ")]
+            suggestion = "_".join(words) or "experiment_name"
+            parser.error(f"argument --name: {name!r} is not one folder name (the run's checkpoints, options and logs "
+                         f"go to --checkpoints_dir/<name>/ and its results to --results_dir/<name>/, so an empty name, "
+                         f"'.', '..' or a path would write them elsewhere, where another run overwrites them); pass a "
+                         f"name without '/', e.g. --name {suggestion}")
 
     @staticmethod
     def _expand_suffix(parser: argparse.ArgumentParser, opt: FrozenOptions) -> str:

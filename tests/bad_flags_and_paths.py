@@ -27,6 +27,13 @@ def flag_case(*flags: str, names: tuple = (), script: str = "train.py", parse_on
                 flag_refused(*flags, names=names, script=script), 2, script=script, parse_only=parse_only)
 
 
+def b_save_best_no_metric(work: Path) -> Setup:
+    aligned(work / "data" / "train", 2)
+    aligned(work / "data" / "val", 2)
+    return Setup(run_args(work, *PIX, "--val_freq", "1", "--save_best", "LPIPS_Q"),
+                 stderr_has=("--save_best LPIPS_Q", "PSNR (higher is better)"))
+
+
 def a_file(work: Path) -> Path:
     path = work / "notes.txt"
     path.write_text("a regular file where a folder is expected\n")
@@ -112,6 +119,8 @@ NORM_MEANS = {"sync_batch": "syncbatch", "sync_instance": "instance"}  # what op
 FLAG_AND_PATH_CASES = [
     # numbers out of range, refused when parsed, naming the flag and the allowed range
     flag_case("--batch_size", "0", names=(">= 1",), parse_only=False),
+    flag_case("--amp", "bf16", "--dtype", "float64", names=("bfloat16", "--dtype float64")),
+    Case("--save_best LPIPS_Q (no metric) is refused naming --save_best", b_save_best_no_metric, 2),
     flag_case("--max_dataset_size", "0", names=(">= 1",)),
     flag_case("--load_size", "0", "--crop_size", "0", names=(">= 1",)),
     flag_case("--crop_size", "-32", names=(">= 1",)),

@@ -376,3 +376,16 @@ def test_save_options_at_test_time_writes_test_opt(tmp_path):
     saved = json.loads((tmp_path / "run2" / "test_opt.json").read_text())
     assert saved["phase"] == "test" and saved["model"] == "test"
     assert (tmp_path / "run2" / "test_opt.txt").exists()
+
+
+@pytest.mark.parametrize("name, suggested", [("", "experiment_name"), (".", "experiment_name"), ("..", "experiment_name"),
+                                             ("runs/facades", "runs_facades"), ("/tmp/x", "tmp_x")])
+def test_a_run_name_that_is_not_one_folder_name_is_refused_naming_it(capsys, tmp_path, name, suggested):
+    """--name '' would write the run into --checkpoints_dir itself; '..' or a path somewhere else."""
+    for options in (TrainOptions, TestOptions):
+        with pytest.raises(SystemExit) as exc:
+            options().parse(["--dataroot", str(tmp_path), "--name", name, "--checkpoints_dir", str(tmp_path / "ck")])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--name: {name!r}" in err and f"--name {suggested}" in err, err
+    assert not (tmp_path / "ck").exists()

@@ -81,7 +81,10 @@ class Validator:
         metric = opt.save_best
         if not metric:
             return None
-        higher_is_better(metric)  # a UserError for names that are no metric
+        try:
+            higher_is_better(metric)
+        except UserError as err:  # a name that is no metric: say which flag gave it
+            raise UserError(f"--save_best {metric}: {err}") from None
         if metric not in self.keys or metric.endswith("_std"):
             raise UserError(f"--save_best {metric}: this model's validation reports "
                             f"{', '.join(k for k in self.keys if not k.endswith('_std'))}; pick one of them.")
