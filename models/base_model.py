@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from models import checkpoint_files, networks
+from models.batch_entries import paired_batch
 from models.diff_augment import DiscriminatorAugment
 from models.ema import GeneratorEMA
 from models.model_state import ModelState
@@ -173,9 +174,8 @@ class BaseModel(ModelState, ABC):
 
     def paired_input(self, input: dict) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
         """(model input, model target, input paths) of a batch, following --direction."""
-        AtoB = self.opt.direction == "AtoB"
-        return (self.to_device(input["A" if AtoB else "B"]), self.to_device(input["B" if AtoB else "A"]),
-                input["A_paths" if AtoB else "B_paths"])
+        source, target, paths = paired_batch(input, self.opt, self.opt.model)  # a bad dataset named, not a KeyError
+        return self.to_device(source), self.to_device(target), paths
 
     def make_adam(self, parameters) -> torch.optim.Adam:
         """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)). --fused_adam picks

@@ -112,3 +112,31 @@ def test_a_dataset_without_targets_is_refused_for_training_naming_it(current_fol
         assert refused.value.code == 2
         assert f"--dataset_mode: {mode} reads input images without targets" in capsys.readouterr().err
     TrainOptions().parse(["--dataroot", "x", "--model", "pix2pix", "--dataset_mode", "cwd_datasets.both_dataset"])
+
+
+@pytest.mark.parametrize("change, says", [
+    ("item.pop('B')", ["'B'", "they hold 'A', 'A_paths', 'B_paths'"]),
+    ("item.update(A=item['A'][:1])", ["'A' as (1, 32, 32)", "--input_nc 3"]),
+], ids=["item_without_B", "input_with_one_channel"])
+def test_a_dataset_whose_items_lack_what_the_model_reads_is_named_in_one_paragraph(train, paired_root, tmp_path,
+                                                                                    monkeypatch, capfd, change, says):
+    """Not a KeyError deep in the model: the dataset module, its class, the entry and what the model reads."""
+    name = "mydata_" + str(abs(hash(change)))  # a module of its own per case: Python keeps the first one imported
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "broken.py").write_text(
+        "from custom_datasets.noisy_dataset import NoisyDataset\n\n\n"
+        "class BrokenDataset(NoisyDataset):\n"
+        "    def __getitem__(self, index):\n"
+        "        item = super().__getitem__(index)\n"
+        f"        {change}\n"
+        "        return item\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = train.main(["--dataroot", str(paired_root), "--name", "broken", "--model", "pix2pix", "--dataset_mode",
+                       f"{name}.broken", *TINY, "--checkpoints_dir", str(tmp_path / "ckpt")])
+    assert code == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for text in [f"--dataset_mode {name}.broken (BrokenDataset)", "--model pix2pix reads A, B", *says]:
+        assert text in err, (text, err)
