@@ -49,12 +49,12 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import ClassVar, Iterator, Mapping
+from typing import ClassVar, Mapping
 
 import torch
 from torch import nn
 
-from models import checkpoint_files, networks
+from models import networks
 from models.batch_entries import paired_batch
 from models.diff_augment import DiscriminatorAugment
 from models.ema import GeneratorEMA
