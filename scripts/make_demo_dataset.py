@@ -208,32 +208,32 @@ def _save(img: np.ndarray, path: Path) -> None:
     Image.fromarray(np.ascontiguousarray(img)).save(path, format="PNG")  # Pillow PNGs carry no timestamp
 
 
+def _make_aligned_demo(out_dir: Path, task: str, stream: int, make_pair: Callable[[np.random.Generator, int], np.ndarray],
+                       size: int, seed: int, splits: dict[str, int]) -> Path:
+    """Write (or reuse) `out_dir/demo_<task>` with `splits` of aligned pairs from `make_pair`, each split
+    from its own random stream (`stream` tells the tasks apart); return it."""
+    params = {"task": task, "size": size, "seed": seed, **splits}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        rng = _rng(seed, stream, list(splits).index(split))
+        for i in range(count):
+            _save(make_pair(rng, size), folder / f"{i:04d}.png")
+
+    return _build(Path(out_dir), f"demo_{task}", params, splits, make_split)
+
+
 def make_pix2pix_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 200,
                       n_val: int = 20, n_test: int = 20) -> Path:
     """Write (or reuse) `out_dir/demo_pix2pix` with train/val/test aligned pairs; return it."""
-    splits = {"train": n_train, "val": n_val, "test": n_test}
-    params = {"task": "pix2pix", "size": size, "seed": seed, **splits}
-
-    def make_split(folder: Path, split: str, count: int) -> None:
-        rng = _rng(seed, 0, list(splits).index(split))
-        for i in range(count):
-            _save(_pix2pix_pair(rng, size), folder / f"{i:04d}.png")
-
-    return _build(Path(out_dir), "demo_pix2pix", params, splits, make_split)
+    return _make_aligned_demo(out_dir, "pix2pix", 0, _pix2pix_pair, size, seed,
+                              {"train": n_train, "val": n_val, "test": n_test})
 
 
 def make_bicyclegan_demo(out_dir: Path, size: int = 128, seed: int = 0, n_train: int = 200,
                          n_val: int = 20, n_test: int = 20) -> Path:
     """Write (or reuse) `out_dir/demo_bicyclegan` with train/val/test aligned pairs; return it."""
-    splits = {"train": n_train, "val": n_val, "test": n_test}
-    params = {"task": "bicyclegan", "size": size, "seed": seed, **splits}
-
-    def make_split(folder: Path, split: str, count: int) -> None:
-        rng = _rng(seed, 3, list(splits).index(split))
-        for i in range(count):
-            _save(_bicyclegan_pair(rng, size), folder / f"{i:04d}.png")
-
-    return _build(Path(out_dir), "demo_bicyclegan", params, splits, make_split)
+    return _make_aligned_demo(out_dir, "bicyclegan", 3, _bicyclegan_pair, size, seed,
+                              {"train": n_train, "val": n_val, "test": n_test})
 
 
 def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100,
