@@ -120,11 +120,12 @@ def _how_preprocess_sizes(opt: argparse.Namespace) -> str:
             f"its aspect ratio (height at least --crop_size {opt.crop_size})")
 
 
-def _check_file(opt: argparse.Namespace, path: str, group: FileGroup, requirement,
-                unranged_floats: list[str]) -> tuple[_Problem | None, tuple[int, int] | None]:
+def _check_file(opt: argparse.Namespace, path: str, group: FileGroup, requirement, unranged_floats: list[str],
+                ranged_integers: list[str]) -> tuple[_Problem | None, tuple[int, int] | None]:
     """Check one file's header; returns (its problem or None, its size after preprocessing when that
     size depends on the image, else None). Appends `path` to `unranged_floats` if it holds float data
-    that no --data_range describes."""
+    that no --data_range describes, and to `ranged_integers` if it holds integers a --data_range was
+    given for (integers map by their full range: the flag does nothing to them)."""
     try:
         info = probe_image(path)
     except UserError as err:
@@ -134,6 +135,8 @@ def _check_file(opt: argparse.Namespace, path: str, group: FileGroup, requiremen
             return _Problem(path, str(channel_mismatch(path, info, spec.channels, spec.flag)), skippable=False), None
         if info.dtype.kind == "f" and spec.data_range is None:
             unranged_floats.append(path)
+        elif info.dtype.kind in "ui" and spec.data_range is not None:
+            ranged_integers.append(path)
     w, h = info.width, info.height
     size = f"{w}x{h} pixels"
     if group.side_by_side:
@@ -194,6 +197,7 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
     deadline = time.monotonic() + budget_s
     problems: list[_Problem] = []
     unranged_floats: list[str] = []
+    ranged_integers: list[str] = []
     checked = 0
     for group in groups:
         paths = group.paths
@@ -205,7 +209,7 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
                        f"stopped there; the others are checked as they are loaded.")
                 return _raise_or_warn(problems, checked, skip)
             checked += 1
-            problem, size = _check_file(opt, path, group, requirement, unranged_floats)
+            problem, size = _check_file(opt, path, group, requirement, unranged_floats, ranged_integers)
             if problem is not None:
                 problems.append(problem)
                 continue
@@ -225,6 +229,11 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
         warn0(f"{unranged_floats[0]} holds floating-point values and no --data_range says which of them map to the "
               f"network's -1 and 1, so [0, 1] is assumed (values outside are clipped). Pass --data_range MIN MAX; "
               f"`python scripts/data_range.py --dataroot {opt.dataroot}` computes it from the images.")
+    if ranged_integers:
+        warn0(f"--data_range {' '.join(f'{v:g}' for v in opt.data_range)} applies to floating-point images only, and "
+              f"{ranged_integers[0]} holds {probe_image(ranged_integers[0]).dtype} integers, which map to the "
+              f"network's -1 and 1 by their full range: the flag does nothing to it. Leave --data_range out for "
+              f"integer images.")
 
 
 def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:

@@ -55,6 +55,14 @@ def b_infinity_in_npy(work):
     return Setup(run_args(work, *PIX, "--data_range", "0", "1"), stderr_has=(paths[0], "2 infinite"))
 
 
+def b_data_range_on_8bit_pngs(work):
+    """--data_range maps float data only: on 8-bit PNGs it does nothing, which the user is told once."""
+    aligned(work / "data" / "train", 2)
+    first = sorted((work / "data" / "train").iterdir())[0]
+    return Setup(run_args(work, *PIX, "--data_range", "0", "1"),
+                 stderr_has=("--data_range 0 1 applies to floating-point images only", str(first), "uint8"))
+
+
 # ---------------------------------------------------------------------------------- the environment
 def b_stray_rank_and_world_size(work):
     aligned(work / "data" / "train", 2)
@@ -134,6 +142,7 @@ def b_export_dir_under_a_file(work):
 DATA_AND_ENV_CASES = [
     # float data holding NaN or infinity: the file is named, not "training diverged"
     Case("NaN in a float tiff is refused naming the file, not as divergence", b_nan_in_float_tiff, 2),
+    Case("--data_range on 8-bit PNGs trains with a warning that it does nothing", b_data_range_on_8bit_pngs, 0),
     Case("infinity in a float npy is refused naming the file", b_infinity_in_npy, 2),
     # launcher variables
     Case("RANK and WORLD_SIZE left over without torchrun are refused naming them and how to unset them",
