@@ -229,9 +229,8 @@ class Translator:
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
         info = probe_image(input_path)
-        stem, extension = os.path.splitext(output_path)
         outputs = {output_path: output} if not isinstance(output, list) else \
-            {f"{stem}_sample{k}{extension}": one for k, one in enumerate(output)}
+            dict(zip(sample_paths(output_path, len(output)), output))
         try:
             os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
             for path, image in outputs.items():
@@ -341,6 +340,12 @@ class Translator:
             else:
                 torch.default_generator.manual_seed(self.seed)
             return net(x, *codes)
+
+
+def sample_paths(output_path: str, count: int) -> list[str]:
+    """Where `translate_file` writes `count` answers for `output_path`: `<stem>_sample<k><extension>`."""
+    stem, extension = os.path.splitext(output_path)
+    return [f"{stem}_sample{k}{extension}" for k in range(count)]
 
 
 def _require_pixels(image_shape: tuple[int, ...], what: str, layout: str) -> None:

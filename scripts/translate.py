@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from models import networks  # noqa: E402
-from models.translator import PRECISIONS, Translator  # noqa: E402
+from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError  # noqa: E402
 from util.util import broken_link  # noqa: E402
@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if not jobs:
         raise UserError(nothing_to_translate(args.inputs, skipped))
     answers = latent_answers(translator, args)
+    inputs = {os.path.realpath(path): path for path, _ in (*jobs, *skipped) if os.path.isfile(path)}
+    jobs = [job for job in jobs if not overwrites_an_input(job, inputs, answer_count(answers), skipped)]
     total, start = len(jobs) + len(skipped), time.perf_counter()
     done = translate_all(translator, jobs, args.tile, args.tile_overlap, skipped, **answers)
     print(f"translated {done} of {total} files into {args.output} in {time.perf_counter() - start:.1f} s "
@@ -197,6 +199,28 @@ def latent_answers(translator: Translator, args: argparse.Namespace) -> dict:
         translator.encode(args.reference)  # a reference that cannot be encoded fails before any image is read
         return {"reference": args.reference}
     return {"n_samples": args.n_samples, "seed": args.seed}
+
+
+def answer_count(answers: dict) -> int:
+    """How many `<name>_sample<k>` files each input gives (--n_samples, --codes); 0: one file of its own name."""
+    if "n_samples" in answers:
+        return answers["n_samples"]
+    return len(answers["codes"]) if "codes" in answers else 0
+
+
+def overwrites_an_input(job: tuple[str, str], inputs: dict[str, str], count: int,
+                        skipped: list[tuple[str, str]]) -> bool:
+    """Whether one of the `count` `<name>_sample<k>` files of `job` would overwrite one of the `inputs`
+    (real path -> path given; then the job is added to `skipped`, with the reason); list_jobs already
+    checked single outputs."""
+    if count == 0:
+        return False
+    for path in sample_paths(job[1], count):
+        if os.path.realpath(path) in inputs:
+            skipped.append((job[0], f"its output {path} would overwrite the input {inputs[os.path.realpath(path)]}; "
+                                    f"choose another --output"))
+            return True
+    return False
 
 
 def read_codes(path: str, size: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, torchrun
+from conftest import load_script, run_script, torchrun
 from test_distributed import assert_same_weights, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
 
@@ -287,3 +287,20 @@ def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_
     assert theirs.latent_size == 3 and theirs.encoder is not None
     assert np.array_equal(theirs.translate(image, reference=reference), ours.translate(image, reference=reference))
     assert np.allclose(theirs.encode(reference), ours.encode(reference))
+
+
+def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, tmp_path):
+    """out/a_sample0.png is an input too: a.png's first sample would overwrite it, so a.png is skipped."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    for name in ("a.png", "b.png"):
+        shutil.copy(input_image, tmp_path / "in" / name)
+    shutil.copy(input_image, tmp_path / "out" / "a_sample0.png")
+    before = (tmp_path / "out" / "a_sample0.png").read_bytes()
+    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "a_sample0.png"),
+                        "--checkpoint", str(trained), "--output", str(tmp_path / "out"), "--n_samples", "2")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "a_sample0.png").read_bytes() == before
+    assert f"its output {tmp_path / 'out' / 'a_sample0.png'} would overwrite the input" in result.stdout
+    assert not (tmp_path / "out" / "a_sample1.png").exists()
+    assert (tmp_path / "out" / "b_sample0.png").exists() and (tmp_path / "out" / "b_sample1.png").exists()
