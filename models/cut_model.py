@@ -15,6 +15,7 @@ See docs/cut.md.
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 
@@ -210,7 +211,7 @@ class CUTModel(BaseModel):
         rows = distributed.global_batch_positions(local)
         ids = []
         for feat in feats:
-            size = feat.shape[-2] * feat.shape[-1]
+            size = math.prod(feat.shape[2:])  # positions: H*W, or D*H*W for volumes
             drawn = torch.stack([torch.randperm(size, generator=self.patch_rng)[:self.opt.num_patches]
                                  for _ in range(local * distributed.world_size())])
             ids.append(drawn[rows].to(self.device))

@@ -78,9 +78,10 @@ class PatchSampleF(nn.Module):
         for index, (feat, ids) in enumerate(zip(feats, patch_ids)):
             feat = _ContiguousGradient.apply(feat)
             if self.kind == "reshape":
-                flat = F.adaptive_avg_pool2d(feat, 4).flatten(2).transpose(1, 2)
+                pool = F.adaptive_avg_pool3d if feat.ndim == 5 else F.adaptive_avg_pool2d  # volumes: 4x4x4
+                flat = pool(feat, 4).flatten(2).transpose(1, 2)
             else:
-                flat = feat.flatten(2).transpose(1, 2)  # (B, H*W, C)
+                flat = feat.flatten(2).transpose(1, 2)  # (B, H*W, C); (B, D*H*W, C) for volumes
                 flat = torch.gather(flat, 1, ids[:, :, None].expand(-1, -1, flat.shape[2]))
             flat = flat.flatten(0, 1)
             if self.kind == "mlp_sample":

@@ -1,9 +1,10 @@
 """Batch norm whose statistics cover the batches of all DDP processes (`--norm syncbatch`).
 
 On CUDA this is PyTorch's `nn.SyncBatchNorm`. PyTorch's refuses to run on the CPU, so there
-`CPUSyncBatchNorm` does the same with the gloo backend. Both keep the parameters and buffers of
-the `BatchNorm2d` they replace (the same objects), so checkpoints stay plain batch-norm ones and
-optimizers built before the conversion remain valid.
+`CPUSyncBatchNorm` does the same with the gloo backend (`CPUSyncBatchNorm3d` for the volumes of
+the 3-D network families). Both keep the parameters and buffers of the `BatchNorm2d` (`BatchNorm3d`)
+they replace (the same objects), so checkpoints stay plain batch-norm ones and optimizers built
+before the conversion remain valid.
 """
 from __future__ import annotations
 
@@ -54,11 +55,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, None
 
 
-class CPUSyncBatchNorm(nn.BatchNorm2d):
-    """BatchNorm2d whose training statistics cover the batches of all ranks (gloo, CPU).
-
-    Behaves as BatchNorm2d in eval mode or in a single process.
-    """
+class _SynchronisedStatistics:
+    """The forward pass of the CPU synchronised batch norms, before a BatchNorm2d or BatchNorm3d in
+    the bases: the statistics of all ranks while training under DDP, that batch norm's otherwise."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and distributed.is_distributed()):
@@ -73,13 +72,30 @@ class CPUSyncBatchNorm(nn.BatchNorm2d):
         return y
 
 
+class CPUSyncBatchNorm(_SynchronisedStatistics, nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics cover the batches of all ranks (gloo, CPU).
+
+    Behaves as BatchNorm2d in eval mode or in a single process.
+    """
+
+
+class CPUSyncBatchNorm3d(_SynchronisedStatistics, nn.BatchNorm3d):
+    """BatchNorm3d (volumes) whose training statistics cover the batches of all ranks (gloo, CPU);
+    the same function as CPUSyncBatchNorm, which reduces over every dimension but the channels."""
+
+
+# the plain batch norm of each number of spatial dimensions -> its synchronised CPU twin
+_SYNCED = {nn.BatchNorm2d: CPUSyncBatchNorm, nn.BatchNorm3d: CPUSyncBatchNorm3d}
+
+
 def convert_sync_batchnorm(module: nn.Module, device: torch.device) -> nn.Module:
     """`module` with its batch-norm layers synchronised across ranks: PyTorch's on CUDA, ours on CPU."""
     if device.type == "cuda":
         return nn.SyncBatchNorm.convert_sync_batchnorm(module)
-    if isinstance(module, nn.BatchNorm2d) and not isinstance(module, CPUSyncBatchNorm) and module.affine:
-        synced = CPUSyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                                  module.track_running_stats)
+    plain = next((kind for kind in _SYNCED if isinstance(module, kind)), None)
+    if plain is not None and not isinstance(module, _SynchronisedStatistics) and module.affine:
+        synced = _SYNCED[plain](module.num_features, module.eps, module.momentum, module.affine,
+                                module.track_running_stats)
         synced.weight, synced.bias = module.weight, module.bias  # the same Parameter objects
         synced.running_mean, synced.running_var = module.running_mean, module.running_var
         synced.num_batches_tracked = module.num_batches_tracked

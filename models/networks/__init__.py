@@ -18,7 +18,7 @@ from torch import nn
 from models.losses import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
 from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
                                     builtin_families, checkpointed_blocks, family_name_type, family_of,
-                                    recognise_network)
+                                    recognise_network, volume_counterpart)
 from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
                                     CompileFriendlyReflectionPad2d, Identity, SlicedReflectionPad2d,
                                     apply_spectral_norm, compile_network, get_norm_layer, init_weights,

@@ -59,6 +59,9 @@ class NetworkFamily:
     checkpointed_blocks: ClassVar[Mapping[type, type]] = {}
     # One line for --help: what the names mean.
     description: ClassVar[str] = ""
+    # A family for volumes names the picture networks it stands in for (2-D name -> its own name): a
+    # volume dataset's run that names no network gets this one instead of the model's 2-D default.
+    stands_in_for: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -187,6 +190,15 @@ def recognise_network(state: Mapping[str, Any], role: str = GENERATOR) -> dict:
         if seen:
             return seen
     return {}
+
+
+def volume_counterpart(name: str, role: str) -> str | None:
+    """The built-in 3-D network that stands in for the picture network `name` of `role` (its family's
+    `stands_in_for`), or None."""
+    for family in dict.fromkeys(builtin_families()[role].values()):
+        if name in family.stands_in_for:
+            return family.stands_in_for[name]
+    return None
 
 
 def checkpointed_blocks(flags: Any = None) -> dict[type, type]:
