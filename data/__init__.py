@@ -25,9 +25,14 @@ from util.distributed import DistContext
 from util.errors import UserError
 
 __all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "find_dataset_using_name",
-           "get_option_setter"]
+           "get_option_setter", "spatial_dims"]
 
 DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
+
+
+def spatial_dims(opt: argparse.Namespace) -> int:
+    """2 for pictures, 3 for volumes: what the dataset of `--dataset_mode` gives (its `spatial_dims`)."""
+    return getattr(find_dataset_using_name(opt.dataset_mode), "spatial_dims", 2)
 
 
 class DatasetLoader:

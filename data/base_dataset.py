@@ -49,6 +49,8 @@ class BaseDataset(data.Dataset, abc.ABC):
     # Whether each sample has a B beside its A (its counterpart, or an image of the other domain):
     # training needs one (options/train_options.py refuses a dataset without); inference does not.
     has_targets: bool = True
+    # How many spatial axes the tensors of its items have: 2 for images (C, H, W), 3 for volumes (C, D, H, W).
+    spatial_dims: int = 2
 
     def __init__(self, opt: argparse.Namespace) -> None:
         self.opt = opt

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Union
 
@@ -186,15 +186,20 @@ def image_batches(paths: Sequence[str], batch_size: int) -> Iterator[torch.Tenso
 
 
 # ------------------------------------------------------------------------------------- pairing by name
-def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("inf")) -> list[tuple[str, str]]:
+def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("inf"), *,
+                       list_files: Callable[[str], list[str]] = make_dataset,
+                       stem: Callable[[str], str] = lambda path: os.path.splitext(path)[0],
+                       unpaired_mode: str = "unaligned") -> list[tuple[str, str]]:
     """Pairs (A file, B file) of the images in two folders whose paths relative to their folder match
     without the extension (`trainA/0001.tif` with `trainB/0001.npy`), in sorted order, at most
     `max_dataset_size`. Raises `UserError` naming files without a partner, or two files of one folder
-    that differ only in their extension."""
+    that differ only in their extension. Other kinds of files: `list_files` lists a folder's (raising
+    `UserError` for none), `stem` strips a path's extension, and `unpaired_mode` is the --dataset_mode
+    the refusal suggests for unpaired data (volumes: data/volume_io.py)."""
     def by_name(folder: str) -> dict[str, str]:
         names: dict[str, str] = {}
-        for path in make_dataset(folder):
-            key = os.path.splitext(os.path.relpath(path, folder))[0]
+        for path in list_files(folder):
+            key = stem(os.path.relpath(path, folder))
             if key in names:
                 raise UserError(f"{names[key]} and {path} have the same name apart from the extension, so it is "
                                 f"not clear which one pairs with the file of that name in the other folder; "
@@ -211,7 +216,7 @@ def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("
             f"paired data in two folders pairs {dir_A} and {dir_B} file by file by name (0001.tif with 0001.npy), "
             f"but {len(lonely)} file{'s have' if len(lonely) > 1 else ' has'} no partner of the same name: {shown}. "
             f"Add or remove files so that both folders hold the same names, or, for unpaired data, use "
-            f"--dataset_mode unaligned.")
+            f"--dataset_mode {unpaired_mode}.")
     pairs = [(files_A[k], files_B[k]) for k in sorted(files_A)]
     return pairs[: int(min(max_dataset_size, len(pairs)))]
 

@@ -38,8 +38,12 @@ HEADER_CHECK_SECONDS = 5.0
 _SIZE_FOLLOWS_IMAGE = ("none", "crop", "scale_width")
 
 
-def _has_image(folder: str) -> bool:
-    return next(iter_image_files(folder), None) is not None
+def _has_image(folder: str, extensions: tuple[str, ...] | None = None) -> bool:
+    """Whether `folder` holds an image (a file with one of `extensions`, when given)."""
+    if extensions is None:
+        return next(iter_image_files(folder), None) is not None
+    return any(name.lower().endswith(extensions) and not name.startswith("._")
+               for _, _, files in os.walk(folder) for name in files)
 
 
 def _some_files(folder: str, limit: int = 3) -> list[str]:
@@ -52,7 +56,7 @@ def _require_images(folder: RequiredFolder) -> None:
         link = broken_link(folder.path)
         raise UserError(f"missing folder {folder.path}{f' ({link}; fix the link)' if link else ''}: "
                         f"{folder.why}")
-    if not _has_image(folder.path):
+    if not _has_image(folder.path, folder.extensions):
         if folder.when_empty:
             raise UserError(folder.when_empty)
         others = _some_files(folder.path)

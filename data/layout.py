@@ -24,10 +24,12 @@ class RequiredFolder:
     """A folder that must exist and hold images.
 
     Missing, the run is refused with "missing folder <path>: <why>"; without images, with
-    `when_empty` when given, else a message listing the accepted extensions."""
+    `when_empty` when given, else a message listing the accepted extensions. `extensions`: the
+    files that count (None: the image extensions, `image_folder.IMG_EXTENSIONS`), e.g. volumes'."""
     path: str
     why: str
     when_empty: str | None = None
+    extensions: tuple[str, ...] | None = None
 
 
 @dataclass

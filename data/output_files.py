@@ -20,8 +20,10 @@ import torch
 
 from data.base_dataset import data_ranges
 from data.image_io import NUMPY_EXTENSIONS, ValueRange, from_network, output_extension, probe_image, write_image
+from data import volume_io
 
 FOLDER = "full_precision"  # beside images/ in the results folder
+VOLUME_FOLDER = "volumes"  # test.py's translated volumes, beside images/ (which holds their middle slices)
 
 
 def _needs_full_precision(ext: str, dtype: np.dtype, channels: int) -> bool:
@@ -53,5 +55,29 @@ def write_full_precision(folder: str, visuals: Mapping[str, torch.Tensor], sampl
         os.makedirs(folder, exist_ok=True)
         write_image(path, from_network(tensor[0], value_range, info.dtype),
                     alpha=info.alpha and channels == info.channels)
+        written.append(path)
+    return written
+
+
+def write_volume_outputs(folder: str, visuals: Mapping[str, torch.Tensor], sample: Mapping[str, list[str]],
+                         opt: argparse.Namespace, domains: Mapping[str, str]) -> list[str]:
+    """Write the first volume of each visual of a domain into `folder` as `<name>_<label>` in its input
+    file's format (.nii.gz for NIfTI inputs, .npy for .npy), mapped back to the domain's units through its
+    --data_range window, with the input's affine and header: the output lies exactly over its input in a
+    viewer. `sample` and `domains` as for `write_full_precision`. Returns the written paths."""
+    ranges = dict(zip("AB", data_ranges(opt)))
+    sources = {"A": sample["A_paths"][0], "B": sample.get("B_paths", sample["A_paths"])[0]}
+    name = os.path.basename(volume_io.volume_stem(sources["A"]))
+    written = []
+    for label, tensor in visuals.items():
+        if label not in domains:
+            continue
+        source = sources[domains[label]]
+        window = volume_io.volume_window(volume_io.probe_volume(source), ranges[domains[label]])
+        ext = ".npy" if source.lower().endswith(".npy") else ".nii.gz"
+        path = os.path.join(folder, f"{name}_{label}{ext}")
+        os.makedirs(folder, exist_ok=True)
+        values = volume_io.from_network(tensor[0].detach().float().cpu().numpy(), window)
+        volume_io.write_volume(path, values, volume_io.read_reference(source))
         written.append(path)
     return written

@@ -1,4 +1,4 @@
-"""Compute --data_range for float data: the smallest and largest value in a dataset's images.
+"""Compute --data_range for float data: the smallest and largest value in a dataset's images (volumes: percentiles).
 
     python scripts/data_range.py --dataroot datasets/mymaps                 # <phase>A/ and <phase>B/, or <phase>/
     python scripts/data_range.py --dataroot datasets/mymaps --phase train --per_domain
@@ -8,6 +8,11 @@ neither) and prints the --data_range flag to pass to train.py and test.py: MIN M
 --per_domain A_MIN A_MAX B_MIN B_MAX. Integer images (uint8/uint16) are mapped by their type's full range
 and need no --data_range; they are counted all the same. NaN values are ignored. Use the same range for
 training and testing (compute it on the training set).
+
+Volumes (.nii, .nii.gz; .npy with --volumes) need a window for every type of data, and their extremes are
+mostly outliers (metal in a CT, a bright vessel in an MR), so for them it prints robust percentiles instead:
+the values below which 0.5 % and 99.5 % of the voxels lie (estimated from up to 2 million voxels spread evenly
+over each volume), from the folders the volume modes read (<phase>/A and <phase>/B, or <phase>A and <phase>B).
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import make_dataset  # noqa: E402
 from data.image_io import read_image  # noqa: E402
+from data.volume_io import NIFTI_EXTENSIONS, list_volumes, read_volume  # noqa: E402
+from data.volume_patches import split_folders  # noqa: E402
 from util.errors import exits_on_user_error, UserError  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
@@ -51,20 +58,56 @@ def value_range(paths: list[str]) -> tuple[float, float]:
     return low, high
 
 
+VOLUME_PERCENTILES = (0.5, 99.5)
+VOXELS_PER_VOLUME = 2_000_000  # evenly spaced voxels of each volume that the percentiles are estimated from
+
+
+def volume_folders(root: str, phase: str) -> dict[str, str]:
+    """{domain: folder} of the volumes to scan: those of the volume modes (see `split_folders`), else `folders`."""
+    split = {d: folder for d, folder in zip("AB", split_folders(root, phase)) if os.path.isdir(folder)}
+    return split or folders(root, phase)
+
+
+def holds_nifti(folder: str) -> bool:
+    return any(name.lower().endswith(NIFTI_EXTENSIONS) for _, _, files in os.walk(folder) for name in files)
+
+
+def robust_range(paths: list[str]) -> tuple[float, float]:
+    """The `VOLUME_PERCENTILES` of the voxels of all volumes in `paths` (each sampled evenly)."""
+    samples = []
+    for path in paths:
+        values = read_volume(path, None).array.ravel()  # refuses NaN and infinite values, naming the file
+        samples.append(values[::max(1, -(-values.size // VOXELS_PER_VOLUME))])
+    low, high = np.percentile(np.concatenate(samples), VOLUME_PERCENTILES)
+    return float(low), float(high)
+
+
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataroot", required=True, help="dataset folder (as for train.py)")
     parser.add_argument("--phase", default="train", help="which split to scan (default train)")
     parser.add_argument("--per_domain", action="store_true", help="print A_MIN A_MAX B_MIN B_MAX (one range per domain)")
+    parser.add_argument("--volumes", action="store_true",
+                        help="the folders hold volumes (needed only for .npy volumes; .nii and .nii.gz are recognised)")
     args = parser.parse_args(argv)
-    ranges = {domain: value_range(make_dataset(folder)) for domain, folder in folders(args.dataroot, args.phase).items()}
-    for domain, (low, high) in ranges.items():
-        print(f"domain {domain}: min {low:.9g}, max {high:.9g}")
-    if args.per_domain and len(ranges) == 2:
-        flag = " ".join(f"{v:.9g}" for low_high in ranges.values() for v in low_high)
+    domains = volume_folders(args.dataroot, args.phase)
+    volumes = args.volumes or any(holds_nifti(folder) for folder in domains.values())
+    if volumes:
+        ranges = {domain: robust_range(list_volumes(folder)) for domain, folder in domains.items()}
+        for domain, (low, high) in ranges.items():
+            print(f"domain {domain}: {VOLUME_PERCENTILES[0]:g} % of the voxels below {low:.6g}, "
+                  f"{VOLUME_PERCENTILES[1]:g} % below {high:.6g}")
     else:
-        flag = f"{min(r[0] for r in ranges.values()):.9g} {max(r[1] for r in ranges.values()):.9g}"
+        ranges = {domain: value_range(make_dataset(folder))
+                  for domain, folder in folders(args.dataroot, args.phase).items()}
+        for domain, (low, high) in ranges.items():
+            print(f"domain {domain}: min {low:.9g}, max {high:.9g}")
+    digits = ".6g" if volumes else ".9g"  # percentiles are estimates: no use printing them to the last bit
+    if args.per_domain and len(ranges) == 2:
+        flag = " ".join(f"{v:{digits}}" for low_high in ranges.values() for v in low_high)
+    else:
+        flag = f"{min(r[0] for r in ranges.values()):{digits}} {max(r[1] for r in ranges.values()):{digits}}"
     print(f"--data_range {flag}")
     return 0
 
