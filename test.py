@@ -19,17 +19,19 @@ from __future__ import annotations
 import os
 import sys
 
-from data import create_dataset
+from data import create_dataset, spatial_dims
 from data.image_folder import image_batches, list_images
-from data.output_files import FOLDER as FULL_PRECISION_FOLDER, write_full_precision
+from data.output_files import FOLDER as FULL_PRECISION_FOLDER, VOLUME_FOLDER, write_full_precision, write_volume_outputs
 from models import create_model, networks
 from models.latent_codes import draw_latent_codes
+from models.sliding_window import adapt_generators_to_volumes, check_window
 from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
 from util.errors import UserError, exits_on_user_error
-from util.evaluation.metrics_report import InferenceMetrics, check_distribution_inputs, describe_distribution, paired_summary
+from util.evaluation.metrics_report import (InferenceMetrics, check_distribution_inputs, describe_distribution,
+                                            paired_summary, volume_units)
 from util.safe_files import atomic_write_json
 from util.seeding import enable_determinism, seed_everything
 from util.util import parse_display_channels
@@ -40,7 +42,10 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     """Translate the first --num_test images; returns the path of the results page (rank 0, with
     dominate installed; None otherwise)."""
     seed_everything(opt.seed if opt.seed is not None else 0)
-    check_tiling(opt.netG, opt.tile, opt.tile_overlap, opt)
+    if spatial_dims(opt) == 3:
+        check_volume_options(opt)
+    else:
+        check_tiling(opt.netG, opt.tile, opt.tile_overlap, opt)
     reference = list_images(opt.fid_reference) if opt.eval_metrics and opt.fid_reference else []
     check_distribution_inputs(opt, reference)  # fail before translating, not after
     dataset = create_dataset(opt, 0, ctx, limit=opt.num_test, size_rule=networks.size_rule(opt.netG, opt))
@@ -50,10 +55,14 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
                         f"it gives one answer per input; leave --n_samples out (it is for models with many "
                         f"answers per input, whose generator takes a code).")
     model.setup(opt)  # loads <epoch>_net_<name>.pth
+    volumes = spatial_dims(opt) == 3
     # Any image size works once the generators pad and crop back. Other preprocess modes give the
     # --crop_size/--load_size the user chose, which stays checked below so that a bad size is named.
-    any_size = opt.preprocess == "none" or opt.tile > 0
-    if any_size:
+    # Whole volumes of any size are translated in sliding windows of --patch_size.
+    any_size = opt.preprocess == "none" or opt.tile > 0 or volumes
+    if volumes:
+        adapt_generators_to_volumes(model, opt.patch_size, opt.window_overlap, opt.window_batch)
+    elif any_size:
         adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap, opt)
         if opt.tile:
             print0(tiling_note(opt))
@@ -66,8 +75,10 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
     paired = dataset.dataset.paired
-    metrics = InferenceMetrics(opt, model.scored_pairs(paired), model.input_visual, ctx.device, paired,
-                               model.sample_visuals[0] if opt.n_samples else None)
+    pairs = model.scored_pairs(paired)
+    metrics = InferenceMetrics(opt, pairs, model.input_visual, ctx.device, paired,
+                               model.sample_visuals[0] if opt.n_samples else None,
+                               volume_units=volume_units(dataset.dataset, pairs, model.visual_domains(opt)))
     rows = translate_all(opt, model, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
     # every rank takes part, with its share of the reference images: the metrics gather all ranks' images
     summary = metrics.compute(image_batches(reference[ctx.rank::ctx.world_size], 1))
@@ -96,10 +107,23 @@ def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, 
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
         visuals.update(sampled_visuals(model, opt, index, len(data["A"])))  # --n_samples: N more answers
-        write_full_precision(full_precision_dir, visuals, data, opt, domains)
+        if data["A"].ndim == 5:  # volumes: NIfTI (or .npy) over the inputs; images/ shows their middle slices
+            write_volume_outputs(os.path.join(web_dir, VOLUME_FOLDER), visuals, data, opt, domains)
+        else:
+            write_full_precision(full_precision_dir, visuals, data, opt, domains)
         metrics.update(visuals)
         rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels)))
     return rows
+
+
+def check_volume_options(opt) -> None:
+    """Volumes are translated in sliding windows: the tiling and latent-sample flags of pictures do not apply."""
+    if opt.tile:
+        raise UserError(f"--tile {opt.tile} cuts pictures into tiles; volumes are translated in sliding windows of "
+                        f"--patch_size (with --window_overlap, --window_batch): drop --tile (docs/volumes.md).")
+    if opt.n_samples:
+        raise UserError(f"--n_samples {opt.n_samples}: the volume generators take no latent code; drop --n_samples.")
+    check_window(opt, opt.patch_size)
 
 
 def sampled_visuals(model, opt, index: int, batch_size: int) -> dict:

@@ -26,7 +26,7 @@ normalises each tile with its own statistics, so tiled and whole-image outputs d
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -122,7 +122,13 @@ def translate_tiled(net: nn.Module, x: torch.Tensor, tile: int, overlap: int, *c
     return out / weights
 
 
-class SizeAdapter(nn.Module):
+class GeneratorWrapper(nn.Module):
+    """A generator wrapped for inference (`wrap_generators`), the generator itself in `self.net`."""
+
+    net: nn.Module
+
+
+class SizeAdapter(GeneratorWrapper):
     """Wraps a generator so that it takes images of any size and returns the same size (see the
     module docstring); `tile` > 0 translates in blended tiles of that size."""
 
@@ -176,17 +182,23 @@ def check_tiling(netG: str, tile: int, overlap: int, flags: Any = None) -> None:
 
 
 def adapt_generators(model, netG: str, tile: int = 0, overlap: int = 0, flags: Any = None) -> list[str]:
-    """Wrap each generator of `model` (its networks of role generator, under every attribute that
-    holds one) in a SizeAdapter, after its weights are loaded; returns the wrapped attribute names.
-    Models call `self.net<name>(x)` in `forward`, so they need no change; a generator held under
-    two names is wrapped once."""
+    """Wrap each generator of `model` in a SizeAdapter (see `wrap_generators`); returns the wrapped
+    attribute names."""
+    return wrap_generators(model, lambda net: SizeAdapter.for_generator(net, netG, tile, overlap, flags))
+
+
+def wrap_generators(model, wrap: Callable[[nn.Module], nn.Module]) -> list[str]:
+    """Replace each generator of `model` (its networks of role generator, under every attribute that
+    holds one) by `wrap(generator)`, after its weights are loaded; returns the wrapped attribute names.
+    Models call `self.net<name>(x)` in `forward`, so they need no change; a generator held under two
+    names is wrapped once, and a wrapped one is not wrapped again."""
     generators = {id(net) for net in model.networks_with_role("generator").values()}
-    wrapped: dict[int, SizeAdapter] = {}
+    wrapped: dict[int, nn.Module] = {}
     names = []
     for name, value in list(vars(model).items()):
-        if id(value) in generators and not isinstance(value, SizeAdapter):
+        if id(value) in generators and not isinstance(value, GeneratorWrapper):
             if id(value) not in wrapped:
-                wrapped[id(value)] = SizeAdapter.for_generator(value, netG, tile, overlap, flags)
+                wrapped[id(value)] = wrap(value)
             setattr(model, name, wrapped[id(value)])
             names.append(name)
     return names

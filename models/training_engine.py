@@ -8,16 +8,19 @@ code meets it only through the three calls of the model contract, which delegate
 """
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
 import torch
 from torch import nn
 
+import data
 from models import networks
 from models.accumulation import MicroStep, accumulated_step
 from models.activation_checkpointing import enable_activation_checkpointing
 from models.loss_watch import LossWatch
+from models.sliding_window import windowed_generators
 from models.sync_batchnorm import convert_sync_batchnorm
 from util import distributed
 from util.errors import UserError
@@ -36,7 +39,9 @@ class TrainingEngine:
         self.opt = opt
         self.device = device
         self.dtype = getattr(torch, opt.dtype)
-        self.memory_format = torch.channels_last if opt.channels_last else torch.contiguous_format
+        # --channels_last: channels-last 3-D for volumes (the same layout idea, one axis more)
+        channels_last = torch.channels_last_3d if data.spatial_dims(opt) == 3 else torch.channels_last
+        self.memory_format = channels_last if opt.channels_last else torch.contiguous_format
         self.amp_dtype = AMP_DTYPES[opt.amp]
         if opt.amp == "fp16" and device.type != "cuda":
             raise UserError("--amp fp16 needs a CUDA GPU (on the CPU, float16 arithmetic is slow and "
@@ -162,7 +167,7 @@ class TrainingEngine:
     def inference_networks(self, eval_mode: bool = True, ema: bool = False) -> Iterator[None]:
         """Within the block the model translates as test.py does, for validation: every network is
         its plain module (never DDP-wrapped: processes may validate different numbers of images;
-        still compiled under --compile), in eval mode (`eval_mode`) or in training mode with its
+        still compiled under --compile; generators of volumes in sliding windows), in eval mode (`eval_mode`) or in training mode with its
         buffers (batch-norm running statistics) restored afterwards, and with `ema` the generators
         are their moving averages. Gradients are off; training resumes unchanged after the block."""
         if ema and self.model.ema is None:
@@ -175,8 +180,11 @@ class TrainingEngine:
         buffers = {name: [b.clone() for b in net.buffers()] for name, net in plain.items()}
         for name, net in plain.items():
             setattr(self.model, "net" + name, net.train(not eval_mode))
+        volumes = data.spatial_dims(self.opt) == 3  # whole volumes, in sliding windows as test.py translates them
+        windows = windowed_generators(self.model, self.opt.patch_size, self.opt.window_overlap,
+                                      self.opt.window_batch) if volumes else contextlib.nullcontext()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), windows:
                 yield
         finally:
             for name, net in plain.items():

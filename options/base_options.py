@@ -109,7 +109,24 @@ class BaseOptions:
             parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
         except UserError as err:  # an unknown mode: refused like a misspelt choice
             parser.error(f"argument --dataset_mode: {err}")
+        if data.spatial_dims(known) == 3:
+            self._default_to_volume_networks(parser, argv)
         return parser
+
+    @staticmethod
+    def _default_to_volume_networks(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
+        """Volumes: a network the user did not name is the 3-D one standing in for the model's 2-D default
+        (pix2pix's unet_256 -> unet_64_3d, resnet_9blocks -> resnet_9blocks_3d, basic -> basic_3d); one
+        the user named is theirs, and `_check_network_dims` refuses a 2-D one."""
+        for flag, role in (("netG", networks.GENERATOR), ("netD", networks.DISCRIMINATOR)):
+            default = parser.get_default(flag)
+            parser.set_defaults(**{flag: None})
+            given = getattr(parser.parse_known_args(argv)[0], flag) is not None
+            parser.set_defaults(**{flag: default})
+            counterpart = networks.volume_counterpart(default, role)
+            if counterpart is not None and not given:
+                parser.set_defaults(**{flag: counterpart})
+                networks.family_of(counterpart, role).add_flags(parser)
 
     def parse(self, argv: list[str] | None = None) -> FrozenOptions:
         """Parse `argv` (default: sys.argv[1:]) into read-only options (printing is the caller's: format_options).
@@ -128,12 +145,29 @@ class BaseOptions:
                          f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
+        self._check_network_dims(parser, opt)
         self.check_combinations(parser, opt)
         defaults = {key: parser.get_default(key) for key in vars(opt)}
         object.__setattr__(opt, "_defaults", defaults)
         # what a change of each flag does on --continue_train, as declared (isTrain: which script runs)
         object.__setattr__(opt, "_flag_classes", {**parser.resume_classes(), "isTrain": SILENT})
         return opt.freeze()
+
+    def _check_network_dims(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        """The networks must have as many spatial dimensions as the data: 3-D families for volumes."""
+        dims = data.spatial_dims(opt)
+        roles = [networks.GENERATOR, networks.DISCRIMINATOR] if self.isTrain else [networks.GENERATOR]
+        for role, flag in zip(roles, ("netG", "netD")):
+            name = getattr(opt, flag)
+            family = networks.family_of(name, role)
+            if family.size_rule(opt).dims == dims:
+                continue
+            fitting = [other for other in networks.builtin_names(role)
+                       if networks.family_of(other, role).size_rule(opt).dims == dims]
+            kind = "volumes (3-D)" if dims == 3 else f"{dims}-D images"
+            parser.error(f"argument --{flag}: --{flag} {name} is a {family.size_rule(opt).dims}-D network, but "
+                         f"--dataset_mode {opt.dataset_mode} gives {kind}; choose a {dims}-D {role}: "
+                         f"{', '.join(fitting)} (docs/{'volumes' if dims == 3 else 'datasets'}.md)")
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""

@@ -147,9 +147,11 @@ def test_loader_yields_batches_of_batch_size(aligned_root):
 
 
 def test_unknown_dataset_mode_error_lists_valid_names():
-    with pytest.raises(UserError, match="aligned, colorization, single, template, unaligned"):  # found by file
+    with pytest.raises(UserError, match="aligned, aligned_volume, colorization, single, single_volume, template, "
+                                        "unaligned, unaligned_volume"):  # found by file
         find_dataset_using_name("pairs")
-    assert set(DATASETS) == {"aligned", "unaligned", "single", "colorization", "template"}
+    assert set(DATASETS) == {"aligned", "unaligned", "single", "colorization", "template", "aligned_volume",
+                             "unaligned_volume", "single_volume"}
 
 
 # ---------------------------------------------------------------- preprocessing

@@ -49,8 +49,8 @@ def test_a_misspelt_dataset_module_exits_2_in_one_paragraph_naming_the_built_ins
     assert exc.value.code == 2
     lines = capfd.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: argument --dataset_mode:"), lines
-    for text in ("'custom_datasets.noisy'", "aligned, colorization, single, template, unaligned", "dotted path",
-                 "docs/datasets.md"):
+    for text in ("'custom_datasets.noisy'", "aligned, aligned_volume, colorization, single, single_volume, template",
+                 "dotted path", "docs/datasets.md"):
         assert text in lines[0], text
 
 

@@ -102,12 +102,20 @@ class HTML:
         return path
 
 
+def file_stem(path: str) -> str:
+    """The file name of `path` without its extension, both parts of a compressed NIfTI's (x.nii.gz -> x)."""
+    name = os.path.basename(path)
+    if name.lower().endswith(".nii.gz"):
+        return name[:-len(".nii.gz")]
+    return os.path.splitext(name)[0]
+
+
 def save_result_images(image_dir: str, visuals: Mapping[str, Any], image_path: list[str],
                        aspect_ratio: float = 1.0, display_channels: list[int] | None = None
                        ) -> tuple[str, list[str], list[str]]:
     """Save the 8-bit preview (`util.tensor2im`) of the first image of each visual as `<name>_<label>.png`
     in `image_dir`, `name` the first input's file name; returns (name, files, labels) for a row of a page."""
-    name = os.path.splitext(os.path.basename(image_path[0]))[0]
+    name = file_stem(image_path[0])
     files, labels = [], []
     for label, im_data in visuals.items():
         image_name = f"{name}_{label}.png"

@@ -36,13 +36,24 @@ def preview_channels(count: int, chosen: Sequence[int] | None = None) -> list[in
     return [0] if count < 3 else [0, 1, 2]
 
 
+def middle_slice(volume: np.ndarray) -> np.ndarray:
+    """The C x H x W picture a preview shows of a C x I x J x K volume: its middle slice across the third
+    axis, the first axis running left to right and the second bottom to top (how viewers show an axial
+    slice of a volume stored in RAS order, as NIfTI files usually are)."""
+    plane = volume[:, :, :, volume.shape[3] // 2]  # C x I x J
+    return np.ascontiguousarray(np.flip(plane.transpose(0, 2, 1), axis=1))
+
+
 def tensor2im(input_image: torch.Tensor | np.ndarray, imtype=np.uint8, index: int = 0,
               channels: Sequence[int] | None = None) -> np.ndarray:
-    """Image `index` of a batch in [-1, 1] (CxHxW) as an HxWx3 uint8 preview: the channels that
-    `preview_channels(C, channels)` picks, gray tiled to RGB; -1 -> 0 and 1 -> 255."""
+    """Image `index` of a batch in [-1, 1] (CxHxW, or a CxIxJxK volume's `middle_slice`) as an HxWx3
+    uint8 preview: the channels that `preview_channels(C, channels)` picks, gray tiled to RGB; -1 -> 0
+    and 1 -> 255."""
     if isinstance(input_image, np.ndarray):
         return input_image.astype(imtype)
     image = input_image.detach()[index].float().cpu().clamp(-1.0, 1.0).numpy()
+    if image.ndim == 4:  # a volume: its middle slice
+        image = middle_slice(image)
     image = image[preview_channels(image.shape[0], channels)]
     if image.shape[0] == 1:
         image = np.tile(image, (3, 1, 1))

@@ -21,6 +21,14 @@ split. The metrics (docs/evaluation.md):
          min(kid_subset_size, images) images each, drawn with a fixed seed from the features put in
          a canonical order, so the value depends on the images only, not on how they were split.
 
+Volumes (N x C x D x H x W, docs/volumes.md) get L1, PSNR and SSIM too, SSIM with an 11x11x11 Gaussian
+window (torchmetrics computes it in 3-D), and MAE: L1 in the target's original units (e.g. Hounsfield
+units), from the half-width of its --data_range window. With a mask (`--eval_mask foreground`: the target's
+voxels above the low end of its window by more than 5% of it, the body rather than the air around it) each
+is taken inside the mask: torchmetrics has no masks, so the per-volume values are computed here (SSIM as
+the mean of torchmetrics' SSIM map inside the mask) and averaged over volumes. FID/KID have no 3-D
+version: volumes have none.
+
 Keys: `pairs` maps a name to (output visual, target visual), as the model declares them
 (models/base_model.BaseModel.scored_pairs); its metrics are keyed `<metric>` for the
 name "" and `<metric>_<name>` otherwise: {"": ("fake_B", "real_B")} gives L1, PSNR, SSIM (and FID,
@@ -43,10 +51,12 @@ from util.errors import UserError
 from util.evaluation.inception import ensure_inception_weights, load_inception, missing_inception_weights_message, to_uint8
 
 # Which way each metric improves (the best-checkpoint code reads it through `higher_is_better`).
-HIGHER_IS_BETTER = {"L1": False, "PSNR": True, "SSIM": True, "FID": False, "KID": False}
+HIGHER_IS_BETTER = {"L1": False, "PSNR": True, "SSIM": True, "MAE": False, "FID": False, "KID": False}
 PAIRED_METRICS = ("L1", "PSNR", "SSIM")
 DISTRIBUTION_METRICS = ("FID", "KID")
-SSIM_MIN_SIDE = 11  # the Gaussian window is 11x11
+SSIM_MIN_SIDE = 11  # the Gaussian window is 11x11 (11x11x11 for volumes)
+FOREGROUND_LEVEL = 0.05  # of the window above its low end: --eval_mask foreground (and patch sampling's)
+EVAL_MASKS = ("none", "foreground")
 KID_SUBSETS, KID_SUBSET_SIZE = 100, 1000  # torch-fidelity's and torchmetrics' defaults
 
 
@@ -70,13 +80,17 @@ def needs_inception(key: str) -> bool:
     return key.split("_", 1)[0] in DISTRIBUTION_METRICS
 
 
-def expected_keys(pairs: Mapping[str, tuple[str, str | None]], paired: bool, distribution: bool) -> list[str]:
-    """The keys `TranslationMetrics(pairs, paired, distribution).compute()` returns when nothing is skipped."""
+def expected_keys(pairs: Mapping[str, tuple[str, str | None]], paired: bool, distribution: bool,
+                  volume_units: Mapping[str, float] | None = None) -> list[str]:
+    """The keys `TranslationMetrics(pairs, paired, distribution, volume_units=...).compute()` returns when
+    nothing is skipped."""
     keys = []
     for name, (_, target) in pairs.items():
         if paired and target is not None:
             keys += [metric_key(m, name) for m in PAIRED_METRICS]
-        if distribution:
+            if volume_units is not None and name in volume_units:
+                keys.append(metric_key("MAE", name))
+        if distribution and volume_units is None:
             keys += [metric_key("FID", name), metric_key("KID", name), metric_key("KID", name) + "_std"]
     return keys
 
@@ -92,21 +106,31 @@ class TranslationMetrics:
     weights are looked up (and, online, downloaded) once here: build one object and `reset()` it.
     reference_cache  features of real images seen before (validation scores the same held-out images
                   every time; they may be shared with the EMA's metrics): only new ones go through Inception.
+    volume_units  for volumes: pair name -> the half-width of its target's window in original units (MAE);
+                  None for pictures. `mask`: one of EVAL_MASKS (volumes only).
     `compute()` is collective under torch.distributed: every process must call it.
     """
 
     def __init__(self, pairs: Mapping[str, tuple[str, str | None]], paired: bool = True, distribution: bool = False,
                  device: torch.device | str = "cpu", inception_weights: str | None = None,
                  external_reference: Collection[str] = (), kid_subsets: int = KID_SUBSETS,
-                 kid_subset_size: int = KID_SUBSET_SIZE, reference_cache: "ReferenceFeatures | None" = None) -> None:
+                 kid_subset_size: int = KID_SUBSET_SIZE, reference_cache: "ReferenceFeatures | None" = None,
+                 volume_units: Mapping[str, float] | None = None, mask: str = "none") -> None:
         self.pairs = dict(pairs)
+        self.volume_units = None if volume_units is None else dict(volume_units)
+        self.mask = mask
         self.device = torch.device(device)
         self.external_reference = set(external_reference)
         self.skipped: dict[str, str] = {}  # key -> why compute() leaves it out
         self.image_counts: dict[str, dict[str, int]] = {}  # after compute(): name -> images over all processes
         self._counts = {name: {"paired": 0, "outputs": 0, "reference": 0} for name in self.pairs}
-        self.paired = {name: _paired_metrics(self.device) for name, (_, target) in self.pairs.items()
+        per_pair = _paired_metrics if volume_units is None else _volume_metrics
+        self.paired = {name: per_pair(self.device) for name, (_, target) in self.pairs.items()
                        if paired and target is not None}
+        if distribution and volume_units is not None:
+            self.skipped.update({key: "FID/KID compare 2-D pictures (Inception-v3 features); volumes have none"
+                                 for key in expected_keys(self.pairs, False, True)})
+            distribution = False
         self.inception: nn.Module | None = None
         self.reference_cache = reference_cache
         self.distribution: dict[str, dict[str, nn.Module]] = {}
@@ -150,6 +174,9 @@ class TranslationMetrics:
                             f"{tuple(target.shape)}; paired metrics need images of the same size.")
         output, target = output.double(), target.double()
         metrics = self.paired[name]
+        if self.volume_units is not None:
+            self._update_volumes(name, output, target)
+            return
         metrics["L1"].update((output - target).abs().mean(dim=(1, 2, 3)))
         metrics["PSNR"].update(output, target)
         if min(output.shape[-2:]) >= SSIM_MIN_SIDE:
@@ -157,6 +184,32 @@ class TranslationMetrics:
             metrics["SSIM"].update((output + 1) / 2, (target + 1) / 2)
         else:
             self.skipped[metric_key("SSIM", name)] = f"images under {SSIM_MIN_SIDE} px have no SSIM"
+        self._counts[name]["paired"] += len(output)
+
+    def _update_volumes(self, name: str, output: torch.Tensor, target: torch.Tensor) -> None:
+        """Each volume's L1, PSNR, SSIM and MAE (inside the mask, see the module docstring)."""
+        if output.ndim != 5:
+            raise UserError(f"{self.pairs[name][0]} is {tuple(output.shape)}, not a batch of volumes (N x C x D x H x W); "
+                            f"volume metrics need volumes.")
+        from torchmetrics.functional.image import structural_similarity_index_measure
+
+        metrics = self.paired[name]
+        mask = foreground_mask(target) if self.mask == "foreground" else torch.ones_like(target, dtype=torch.bool)
+        weight = mask.to(output.dtype)
+        voxels = weight.sum(dim=(1, 2, 3, 4)).clamp(min=1)
+        l1 = ((output - target).abs() * weight).sum(dim=(1, 2, 3, 4)) / voxels
+        mse = ((output - target) ** 2 * weight).sum(dim=(1, 2, 3, 4)) / voxels
+        metrics["L1"].update(l1)
+        metrics["PSNR"].update(10 * torch.log10(4.0 / mse))  # data range 2: [-1, 1]
+        if "MAE" in metrics and name in self.volume_units:
+            metrics["MAE"].update(l1 * self.volume_units[name])
+        if min(output.shape[2:]) >= SSIM_MIN_SIDE:
+            _, ssim_map = structural_similarity_index_measure(
+                (output + 1) / 2, (target + 1) / 2, data_range=1.0, gaussian_kernel=True, sigma=1.5, kernel_size=11,
+                k1=0.01, k2=0.03, reduction="none", return_full_image=True)
+            metrics["SSIM"].update((ssim_map * weight).sum(dim=(1, 2, 3, 4)) / voxels)
+        else:
+            self.skipped[metric_key("SSIM", name)] = f"volumes under {SSIM_MIN_SIDE} voxels a side have no SSIM"
         self._counts[name]["paired"] += len(output)
 
     def _update_distribution(self, name: str, images: torch.Tensor, real: bool) -> None:
@@ -257,6 +310,19 @@ def _paired_metrics(device: torch.device) -> dict[str, nn.Module]:
     # float64 states and inputs: sums taken in another order (other process counts) agree to ~1e-15.
     # set_dtype after .to(): torchmetrics' .to() resets the dtype that inputs are cast to.
     return {key: metric.to(device).set_dtype(torch.float64) for key, metric in metrics.items()}
+
+
+def _volume_metrics(device: torch.device) -> dict[str, nn.Module]:
+    """Means over volumes of each volume's L1, PSNR, SSIM and MAE (computed in `_update_volumes`)."""
+    from torchmetrics import MeanMetric
+
+    return {key: MeanMetric().to(device).set_dtype(torch.float64) for key in (*PAIRED_METRICS, "MAE")}
+
+
+def foreground_mask(target: torch.Tensor) -> torch.Tensor:
+    """The voxels of `target` (in [-1, 1]) above the low end of its window by more than FOREGROUND_LEVEL
+    of it, in every channel's maximum: --eval_mask foreground."""
+    return (target.amax(dim=1, keepdim=True) > -1.0 + 2.0 * FOREGROUND_LEVEL).expand_as(target)
 
 
 def _global_counts(local: dict[str, dict[str, int]], device: torch.device) -> dict[str, dict[str, int]]:

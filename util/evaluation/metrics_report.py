@@ -37,7 +37,7 @@ def legacy_names(scores: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """`scores` under the keys of earlier versions: paired metrics get `prefix`, KID its _mean."""
     named = {}
     for key, value in scores.items():
-        if key.split("_", 1)[0] in PAIRED_METRICS:
+        if key.split("_", 1)[0] in (*PAIRED_METRICS, "MAE"):  # MAE: volumes, in the data's units
             named[prefix + key] = value
         else:
             named[LEGACY_KEYS.get(key, key)] = value
@@ -56,11 +56,25 @@ def check_distribution_inputs(opt, reference_images: Sequence[str]) -> None:
         raise UserError(f"--fid_reference needs FID. {missing_inception_weights_message()}")
 
 
+def volume_units(dataset, pairs: Mapping[str, tuple[str, str | None]], domains: Mapping[str, str] | None) -> dict[str, float] | None:
+    """For a dataset of volumes, each pair's MAE unit: half the width of its target domain's window
+    (`dataset.window`); None for pictures."""
+    if getattr(dataset, "spatial_dims", 2) != 3:
+        return None
+    units = {}
+    for name, (_, target) in pairs.items():
+        if target is not None and domains and target in domains:
+            low, high = dataset.window(domains[target])
+            units[name] = (high - low) / 2.0
+    return units
+
+
 class InferenceMetrics:
     """What test.py measures (the module docstring): the outputs' metrics and the baseline's."""
 
     def __init__(self, opt, pairs: Mapping[str, tuple[str, str | None]], input_visual: str | None,
-                 device: torch.device, paired: bool, sample_visual: str | None = None) -> None:
+                 device: torch.device, paired: bool, sample_visual: str | None = None,
+                 volume_units: Mapping[str, float] | None = None) -> None:
         """`pairs`: the model's scored (output, target) visuals for this data (`scored_pairs(paired)`);
         the first are "the outputs", keyed plainly (FID, output_L1), the others keep their suffix
         (CycleGAN's B->A: FID_A). `input_visual`: the model's input, for the do-nothing baseline.
@@ -73,13 +87,20 @@ class InferenceMetrics:
         self.reference = opt.fid_reference if opt.eval_metrics else ""
         self.target = pairs.get("", (None, None))[1]
         has_reference = bool(self.reference) or self.target is not None
+        # volumes: MAE in each target's units, keyed like the pairs (the first pair's plainly)
+        first_units = {"" if pairs and k == first else k: v for k, v in (volume_units or {}).items()}
+        volumes = {"volume_units": first_units, "mask": opt.eval_mask} if volume_units is not None else {}
         self.outputs = TranslationMetrics(pairs, paired=paired, distribution=opt.eval_metrics and has_reference,
                                           device=device, inception_weights=opt.inception_weights or None,
-                                          external_reference={""} if self.reference else ())
+                                          external_reference={""} if self.reference else (), **volumes)
         # the do-nothing baseline: the input itself, where it can be compared with the target
         self.baseline = None
         if paired and self.target is not None and opt.input_nc == opt.output_nc and input_visual is not None:
-            self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device)
+            # the input scored against the same target: in the target's units
+            baseline_volumes = {**volumes, "volume_units": {k: v for k, v in first_units.items() if k == ""}} \
+                if volumes else {}
+            self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device,
+                                               **baseline_volumes)
         # --n_samples: how different the samples are, and (--eval_metrics) how real they look
         count = getattr(opt, "n_samples", 0) if sample_visual else 0
         self.samples = [f"{sample_visual}_random{k}" for k in range(count)]

@@ -132,6 +132,8 @@ def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any],
 
     def same(key: str) -> bool:
         alias = SAME_NETWORKS.get(key, {})
+        if not alias:  # e.g. --patch_size 64,64,32: a list, compared as it is
+            return saved[key] == now[key]
         return alias.get(saved[key], saved[key]) == alias.get(now[key], now[key])
     return {key: (saved[key], now[key]) for key in sorted(now) if key in saved and not same(key)}
 

@@ -26,6 +26,7 @@ from util.distributed import DistContext
 from util.errors import UserError
 from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
                                      needs_inception)
+from util.evaluation.metrics_report import volume_units
 
 Pairs = Mapping[str, tuple[str, str | None]]  # metric suffix -> (output visual, target visual or None)
 
@@ -41,7 +42,8 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
     """The validator of a training run scoring the loader `held_out` (data.held_out), or None without
     --val_freq (then --save_best is refused)."""
     if opt.val_freq > 0:
-        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), model.ema is not None, held_out)
+        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), model.ema is not None, held_out,
+                         model.visual_domains(opt))
     if opt.save_best:
         raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
                         f"--val_freq 1 (validate after every epoch) or drop --save_best.")
@@ -51,9 +53,11 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
 class Validator:
     """Scores the model on the held-out split (see the module docstring); `run` is collective."""
 
-    def __init__(self, opt: argparse.Namespace, ctx: DistContext, pairs: Pairs, ema: bool, held_out) -> None:
+    def __init__(self, opt: argparse.Namespace, ctx: DistContext, pairs: Pairs, ema: bool, held_out,
+                 domains: dict[str, str] | None = None) -> None:
         """`pairs`: the (output, target) visuals to score, by metric suffix (the model's
-        `scored_pairs` for the held-out data); `ema`: score the moving averages too."""
+        `scored_pairs` for the held-out data); `ema`: score the moving averages too; `domains`: the
+        dataset domain of each visual (the model's `visual_domains`: volumes' MAE is in its units)."""
         self.freq = opt.val_freq
         self.last_epoch = opt.n_epochs + opt.n_epochs_decay
         self.eval_mode = opt.val_mode == "eval"
@@ -66,12 +70,14 @@ class Validator:
         paired = held_out.dataset.paired
         # the held-out real images are the same at every validation: their Inception features are kept
         reference = ReferenceFeatures() if not paired else None
+        units = volume_units(held_out.dataset, pairs, domains)
+        volumes = {"volume_units": units, "mask": opt.eval_mask} if units is not None else {}
         make = lambda: TranslationMetrics(pairs, paired=paired, distribution=not paired,  # noqa: E731
                                           device=ctx.device, inception_weights=opt.inception_weights or None,
-                                          reference_cache=reference)
+                                          reference_cache=reference, **volumes)
         self.metrics = make()
         self.ema_metrics = make() if ema else None
-        self.keys = expected_keys(pairs, paired, not paired)
+        self.keys = expected_keys(pairs, paired, not paired, units)
         for why in dict.fromkeys(self.metrics.skipped.values()):  # one warning per reason
             keys = [key for key, reason in self.metrics.skipped.items() if reason == why and not key.endswith("_std")]
             warn0(f"validation will not report {', '.join(keys)}: {why}")
