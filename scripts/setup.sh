@@ -26,5 +26,9 @@ done
 echo "setup: installing requirements (first time: a few minutes, PyTorch is large)"
 PIP_CONSTRAINT="$constraints" .venv/bin/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt 2>&1 \
   | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# visdom's page needs scripts its package lacks (docs/visualization.md); fetch them from the npm
+# registry if it answers. Not fatal: the server starts without them and says how to install them.
+.venv/bin/python scripts/visdom_server.py --install_scripts >/dev/null \
+  || echo "setup: visdom's page scripts were not installed (above); its page stays blank until they are"
 echo "$wanted" > "$stamp"
 echo "setup: done"

@@ -27,7 +27,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, free_port, run_script
+from conftest import FAST_FLAGS, free_port, load_script, run_script
 
 SMALL = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks", "--load_size", "32",
          "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4"]
@@ -137,7 +137,12 @@ def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server,
     result = ok(train(paired_root, tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
                       "--display_env", env, "--display_freq", "1", "--print_freq", "1", "--update_html_freq", "1",
                       "--val_freq", "1"))
-    assert "warning" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
+    output = (result.stdout + result.stderr).lower()
+    # the one warning allowed: the page's scripts are not installed (scripts/visdom_server.py --install_scripts)
+    server_script = load_script("scripts/visdom_server.py")
+    page_complete = not server_script.missing_files(server_script.visdom_static_dir())
+    warnings = [line for line in output.splitlines() if "warning" in line]
+    assert (warnings == []) if page_complete else (len(warnings) == 1 and "--install_scripts" in warnings[0]), output
     vis = visdom_server.client(env)
     windows = {w: json.loads(vis.get_window_data(w, env=env)) for w in ("1", "2", "3", "validation")}
 

@@ -2,7 +2,8 @@
 validation metrics, live in the browser, from a server at --display_server:--display_port.
 
 No server, or one that goes away, is reported once and dropped: training never stops or stalls for
-it (every request has a time limit, and nothing is retried).
+it (every request has a time limit, and nothing is retried). A server whose page cannot show the run in
+a browser (scripts missing, HTTP 403) is reported once, and still receives everything.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import logging
 import socket
 import warnings
 from collections.abc import Mapping
+from html.parser import HTMLParser
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 import numpy as np
 
@@ -36,8 +38,8 @@ def connect_visdom(run: RunInfo):
     opt = run.opt
     server, port = opt.display_server, opt.display_port
     host = urlparse(server).hostname or server
-    how = (f"Start one with `{visdom_start_command(port)}` (offline: see docs/visualization.md) or pass "
-           f"--display_id 0 to silence this.")
+    how = (f"Start one with `{visdom_start_command(port)}` (offline: `python scripts/visdom_server.py --port "
+           f"{port}`; see docs/visualization.md) or pass --display_id 0 to silence this.")
     try:
         with socket.create_connection((host, port), timeout=1.0):
             pass
@@ -64,12 +66,63 @@ def connect_visdom(run: RunInfo):
 
         with warnings.catch_warnings():  # visdom 0.2.4 calls the deprecated logger.warn
             warnings.simplefilter("ignore", DeprecationWarning)
-            return TimedVisdom(server=server, port=port, env=opt.display_env, use_incoming_socket=False,
-                               raise_exceptions=True)
+            client = TimedVisdom(server=server, port=port, env=opt.display_env, use_incoming_socket=False,
+                                 raise_exceptions=True)
     except Exception as err:  # something listens there, but it is not a visdom server that answers
         run.say(f"warning: the server at {server}:{port} does not answer as visdom does ({err}); training "
                 f"goes on without visdom. {how}")
         return None
+    problem = page_problem(client)
+    if problem:
+        run.say(f"warning: the visdom server at {server}:{port} receives the run, but {problem}. Training goes on "
+                f"sending to it; see docs/visualization.md.")
+    return client
+
+
+class PageLinks(HTMLParser):
+    """The scripts (<script src>) and stylesheets (<link rel=stylesheet href>) a page loads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "script" and found.get("src"):
+            self.urls.append(found["src"])
+        elif tag == "link" and found.get("href") and "stylesheet" in (found.get("rel") or "").split():
+            self.urls.append(found["href"])
+
+
+def page_problem(client) -> str | None:
+    """Why the server's page would not show the run in a browser: an error status, or scripts and
+    stylesheets it lacks (`python -m visdom.server` downloads them from CDNs; offline they are missing
+    unless scripts/visdom_server.py --install_scripts put them there). None when it looks whole, or
+    when the page cannot be asked for (sending to the server is what matters, and is checked anyway)."""
+    page_url = f"{client.server}:{client.port}{client.base_url}/"
+    try:
+        page = client.session.get(page_url, timeout=VISDOM_TIMEOUT)
+        if page.status_code != 200:
+            hint = (" (visdom 0.2.4 under tornado 6.6 or later: `pip install \"tornado<6.6\"`, or start the server "
+                    "with `python scripts/visdom_server.py`)" if page.status_code == 403 else "")
+            return f"its page {page_url} answers HTTP {page.status_code}{hint}, so a browser shows nothing"
+        links = PageLinks()
+        links.feed(page.text)
+        missing = []
+        for url in (urljoin(page_url, link) for link in links.urls):
+            if urlparse(url).netloc != urlparse(page_url).netloc:
+                continue  # from elsewhere (a CDN): the browser's business
+            with client.session.get(url, timeout=VISDOM_TIMEOUT, stream=True) as answer:  # headers only
+                if answer.status_code != 200:
+                    missing.append(urlparse(url).path.rsplit("/", 1)[-1])
+    except Exception:
+        return None
+    if not missing:
+        return None
+    return (f"its page {page_url} lacks {len(missing)} of its {len(links.urls)} scripts and stylesheets "
+            f"({', '.join(missing)}), so a browser shows a blank page: on the server's machine, install them with "
+            f"`python scripts/visdom_server.py --install_scripts` (it needs the npm registry or a mirror) and "
+            f"reload the page")
 
 
 class VisdomBackend(LoggerBackend):
