@@ -18,6 +18,8 @@ Measures, on the available device (CUDA if present, else the CPU; --device to ch
            one process with 1 thread; efficiency = throughput(2) / (2 x throughput(1)).
   checkpointing  the plain fp32 step at 512 px (batch 1) without and with --checkpoint_activations:
            time and peak memory.
+  volumes  with --models pix2pix_3d,cycle_gan_3d: their plain fp32 step on 64^3 and 96^3 patches
+           (batch 1) without and with --checkpoint_activations: FLOPs, time and peak memory.
 
 Each measurement runs in a fresh process (dev/bench_worker.py), so peak memory is per
 configuration, and --compile starts from an empty inductor cache (the compile time reported is a
@@ -68,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dataroot", action="append", default=[], type=Path,
                         help="a dataset for the loop measurement instead of the generated demo data: trainA/trainB "
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes) and bicycle_gan (batch 2: its two halves): the step section only")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes) and bicycle_gan (batch 2: its two halves): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section only")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
                         " (fp32 is always measured: everything is compared with it)")
     parser.add_argument("--sections", default=None, help="comma-separated subset of: " + ", ".join(SECTIONS))
@@ -115,7 +117,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 
 def failed_measurements(results: dict) -> list[dict]:
-    failed = [r for section in ("step", "loop", "scaling", "checkpointing") for r in results.get(section, [])
+    failed = [r for section in ("step", "loop", "scaling", "checkpointing", "volumes") for r in results.get(section, [])
               if "error" in r]
     failed += [r for r in results["ddp"] if "efficiency" not in r]
     if results["peaks"] is not None and "error" in results["peaks"]:

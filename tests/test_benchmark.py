@@ -22,7 +22,7 @@ from conftest import ROOT, load_script
 from models import networks
 
 benchmark = load_script("dev/benchmark.py")
-from bench import derive, jobs, plan as plans, runner as runners, stats  # noqa: E402  (dev/ is on sys.path now)
+from bench import derive, jobs, plan as plans, report, runner as runners, stats  # noqa: E402  (dev/ is on sys.path now)
 from bench.flops import conv2d_flops, count_flops  # noqa: E402
 from bench.measure import measure  # noqa: E402
 
@@ -34,19 +34,21 @@ SMALL_NETWORKS = ["--ngf", "8", "--ndf", "8"]
 
 
 def conv_layer_flops(net: nn.Module, shape: tuple[int, ...]) -> list[int]:
-    """Forward FLOPs of each Conv2d/ConvTranspose2d of `net`, in the order they run on an input
-    of `shape`: 2 x multiplies, from the layer's weight shape and the tensor shapes a hook sees."""
+    """Forward FLOPs of each convolution (2-D or 3-D, plain or transposed) of `net`, in the order they
+    run on an input of `shape`: 2 x multiplies, from the layer's weight shape and the tensor shapes a
+    hook sees."""
     flops = []
 
     def hook(module, inputs, output):
-        k = module.kernel_size[0] * module.kernel_size[1]
+        k = math.prod(module.kernel_size)
         per_pixel = 2 * (module.in_channels // module.groups) * module.out_channels * k
-        # A conv computes every output pixel from a kernel window; a transposed conv scatters a
-        # kernel from every input pixel.
-        pixels = inputs[0] if isinstance(module, nn.ConvTranspose2d) else output
-        flops.append(per_pixel * pixels.shape[0] * pixels.shape[2] * pixels.shape[3])
+        # A conv computes every output pixel (voxel) from a kernel window; a transposed conv scatters
+        # a kernel from every input pixel.
+        pixels = inputs[0] if isinstance(module, (nn.ConvTranspose2d, nn.ConvTranspose3d)) else output
+        flops.append(per_pixel * pixels.shape[0] * math.prod(pixels.shape[2:]))
 
-    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d))]
+    convolutions = (nn.Conv2d, nn.ConvTranspose2d, nn.Conv3d, nn.ConvTranspose3d)
+    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, convolutions)]
     with torch.no_grad():
         net.eval()(torch.zeros(shape))
     for handle in handles:
@@ -67,9 +69,11 @@ def expected_flops_by_network(model: str, size: int, ngf: int, ndf: int) -> dict
     pooled (detached) fake for its own: forward 3F, backward F + 2(2F - F1).
     pix2pix: G forward F, backward 2F - F1; D on the detached fake pair and the real pair, then
     frozen on the fake pair for G's loss: forward 3F, backward 2(2F - F1) + F."""
-    if model == "cycle_gan":
-        g = conv_layer_flops(networks.define_G(3, 3, ngf, "resnet_9blocks", "instance"), (1, 3, size, size))
-        d = conv_layer_flops(networks.define_D(3, ndf, "basic", 3, "instance"), (1, 3, size, size))
+    if model in ("cycle_gan", "cycle_gan_3d"):
+        netG, netD, shape = ("resnet_9blocks", "basic", (1, 3, size, size)) if model == "cycle_gan" else \
+            ("resnet_6blocks_3d", "n_layers_3d", (1, 3, size, size, size))
+        g = conv_layer_flops(networks.define_G(3, 3, ngf, netG, "instance"), shape)
+        d = conv_layer_flops(networks.define_D(3, ndf, netD, 3 if model == "cycle_gan" else 1, "instance"), shape)
         G, G1, D, D1 = sum(g), g[0], sum(d), d[0]
         gen = {"forward": 3 * G, "backward": 2 * (2 * G - G1) + 2 * G}
         dis = {"forward": 3 * D, "backward": D + 2 * (2 * D - D1)}
@@ -153,6 +157,22 @@ def test_step_flops_per_network_match_the_analytic_count(one_thread, tmp_path, m
     result = jobs.job_step(spec)
     row = {"batch": 1, "flops_per_step": result["flops_batch1"], "flops_by_network": result["flops_by_network_batch1"]}
     assert_flops_match(row, expected_flops_by_network(model, SMALL[model], ngf=8, ndf=8))
+
+
+def test_volume_step_flops_per_network_match_the_analytic_count_and_the_report_shows_them(one_thread, tmp_path):
+    """CycleGAN on a 3-D patch (--models cycle_gan_3d): its step job counts the 3-D networks' FLOPs
+    as the same algorithm on volumes predicts, and the volumes section reports them with the peak memory."""
+    small = ["--netG", "resnet_6blocks_3d", "--netD", "n_layers_3d", "--n_layers_D", "1", "--ngf", "2", "--ndf", "2"]
+    spec = {"kind": "step", "model": "cycle_gan_3d", "size": 8, "batch": 1, "device": "cpu",
+            "checkpoints_dir": str(tmp_path), "extra_args": small, "warmup": 0, "min_steps": 1, "max_steps": 1,
+            "budget_s": 0, "count_flops": True}
+    result = jobs.job_step(spec)
+    row = {"batch": 1, "flops_per_step": result["flops_batch1"], "flops_by_network": result["flops_by_network_batch1"]}
+    assert_flops_match(row, expected_flops_by_network("cycle_gan_3d", 8, ngf=2, ndf=2))
+    rows = [{"model": "cycle_gan_3d", "size": 8, "checkpoint_activations": False, **result}]
+    table = "\n".join(report._volumes_section(rows))
+    assert f"| cycle_gan_3d | 8^3 | plain | {result['flops_batch1'] / 1e9:.1f} |" in table
+    assert f"| {result['peak_mem_mb']:.0f} |" in table
 
 
 def test_bicyclegan_step_flops_are_per_image_of_its_two_image_batch_and_belong_to_its_four_networks(one_thread,

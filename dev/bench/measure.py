@@ -8,7 +8,7 @@ from typing import Any
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
 from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS,
-                        STRAIGHTFORWARD, Plan, Timing, config_spec)
+                        STRAIGHTFORWARD, VOLUME_MODELS, Plan, Timing, config_spec)
 from bench.runner import Runner
 
 # (model, size) -> {"total": FLOPs of one step at batch 1, "by_network": {net: {"forward", "backward"}}}
@@ -17,8 +17,10 @@ FlopTable = dict[tuple[str, int], dict]
 
 def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, Path], scratch: Path) -> dict:
     """Run the plan's sections for `models`; the results with derived numbers (bench.derive)."""
-    results: dict[str, Any] = {"peaks": None, "step": [], "loop": [], "scaling": [], "ddp": [], "checkpointing": []}
-    step_models = [m for m in (*MODELS, *STEP_ONLY_MODELS) if m in models]
+    results: dict[str, Any] = {"peaks": None, "step": [], "loop": [], "scaling": [], "ddp": [], "checkpointing": [],
+                               "volumes": []}
+    volume_models = [m for m in VOLUME_MODELS if m in models]
+    step_models = [m for m in (*MODELS, *STEP_ONLY_MODELS) if m in models and m not in VOLUME_MODELS]
     models = [m for m in MODELS if m in models]  # the other sections
     flops: FlopTable = {}
     if "peaks" in plan.sections:
@@ -38,6 +40,9 @@ def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, 
     if "checkpointing" in plan.sections:
         for model in models:
             results["checkpointing"] += measure_checkpointing(plan, runner, model)
+    if "volumes" in plan.sections:
+        for model in volume_models:
+            results["volumes"] += measure_volumes(plan, runner, model)
     if "ddp" in plan.sections and runner.device == "cpu":
         results["ddp"] = [measure_ddp(plan, runner, entry) for entry in plan.ddp if entry["model"] in models]
     elif "ddp" in plan.sections:
@@ -153,4 +158,20 @@ def measure_checkpointing(plan: Plan, runner: Runner, model: str) -> list[dict]:
         name = f"checkpointing_{model}_{size}px_{'on' if checkpointing else 'off'}"
         rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
                      "checkpoint_activations": checkpointing, **runner.run(name, spec)})
+    return rows
+
+
+def measure_volumes(plan: Plan, runner: Runner, model: str) -> list[dict]:
+    """The plain fp32 step of a volume model (batch 1) at each of the plan's patch sizes, without and with
+    --checkpoint_activations, each in its own process: time, peak memory, and (without) the step's FLOPs."""
+    rows = []
+    for size in plan.volume_sizes:
+        print(f"volumes: {model}, {size}^3 patches, batch 1, plain fp32 without and with --checkpoint_activations")
+        for checkpointing in (False, True):
+            extra = list(plan.network_args) + (["--checkpoint_activations"] if checkpointing else [])
+            spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(BASELINE),
+                    **plan.checkpointing.spec(), "count_flops": not checkpointing, "extra_args": extra}
+            name = f"volumes_{model}_{size}vox_{'on' if checkpointing else 'off'}"
+            rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
+                         "checkpoint_activations": checkpointing, **runner.run(name, spec)})
     return rows

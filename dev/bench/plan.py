@@ -8,6 +8,12 @@ MODELS = ("cycle_gan", "pix2pix")
 # Opt-in (--models cut,fastcut,bicycle_gan): the step section only, beside CycleGAN's; their train.py flags.
 STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"], "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"],
                     "bicycle_gan": ["--model", "bicycle_gan"]}
+# Volumes (--models pix2pix_3d,cycle_gan_3d): the "volumes" section only, at the plan's patch sizes. pix2pix's
+# volume default unet_64_3d takes multiples of 64, so its measurement uses unet_32_3d (64 and 96 fit).
+VOLUME_MODELS = {"pix2pix_3d": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--data_range", "0", "1",
+                                "--netG", "unet_32_3d"],
+                 "cycle_gan_3d": ["--model", "cycle_gan", "--dataset_mode", "unaligned_volume", "--data_range", "0", "1"]}
+STEP_ONLY_MODELS.update(VOLUME_MODELS)
 # The step's batch where a model cannot train on one image: BicycleGAN splits it into an encoded and a random half.
 STEP_BATCH = {"bicycle_gan": 2}
 # A configuration is "fp32" (plain eager float32) or settings joined by "+".
@@ -26,7 +32,7 @@ CONFIGS = ["fp32", STRAIGHTFORWARD, "bf16", "channels_last", "compile", "fused_a
            "bf16+channels_last+compile+fused_adam"]
 CUDA_CONFIGS = ["fp16", "fp16+channels_last", "fp16+channels_last+compile", "fp16+channels_last+compile+fused_adam"]
 BASELINE = "fp32"
-SECTIONS = ("peaks", "step", "loop", "scaling", "ddp", "checkpointing")
+SECTIONS = ("peaks", "step", "loop", "scaling", "ddp", "checkpointing", "volumes")
 # What the project aims for (issue 6); reported as met or not, never enforced. "not slower than the
 # straightforward step" allows 5%, the spread of repeated timings on a quiet machine.
 TARGETS = {"speedup": {"cycle_gan": 2.0, "pix2pix": 1.5}, "not_slower_than_straightforward": 1.05,
@@ -76,6 +82,9 @@ class Plan:
     network_args: list[str] = field(default_factory=list)
     # --checkpoint_activations: the plain fp32 step at this size (batch 1) without and with it
     checkpointing_size: dict[str, int] = field(default_factory=dict)
+    # --models pix2pix_3d,cycle_gan_3d: the plain fp32 step at these patch sizes (voxels a side, batch 1),
+    # without and with --checkpoint_activations: FLOPs, time and peak memory
+    volume_sizes: list[int] = field(default_factory=list)
     # one cold step by default: a 512 px CycleGAN step takes minutes on 2 CPU cores, and the peak
     # memory, the point of the section, is reached in the first step
     checkpointing: Timing = field(default_factory=lambda: Timing(warmup=0, min_steps=1, max_steps=1, budget_s=0.0))
@@ -107,6 +116,7 @@ def full_plan() -> Plan:
         ddp_warmup=1,
         peak_reps=10,
         checkpointing_size={"cycle_gan": 512, "pix2pix": 512},
+        volume_sizes=[64, 96],
     )
 
 
@@ -130,6 +140,7 @@ def quick_plan() -> Plan:
         peak_sizes={"conv_batch": 1, "matmul_size": 1536},
         checkpointing_size={"cycle_gan": 64, "pix2pix": 256},
         checkpointing=Timing(warmup=1, min_steps=2, max_steps=2, budget_s=0.0),
+        volume_sizes=[32],
     )
 
 

@@ -53,6 +53,7 @@ def render_markdown(report: dict) -> str:
     lines += _scaling_section(results["scaling"])
     lines += _ddp_section(results["ddp"])
     lines += _checkpointing_section(results.get("checkpointing", []))
+    lines += _volumes_section(results.get("volumes", []))
     if report["targets"]:
         lines += ["### Targets", ""]
         lines += _table(["target", "measured", "met", "caveat"],
@@ -200,6 +201,26 @@ def _ddp_section(ddp_rows: list[dict]) -> list[str]:
                       "img/s, 1 process", "img/s, 2 processes", "efficiency", "load"], rows)
             + ["", "efficiency = img/s with 2 processes / (2 x img/s with 1 process); a step of 2 processes "
                    "takes as long as its slower rank.", ""])
+
+
+def _volumes_section(rows: list[dict]) -> list[str]:
+    """FLOPs, time and peak memory of the volume models' plain step per patch size, without and with
+    --checkpoint_activations."""
+    if not rows:
+        return []
+    cells = []
+    for r in rows:
+        setting = "--checkpoint_activations" if r["checkpoint_activations"] else "plain"
+        if "error" in r:
+            cells.append([r["model"], f"{r['size']}^3", setting, f"FAILED: {r['error'][:120]}", "", "", ""])
+            continue
+        flops = f"{r['flops_batch1'] / 1e9:.1f}" if "flops_batch1" in r else "—"
+        cells.append([r["model"], f"{r['size']}^3", setting, flops, f"{r['median_s']:.3f}", f"{r['peak_mem_mb']:.0f}",
+                      _load_cell(r)])
+    return (["### Volumes (plain fp32 step, batch 1, one patch)", ""]
+            + _table(["model", "patch", "setting", "GFLOP/step", "median s/step", "peak MiB", "load"], cells)
+            + ["", "peak MiB: the process's peak RSS on the CPU (torch.cuda.max_memory_allocated on a GPU), model and "
+                   "optimizer states included; GFLOP counted once, on the plain step.", ""])
 
 
 def _checkpointing_section(rows: list[dict]) -> list[str]:

@@ -20,7 +20,7 @@ def build_options(spec: dict, dataroot: str | None = None):
     """train.py's options for a job spec (model, size, batch, device, speed settings, extra_args)."""
     from options.train_options import TrainOptions
     size = int(spec["size"])
-    from bench.plan import STEP_ONLY_MODELS
+    from bench.plan import STEP_ONLY_MODELS, VOLUME_MODELS
     model_flags = STEP_ONLY_MODELS.get(spec["model"], ["--model", spec["model"]])
     argv = ["--dataroot", dataroot or str(ROOT), *model_flags, "--name", "benchmark",
             "--checkpoints_dir", spec.get("checkpoints_dir") or tempfile.mkdtemp(prefix="bench_ckpt_"),
@@ -29,6 +29,8 @@ def build_options(spec: dict, dataroot: str | None = None):
             "--display_id", "0", "--amp", spec.get("amp", "none")]
     argv += [flag for key, flag in (("channels_last", "--channels_last"), ("compile", "--compile"),
                                     ("fused_adam", "--fused_adam")) if spec.get(key)]
+    if spec["model"] in VOLUME_MODELS:
+        argv += ["--patch_size", str(size)]
     argv += list(spec.get("extra_args", []))
     return TrainOptions().parse(argv)
 
@@ -47,12 +49,13 @@ def build_model(opt, ctx, straightforward: bool = False):
 
 
 def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
-    """Images in [-1, 1] shaped as the datasets deliver them (on the CPU, as from the loader)."""
+    """Images in [-1, 1] shaped as the datasets deliver them (on the CPU, as from the loader); volumes
+    (a volume dataset mode) of --patch_size."""
     generator = torch.Generator().manual_seed(seed)
-    size = opt.crop_size
+    sides = tuple(opt.patch_size) if hasattr(opt, "patch_size") else (opt.crop_size, opt.crop_size)
 
     def images(channels: int) -> torch.Tensor:
-        return torch.rand(batch, channels, size, size, generator=generator) * 2 - 1
+        return torch.rand(batch, channels, *sides, generator=generator) * 2 - 1
 
     a_nc, b_nc = (opt.input_nc, opt.output_nc) if opt.direction == "AtoB" else (opt.output_nc, opt.input_nc)
     return {"A": images(a_nc), "B": images(b_nc),
