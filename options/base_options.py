@@ -146,6 +146,8 @@ class BaseOptions:
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
         self._check_network_dims(parser, opt)
+        if data.spatial_dims(opt) == 3:
+            self._check_volume_flags(parser, opt)
         self.check_combinations(parser, opt)
         defaults = {key: parser.get_default(key) for key in vars(opt)}
         object.__setattr__(opt, "_defaults", defaults)
@@ -168,6 +170,23 @@ class BaseOptions:
             parser.error(f"argument --{flag}: --{flag} {name} is a {family.size_rule(opt).dims}-D network, but "
                          f"--dataset_mode {opt.dataset_mode} gives {kind}; choose a {dims}-D {role}: "
                          f"{', '.join(fitting)} (docs/{'volumes' if dims == 3 else 'datasets'}.md)")
+
+    @staticmethod
+    def _check_volume_flags(parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse the
+        picture flags that cannot apply (2-D augmentation), warn once about those that do nothing."""
+        if getattr(opt, "diff_augment", ""):
+            parser.error(f"argument --diff_augment: --diff_augment {opt.diff_augment} transforms 2-D "
+                         f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, whose augmentation is "
+                         f"--intensity_jitter and flips (--no_flip to turn them off): drop --diff_augment "
+                         f"(docs/volumes.md)")
+        unused = [flag for flag in ("load_size", "crop_size", "preprocess")
+                  if getattr(opt, flag) != parser.get_default(flag)]
+        if unused:
+            one = len(unused) == 1
+            print(f"warning: {', '.join('--' + flag for flag in unused)} {'is' if one else 'are'} for resizing and "
+                  f"cropping pictures; volumes are cut into --patch_size patches instead, so {'it does' if one else 'they do'} "
+                  f"nothing with --dataset_mode {opt.dataset_mode} (docs/volumes.md).", file=sys.stderr)
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""

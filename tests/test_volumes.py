@@ -140,3 +140,36 @@ def test_a_killed_3d_run_continued_ends_bit_identical_to_the_uninterrupted_one(u
     interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
     assert "resuming from" in run(killed + ["--continue_train"]).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
+
+
+# ------------------------------------------------------------------------------- flags that do not fit volumes
+@pytest.mark.parametrize("flags, flag, advice", [
+    (["--netG", "unet_256"], "--netG", "choose a 3-D generator: resnet_9blocks_3d"),
+    (["--netD", "multiscale"], "--netD", "choose a 3-D discriminator: basic_3d"),
+    (["--diff_augment", "color"], "--diff_augment", "--intensity_jitter"),
+])
+def test_picture_only_flags_with_volumes_exit_2_naming_the_flag_and_the_fix(flags, flag, advice, unpaired_volumes,
+                                                                            capfd):
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train.py").main(["--dataroot", str(unpaired_volumes), "--model", "cycle_gan", "--dataset_mode",
+                                      "unaligned_volume", "--data_range", "-1", "1", *flags])
+    assert exit_info.value.code == 2
+    (line,) = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: argument {flag}:") and advice in line, line
+
+
+def test_volume_runs_default_to_the_3d_networks_and_warn_about_picture_sizes(unpaired_volumes, capfd):
+    from options.train_options import TrainOptions
+    opt = TrainOptions().parse(["--dataroot", str(unpaired_volumes), "--model", "cut", "--dataset_mode",
+                                "unaligned_volume", "--crop_size", "64"])
+    assert (opt.netG, opt.netD) == ("resnet_9blocks_3d", "basic_3d")
+    assert opt.no_antialias and opt.no_antialias_up  # CUT's blur layers are 2-D
+    (warning,) = capfd.readouterr().err.strip().splitlines()
+    assert warning.startswith("warning: --crop_size") and "--patch_size" in warning
+
+
+def test_test_py_refuses_picture_tiles_for_volumes(real_scan_pairs, tmp_path, capfd):
+    assert load_script("test.py").main(pix2pix_args(real_scan_pairs, tmp_path, "none", "--tile", "64",
+                                                    networks=GENERATOR)) == 2
+    err = capfd.readouterr().err
+    assert "--tile 64" in err and "--patch_size" in err
