@@ -2,7 +2,8 @@
 
     python scripts/demo_report.py --seed 0 <the test.py flags of the run>
 
-Prints the mean L1 (in the network's [-1, 1] units) and PSNR on the test split of:
+Prints the mean L1 (in the network's [-1, 1] units) and PSNR on the test split (volumes: whole volumes in
+sliding windows, as test.py translates them, with MAE in the target's units) of:
   identity   the input itself (what a model that changes nothing would score),
   untrained  the generator as initialised with --seed (the training run's starting point),
   trained    the generator loaded from the checkpoint (--epoch, default latest),
@@ -29,7 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from data import create_dataset  # noqa: E402
+from data import create_dataset, spatial_dims  # noqa: E402
 from models import create_model  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
@@ -38,6 +39,7 @@ from util.errors import UserError, exits_on_user_error  # noqa: E402
 from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from models.base_model import BaseModel  # noqa: E402
+from models.sliding_window import adapt_generators_to_volumes  # noqa: E402
 from models.latent_codes import draw_latent_codes  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
@@ -62,7 +64,13 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
         models["best"] = create_model(opt, ctx)
         models["best"].setup(FrozenOptions(**{**opt.as_dict(), "epoch": "best"}).freeze())
     names = ("identity", *models)
-    scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True)
+    volumes = {}
+    if spatial_dims(opt) == 3:  # whole volumes in sliding windows, as test.py; MAE in the target's units
+        for model in models.values():
+            adapt_generators_to_volumes(model, opt.patch_size, opt.window_overlap, opt.window_batch)
+        low, high = dataset.dataset.window("B" if opt.direction == "AtoB" else "A")
+        volumes = {"volume_units": dict.fromkeys(names, (high - low) / 2), "mask": opt.eval_mask}
+    scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True, **volumes)
     diversity = {name: SampleDiversity(lpips=True) for name in models} if opt.n_samples >= 2 else {}
     for i, data in enumerate(dataset):
         if i >= opt.num_test:
@@ -76,7 +84,8 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
         scores.update({"identity": trained.real_A, "target": trained.real_B,
                        **{name: model.fake_B for name, model in models.items()}})
     means = scores.compute()
-    table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR")} for name in names}
+    table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR", "MAE") if f"{metric}_{name}" in means}
+             for name in names}
     notes = set()
     for name, measure in diversity.items():
         table[name].update(measure.compute())
@@ -136,7 +145,7 @@ def main() -> int:
     opt = TestOptions().parse()
     best = best_epoch(opt)
     table = report(opt, best)
-    spread = [key for key in ("diversity_L1", "diversity_LPIPS") if key in table["trained"]]
+    spread = [key for key in ("MAE", "diversity_L1", "diversity_LPIPS") if key in table["trained"]]
     print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}" + "".join(f"{k:>17}" for k in spread))
     for name, row in table.items():
         label = f"best (epoch {best['epoch']})" if name == "best" else name

@@ -12,13 +12,17 @@ Layouts follow the reference repository:
 * ``OUT/demo_cyclegan/{trainA,trainB,testA,testB}/*.png`` -- S x S, unpaired. Domain A
   has solid shapes, domain B striped shapes (like horse -> zebra), drawn from different
   random scenes.
+* ``OUT/demo_volumes/{trainA,trainB,valA,valB,testA,testB}/NNNN.nii.gz`` -- paired 3-D phantoms
+  (48 x 48 x 32 voxels of 2 x 2 x 2.5 mm): A an MR-like scan (arbitrary units, dark bone *and*
+  dark air, a smooth bias field), B the CT of the same body in Hounsfield units (air -1000, bone
+  +1000): bone can only be told from air by where it lies, as in MR -> CT synthesis.
 
 Output is byte-identical for a given seed. A dataset folder is reused when it already
 holds the expected files for the same parameters; otherwise it is rebuilt in a hidden
 temporary folder and renamed into place, so an interrupted run never leaves half a dataset.
 
 Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 0]
-       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|bicyclegan]
+       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|bicyclegan|volumes]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
+DEMO_FILES = (".png", ".nii.gz")  # what the demo datasets are made of
 
 # pix2pix classes: 0 background, 1 circle, 2 rectangle, 3 triangle.
 LABEL_COLORS = np.array([(0, 0, 200), (255, 0, 0), (0, 255, 0), (255, 255, 0)], np.float32)
@@ -189,19 +194,20 @@ def _build(out_dir: Path, name: str, params: dict, splits: dict[str, int],
 
 
 def _is_complete(target: Path, params: dict, splits: dict[str, int]) -> bool:
-    """True if `target` was generated with `params` and has every expected image."""
+    """True if `target` was generated with `params` and has every expected image (or volume)."""
     try:
         if json.loads((target / PARAMS_FILE).read_text()) != params:
             return False
     except (OSError, ValueError):
         return False
-    return all(len(list((target / s).glob("*.png"))) == n for s, n in splits.items())
+    return all(len([f for f in (target / s).iterdir() if f.name.endswith(DEMO_FILES)]) == n
+               for s, n in splits.items())
 
 
 def _summary(target: Path) -> str:
-    """'N images, X.XX MB' for a dataset folder."""
-    files = list(target.rglob("*.png"))
-    return f"{len(files)} images, {sum(f.stat().st_size for f in files) / 1e6:.2f} MB"
+    """'N files, X.XX MB' for a dataset folder."""
+    files = [f for f in target.rglob("*") if f.name.endswith(DEMO_FILES)]
+    return f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.2f} MB"
 
 
 def _save(img: np.ndarray, path: Path) -> None:
@@ -234,6 +240,55 @@ def make_bicyclegan_demo(out_dir: Path, size: int = 128, seed: int = 0, n_train:
     """Write (or reuse) `out_dir/demo_bicyclegan` with train/val/test aligned pairs; return it."""
     return _make_aligned_demo(out_dir, "bicyclegan", 3, _bicyclegan_pair, size, seed,
                               {"train": n_train, "val": n_val, "test": n_test})
+
+
+VOLUME_SHAPE, VOXEL_MM = (48, 48, 32), (2.0, 2.0, 2.5)
+
+
+def _phantom_pair(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(MR-like, CT in HU) volumes of one random body: an elliptic cylinder of soft tissue inside a bone
+    shell, a few organs, air around. In MR bone is as dark as air; in CT it is the brightest tissue."""
+    axes = [np.linspace(-1, 1, n, dtype=np.float32) for n in VOLUME_SHAPE]
+    x, y, z = np.meshgrid(*axes, indexing="ij")
+    rx, ry = rng.uniform(0.7, 0.9), rng.uniform(0.6, 0.85)
+    radius = np.sqrt((x / rx) ** 2 + (y / ry) ** 2) * (1 + 0.1 * z * rng.uniform(-1, 1))
+    body, bone = radius < 1.0, (radius > 0.82) & (radius < 0.93)
+    mr = np.where(body, 500.0, 0.0).astype(np.float32)
+    ct = np.where(body, 40.0, -1000.0).astype(np.float32)
+    for _ in range(rng.integers(2, 5)):  # organs: ellipsoids well inside the body
+        centre = rng.uniform(-0.4, 0.4, 3) * (rx, ry, 1)
+        size = rng.uniform(0.12, 0.28, 3)
+        organ = (((x - centre[0]) / size[0]) ** 2 + ((y - centre[1]) / size[1]) ** 2
+                 + ((z - centre[2]) / (2 * size[2])) ** 2) < 1
+        brightness = rng.uniform(650, 1000)
+        mr[organ & body] = brightness
+        ct[organ & body] = 40 + (brightness - 650) / 10  # little contrast between soft tissues in CT
+    mr[bone] = 80.0
+    ct[bone] = rng.uniform(700, 1000)
+    mr *= 1 + 0.2 * x * rng.uniform(-1, 1)  # MR's smooth intensity bias
+    mr += rng.normal(0, 20, VOLUME_SHAPE)
+    ct += rng.normal(0, 10, VOLUME_SHAPE)
+    return mr.astype(np.float32), ct.astype(np.float32)
+
+
+def make_volume_demo(out_dir: Path, seed: int = 0, n_train: int = 6, n_test: int = 2) -> Path:
+    """Write (or reuse) `out_dir/demo_volumes`: paired MR-like and CT phantoms in trainA/trainB,
+    valA/valB and testA/testB (NIfTI, 2 x 2 x 2.5 mm voxels); return it."""
+    import nibabel as nib
+
+    counts = {"train": n_train, "val": n_test, "test": n_test}
+    splits = {f"{split}{side}": count for split, count in counts.items() for side in "AB"}
+    params = {"task": "volumes", "shape": list(VOLUME_SHAPE), "seed": seed, **splits}
+    affine = np.diag([*VOXEL_MM, 1.0])
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        rng = _rng(seed, 4, list(counts).index(split[:-1]))  # A and B of a split from the same bodies
+        for i in range(count):
+            pair = _phantom_pair(rng)
+            volume = pair[0] if split.endswith("A") else pair[1]
+            nib.save(nib.Nifti1Image(volume, affine), str(folder / f"{i:04d}.nii.gz"))
+
+    return _build(Path(out_dir), "demo_volumes", params, splits, make_split)
 
 
 def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100,
@@ -281,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
     parser.add_argument("--n_test", type=int, default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
-    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan"],
+    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan", "volumes"],
                         default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
                         "their true striped counterparts, for scoring); bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
@@ -297,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         make_bicyclegan_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task == "cut":
         make_cyclegan_pairs(args.out, args.size, args.seed, args.n_test // 2)
+    if args.task == "volumes":
+        make_volume_demo(args.out, args.seed)
 
 
 if __name__ == "__main__":
