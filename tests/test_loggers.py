@@ -160,3 +160,39 @@ def test_a_missing_logger_package_refuses_the_run_before_any_logger_writes_a_fil
     assert code == 2
     assert "--use_wandb needs the wandb package" in capsys.readouterr().err
     assert not (tmp_path / "n" / "tensorboard").exists()  # TensorBoard was asked first, and built nothing
+
+
+def test_a_logger_that_raises_is_named_once_and_switched_off_while_training_goes_on(paired_root, tmp_path, capsys):
+    import train
+    (tmp_path / "flaky_logger.py").write_text(
+        "from util.display.backend import LoggerBackend\n"
+        "class FlakyLogger(LoggerBackend):\n"
+        "    steps = 0\n"
+        "    def log_step(self, position, losses, lr, seconds_per_image, data_seconds):\n"
+        "        type(self).steps += 1\n"
+        "        raise ValueError('the dashboard is down')\n")
+    code = train.main(["--dataroot", str(paired_root), "--name", "n", "--checkpoints_dir", str(tmp_path), *TINY,
+                       "--print_freq", "1", "--logger", str(tmp_path / "flaky_logger.py")])
+    assert code == 0 and (tmp_path / "n" / "latest_net_G.pth").is_file()  # the run trained to its end
+    out = capsys.readouterr()
+    warnings = [line for line in (out.out + out.err).splitlines() if "FlakyLogger" in line]
+    assert len(warnings) == 1, warnings  # once, though log_step comes at every printed step
+    assert all(text in warnings[0] for text in ("FlakyLogger.log_step", "ValueError: the dashboard is down",
+                                                "flaky_logger.py, line 6", "switched off", "--continue_train"))
+    assert sys.modules[next(name for name in sys.modules if name.endswith("flaky_logger"))].FlakyLogger.steps == 1
+
+
+def test_a_logger_whose_constructor_raises_stops_the_run_in_one_paragraph_before_training(paired_root, tmp_path,
+                                                                                           capsys):
+    import train
+    (tmp_path / "broken_logger.py").write_text(
+        "from util.display.backend import LoggerBackend\n"
+        "class BrokenLogger(LoggerBackend):\n"
+        "    def __init__(self, run):\n"
+        "        raise KeyError('API_TOKEN')\n")
+    code = train.main(["--dataroot", str(paired_root), "--name", "n", "--checkpoints_dir", str(tmp_path), *TINY,
+                       "--logger", str(tmp_path / "broken_logger.py")])
+    assert code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "BrokenLogger raised KeyError: 'API_TOKEN'" in line and "drop that --logger" in line
+    assert not list((tmp_path / "n").glob("*.pth"))

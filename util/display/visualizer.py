@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +37,7 @@ from util.display.tensorboard_backend import TensorBoardBackend
 from util.display.user_loggers import logger_classes
 from util.display.visdom_backend import VisdomBackend
 from util.display.wandb_backend import WandbBackend
+from util.errors import UserError
 from util.training.position import Position
 
 if TYPE_CHECKING:
@@ -63,8 +65,19 @@ def create_backends(opt: Any, progress: ProgressBar) -> list[LoggerBackend]:
     elif not opt.no_html:
         chosen.append(HtmlBackend(run))
     os.makedirs(run.run_dir, exist_ok=True)  # --logger classes may write there from their constructor
-    chosen += [logger(run) for logger in users]
+    chosen += [_start_user_logger(logger, run) for logger in users]
     return [ConsoleBackend(run, progress)] + chosen
+
+
+def _start_user_logger(kind: type[LoggerBackend], run: RunInfo) -> LoggerBackend:
+    """An instance of the user's logger class; its constructor's error is a UserError naming it (before training)."""
+    try:
+        return kind(run)
+    except Exception as err:  # noqa: BLE001 - the user's code: any error, named
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        raise UserError(f"--logger {kind.__module__}: creating its {kind.__name__} raised {type(err).__name__}: {err} "
+                        f"({where.filename}, line {where.lineno}); fix the logger or drop that --logger "
+                        f"(docs/visualization.md).") from err
 
 
 class Visualizer:
@@ -79,6 +92,24 @@ class Visualizer:
         self.closed = False
         atexit.register(self.close)  # also flush TensorBoard/wandb if training ends early
 
+    def _each(self, event: str, *args: Any) -> None:
+        """Pass an event to every back end. A logger of the user's own (--logger) that raises is named in
+        one warning and switched off: training goes on (a display must not end a run); built-in back ends'
+        errors are the project's and propagate."""
+        for backend in list(self.backends):
+            if type(backend) in BUILT_IN_BACKENDS:
+                getattr(backend, event)(*args)
+                continue
+            try:
+                getattr(backend, event)(*args)
+            except Exception as err:  # noqa: BLE001 - the user's code: any error, reported and contained
+                self.backends.remove(backend)
+                where = traceback.extract_tb(err.__traceback__)[-1]
+                self.message(f"warning: --logger {type(backend).__module__}: its {type(backend).__name__}.{event} raised "
+                             f"{type(err).__name__}: {err} ({where.filename}, line {where.lineno}); that logger is "
+                             f"switched off for the rest of this run and training goes on. Fix it, then continue the "
+                             f"run with --continue_train to have it log again (docs/visualization.md).")
+
     def backend(self, kind: type[Backend]) -> Backend | None:
         """The back end of class `kind`, if this run has one."""
         return next((b for b in self.backends if isinstance(b, kind)), None)
@@ -86,39 +117,33 @@ class Visualizer:
     def begin_epoch(self, position: Position, images_in_epoch: int) -> None:
         """An epoch of `images_in_epoch` images starts (position.images_done > 0 when resuming mid-epoch)."""
         position = dataclasses.replace(position)  # a copy per event: the loop's own keeps changing
-        for backend in self.backends:
-            backend.begin_epoch(position, images_in_epoch)
+        self._each("begin_epoch", position, images_in_epoch)
 
     def log_step(self, position: Position, losses: Mapping[str, float], lr: float, seconds_per_image: float,
                  data_seconds: float) -> None:
         """The losses (averaged over all ranks), learning rate and timings at a print point."""
         position = dataclasses.replace(position)
-        for backend in self.backends:
-            backend.log_step(position, losses, lr, seconds_per_image, data_seconds)
+        self._each("log_step", position, losses, lr, seconds_per_image, data_seconds)
 
     def log_images(self, position: Position, visuals: Mapping[str, Any], save_html: bool) -> None:
         """The model's current visuals (tensors), shown as 8-bit previews; `save_html`: keep them on the page."""
         position, images = dataclasses.replace(position), previews(visuals, self.display_channels)
-        for backend in self.backends:
-            backend.log_images(position, images, save_html)
+        self._each("log_images", position, images, save_html)
 
     def log_validation(self, position: Position, result: ValidationResult, epoch_seconds: float) -> None:
         """A validation's scores and first images (as previews), after `epoch_seconds` of the epoch."""
         position = dataclasses.replace(position)
         result = dataclasses.replace(result, visuals=previews(result.visuals, self.display_channels))
-        for backend in self.backends:
-            backend.log_validation(position, result, epoch_seconds)
+        self._each("log_validation", position, result, epoch_seconds)
 
     def advance(self, position: Position) -> None:
         """A training step is done (every step: the back ends keep this cheap)."""
         position = dataclasses.replace(position)
-        for backend in self.backends:
-            backend.advance(position)
+        self._each("advance", position)
 
     def message(self, text: str) -> None:
         """A line for the user: the console and loss_log.txt, and any logger that wants it."""
-        for backend in self.backends:
-            backend.message(text)
+        self._each("message", text)
 
     def close(self) -> None:
         """Finish every back end (the progress bar, TensorBoard, wandb, loss_plot.png, the final HTML
@@ -130,8 +155,7 @@ class Visualizer:
             atexit.unregister(self.close)
         except Exception:
             pass
-        for backend in self.backends:
-            backend.close()
+        self._each("close")
 
 
 class NullVisualizer(Visualizer):
