@@ -49,6 +49,8 @@ def patch_size(text: str) -> Shape3:
 
 
 fraction = Bounded(float, low=0, high=1, name="fraction")  # 0 <= x <= 1
+# How whole volumes are translated unless told otherwise (test.py, validation, the Translator)
+WINDOW_OVERLAP, WINDOW_BATCH = 0.5, 4
 
 
 def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -72,10 +74,10 @@ def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "least recently used dropped first); patches of volumes beyond it are read from the "
                              "files (fast for .nii and .npy, a .nii.gz is decompressed up to the patch)")
     # How whole volumes are translated (test.py, validation) and scored: models/sliding_window.py
-    parser.add_argument("--window_overlap", type=fraction_below_one, default=0.5, on_resume="silent",
+    parser.add_argument("--window_overlap", type=fraction_below_one, default=WINDOW_OVERLAP, on_resume="silent",
                         help="whole volumes are translated in windows of --patch_size overlapping by this fraction "
                              "of a window (0 <= f < 1), blended with Gaussian weights so that no seams show")
-    parser.add_argument("--window_batch", type=positive_int, default=4, on_resume="silent",
+    parser.add_argument("--window_batch", type=positive_int, default=WINDOW_BATCH, on_resume="silent",
                         help="windows translated at once when a whole volume is translated (memory vs speed)")
     parser.add_argument("--eval_mask", choices=EVAL_MASKS, default="none", on_resume="silent",
                         help="where test.py and validation score volumes: none (every voxel) or foreground (the "

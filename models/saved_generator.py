@@ -8,8 +8,9 @@ it with, taken in this order: explicit keyword arguments, architecture.json, and
 themselves show (`infer_architecture`: generator type, ngf, channels, norm, and dropout for
 resnets). `load_generator` builds it with `networks.define_G`, as train.py and test.py do, and
 loads the weights with a message that names the file and the architecture when they do not fit.
-The --data_range a run trained with comes from the options train.py saved beside the weights
-(`train_opt.json`); reference checkpoints have none.
+What else inference needs from training, the --data_range (how data values map to the network's)
+and, for volumes, the --patch_size (the window whole volumes are translated in), comes from the
+options train.py saved beside the weights (`train_opt.json`); reference checkpoints have none.
 """
 from __future__ import annotations
 
@@ -56,13 +57,15 @@ def known_architecture_keys(netG: str | None = None) -> set[str]:
 @dataclass(frozen=True)
 class GeneratorCheckpoint:
     """One generator's weights file and the architecture (`architecture_keys`) to build it with; the
-    `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), and the
-    numbers of the --data_range its run trained with (None when not given or not known)."""
+    `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), the
+    numbers of the --data_range its run trained with, and the --patch_size (D, H, W) of a volume run's
+    training patches (each None when not given or not known)."""
 
     path: str
     architecture: dict
     direction: str = "AtoB"
     data_range: tuple[float, ...] | None = None
+    patch_size: tuple[int, ...] | None = None
 
 
 def describe_architecture(arch: dict) -> str:
@@ -145,21 +148,32 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         arch.update(infer_architecture(load_state_dict_file(path), overrides.get("netG")))
     arch.update(overrides)
     translates = DIRECTIONS[1 - DIRECTIONS.index(trained)] if backward else trained
-    return GeneratorCheckpoint(path, arch, translates, _read_trained_data_range(folder))
+    options = read_trained_options(folder)
+    return GeneratorCheckpoint(path, arch, translates, _numbers(options.get("data_range"), float),
+                               _numbers(options.get("patch_size"), int))
 
 
-def _read_trained_data_range(folder: str) -> tuple[float, ...] | None:
-    """The --data_range numbers in the options train.py saved in `folder` (`<phase>_opt.json`: train_opt.json,
-    else the newest other one); None when the run trained without it or no options file is there."""
+# The options of a run that inference reads from its options file (Translator.load's keywords of the
+# same names replace them).
+_TRAINED_OPTIONS = ("data_range", "patch_size")
+
+
+def read_trained_options(folder: str) -> dict:
+    """The options train.py saved in `folder` (`<phase>_opt.json`: train_opt.json, else the newest other
+    one), as a dict; {} when no options file is there."""
     path = os.path.join(folder, "train_opt.json")
     if not os.path.isfile(path):
         others = glob.glob(os.path.join(glob.escape(folder), "*_opt.json"))
         if not others:
-            return None
+            return {}
         path = max(others, key=os.path.getmtime)
-    values = read_json_object(path, "Restore it, or delete it and pass the --data_range the run trained with, "
-                                    "if any.").get("data_range")
-    return tuple(float(v) for v in values) if values else None
+    return read_json_object(path, f"Restore it, or delete it and pass what the run trained with yourself "
+                                  f"({', '.join(_TRAINED_OPTIONS)}), if any.")
+
+
+def _numbers(values, kind: type) -> tuple | None:
+    """The numbers of a saved list option (--data_range, --patch_size) as a tuple of `kind`; None when absent."""
+    return tuple(kind(v) for v in values) if values else None
 
 
 def _read_architecture_json(folder: str) -> dict:

@@ -26,6 +26,23 @@ What it accepts and returns (docs/inference.md has the full table):
 - a list of any of these -> a list (each item translated on its own, so sizes may differ).
 
 Any height and width; `tile` > 0 translates large images in blended tiles (models/tiling.py).
+
+A run whose generator is a 3-D family (`translator.volumes`: trained on volume patches, docs/volumes.md)
+translates volumes instead, whole, in Gaussian-blended sliding windows of the --patch_size it trained on
+(`Translator.load`'s `patch_size`, `window_overlap`, `window_batch`), as test.py does
+(models/volume_translation.py):
+
+- a path to a .nii, .nii.gz or .npy file -> a float32 array (C, D, H, W) in the output domain's units;
+- a NumPy array (D, H, W) or (C, D, H, W) in the input domain's units (mapped through the run's
+  --data_range window; uint8 data without one by 0..255) -> float32 in the output domain's units,
+  (D, H, W) for one output channel, else (C, D, H, W);
+- a float tensor (C, D, H, W) or (N, C, D, H, W) in [-1, 1] -> the same shape and range;
+- a list of any of these -> a list.
+
+`translate_file("in.nii.gz", "out.nii.gz")` writes NIfTI with the input's affine and header (the output
+lies over its input in a viewer), or .npy. A picture given to a volume translator, or a volume (a NIfTI
+file, a 5-D tensor) to a picture translator, is refused with the kind the model takes.
+
 Everything runs under `torch.inference_mode()`, in float32 or under bf16/fp16 autocast.
 
 Eval mode (the default) uses batch norm's running statistics and no dropout: outputs are
@@ -54,6 +71,7 @@ from data.base_dataset import parse_data_range
 from data.image_folder import DomainSpec, network_input
 from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, match_channels, probe_image,
                            layout_hint, read_image, require_finite, write_image)
+from data.volume_io import NIFTI_EXTENSIONS
 from models.saved_generator import find_generator, load_generator
 from util.distributed import pick_device
 from util.errors import UserError
@@ -61,6 +79,7 @@ from models.latent_codes import checked_latent_codes, draw_latent_codes
 from models.reference_encoder import ReferenceEncoder, find_encoder, reference_picture
 from models.networks import family_of
 from models.tiling import SizeAdapter, check_tiling
+from models.volume_translation import VolumeTranslation, WindowSettings, window_settings
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The array dtypes `translate` takes: integers by their full range, floats by the data range.
@@ -79,11 +98,16 @@ class Translator:
                  device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
                  seed: int = 0, source: str = "", input_range: DataRange | None = None,
                  output_range: DataRange | None = None, architecture: dict | None = None,
-                 encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None) -> None:
+                 encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None,
+                 patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
+                 window_batch: int | None = None) -> None:
         """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
         was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
         the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
-        integer data always map by their dtype's full range."""
+        integer data always map by their dtype's full range. Volume generators (3-D families) map
+        volumes' values through them (uint8 by 0..255 where they are None) and need `patch_size`, the
+        window (D, H, W) whole volumes are translated in (see `load` for it and `window_overlap`,
+        `window_batch`); picture generators take none of the three."""
         self.device = _resolve_device(device)
         if precision not in PRECISIONS:
             raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
@@ -102,6 +126,22 @@ class Translator:
         self.source = source
         self.input_range = input_range
         self.output_range = output_range
+        # Volumes: the sliding window whole volumes are translated in (None for a picture generator),
+        # and what volumes go in and come out as (models/volume_translation.py).
+        self.volumes = family_of(netG).size_rule(self.architecture).dims == 3
+        self.window: WindowSettings | None = None
+        if self.volumes:
+            self.window = window_settings(self.architecture, source or netG, patch_size, window_overlap, window_batch)
+            self._volumes = VolumeTranslation(f"the generator of {source or netG} ({netG}, a 3-D network)", input_nc,
+                                              output_nc, input_range, output_range,
+                                              lambda batch: self._forward(batch, 0, 0))
+        else:
+            given = [name for name, value in (("patch_size", patch_size), ("window_overlap", window_overlap),
+                                              ("window_batch", window_batch)) if value is not None]
+            if given:
+                raise UserError(f"{' and '.join(given)}: the generator of {source or netG} ({netG}) translates "
+                                f"pictures, not volumes, so it has no sliding window; leave {' and '.join(given)} "
+                                f"out (large pictures are translated in tiles: tile, tile_overlap).")
         self._lock = threading.Lock()  # serialises calls in training mode only
         # a latent generator's encoder for `reference` images, or how to load it at its first use (so
         # that translating without a reference never depends on the encoder's file)
@@ -110,7 +150,9 @@ class Translator:
     @classmethod
     def load(cls, checkpoint: str | os.PathLike, direction: str | None = None, epoch: str = "latest",
              device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
-             seed: int = 0, data_range: Sequence[float] | None = None, **architecture: Any) -> "Translator":
+             seed: int = 0, data_range: Sequence[float] | None = None,
+             patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
+             window_batch: int | None = None, **architecture: Any) -> "Translator":
         """The generator in `checkpoint` (a run folder, or one `<epoch>_net_<name>.pth` file).
 
         `direction` ("AtoB": trainA -> trainB, or "BtoA") picks CycleGAN's G_A or G_B; None means the
@@ -123,6 +165,14 @@ class Translator:
         weights alone do not say enough; they win over everything. `device` is "auto" (CUDA when
         available), "cpu", "cuda" or e.g. "cuda:1"; `precision` "fp32", "bf16" or "fp16" (CUDA only).
         See the module docstring for `eval_mode` and `seed`.
+
+        A volume generator (a 3-D family) translates whole volumes in windows of `patch_size` voxels
+        (one side for a cube, or D, H, W; None: the --patch_size the run trained on, from its
+        train_opt.json) that overlap by the fraction `window_overlap` of a window (None: 0.5) and go
+        through the generator `window_batch` at a time (None: 4; fewer take less memory): test.py's
+        --patch_size, --window_overlap and --window_batch, whose defaults give test.py's outputs. They
+        belong to the translator rather than to each call, as the device and precision do; a picture
+        generator refuses them.
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
@@ -130,11 +180,15 @@ class Translator:
         resolved = _resolve_device(device)  # before loading, so that a bad device fails fast
         arch = found.architecture
         net = load_generator(found.path, arch, resolved)
-        latent = family_of(arch["netG"]).latent_size(SimpleNamespace(**arch)) > 0
+        family, flags = family_of(arch["netG"]), SimpleNamespace(**arch)
+        latent = family.latent_size(flags) > 0
+        if patch_size is None and family.size_rule(flags).dims == 3:
+            patch_size = found.patch_size  # the window is the patch size the volume generator trained on
         return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
                    eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
                    output_range=output_range, architecture=arch,
-                   encoder=(lambda: find_encoder(found.path, arch["output_nc"], resolved)) if latent else None)
+                   encoder=(lambda: find_encoder(found.path, arch["output_nc"], resolved)) if latent else None,
+                   patch_size=patch_size, window_overlap=window_overlap, window_batch=window_batch)
 
     @property
     def encoder(self) -> ReferenceEncoder | None:
@@ -147,8 +201,9 @@ class Translator:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
         ranges = "" if self.input_range is None and self.output_range is None else \
             f", float data {_describe(self.input_range)} -> {_describe(self.output_range)}"
+        window = f", volumes in {self.window.describe()}" if self.window else ""
         return (f"Translator({self.source or self.netG}: {self.netG}, {self.input_nc} -> {self.output_nc} channels"
-                f"{ranges}, {self.device}, {self.precision}, {mode} mode)")
+                f"{ranges}{window}, {self.device}, {self.precision}, {mode} mode)")
 
     # ------------------------------------------------------------------ public API
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64, n_samples: int | None = None,
@@ -162,7 +217,11 @@ class Translator:
         `codes` (N x latent_size), a list of N translations; with a `reference` image of the output
         domain (a path, PIL image, array or tensor, as `image`), the one translation that looks like
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
-        from the first code that `seed` draws."""
+        from the first code that `seed` draws. Volume generators take neither tiles nor codes."""
+        if self.volumes and tile:
+            raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {self.source or self.netG} "
+                            f"({self.netG}) translates volumes, whole, in sliding {self.window.describe()}; leave "
+                            f"tile out (Translator.load's window_overlap and window_batch set the window).")
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
         if self.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
@@ -205,6 +264,10 @@ class Translator:
         """`translate` for one code (or none): each kind of input its way."""
         if isinstance(image, (list, tuple)):
             return [self._translate(item, tile, tile_overlap) for item in image]
+        if self.volumes:
+            return self._volumes.translate(image)
+        if isinstance(image, (str, os.PathLike)) and os.fspath(image).lower().endswith(NIFTI_EXTENSIONS):
+            raise self._volume_error(f"{os.fspath(image)} is a volume")
         if isinstance(image, (str, os.PathLike)):
             path = os.fspath(image)
             return self._translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
@@ -225,8 +288,15 @@ class Translator:
         data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
         half a file. `answers` (n_samples, codes, seed, reference) are `translate`'s: several answers are
         written as `<stem>_sample<k><extension>`. Returns the paths written. Raises
-        `UserError` when the file cannot be read, or the output's format cannot hold the output."""
+        `UserError` when the file cannot be read, or the output's format cannot hold the output.
+
+        A volume translator writes the volume in `input_path` translated into `output_path`: .nii or
+        .nii.gz with the input's affine and header, or .npy (float32, the output domain's units)."""
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
+        if self.volumes:
+            self._volumes.check_file_names(input_path, output_path)  # before translating, which takes a while
+            output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
+            return self._volumes.write(output_path, output, input_path)
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
         info = probe_image(input_path)
         outputs = {output_path: output} if not isinstance(output, list) else \
@@ -289,6 +359,8 @@ class Translator:
         return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
 
     def _translate_tensor(self, x: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
+        if x.ndim == 5:
+            raise self._volume_error(f"a tensor of shape {tuple(x.shape)} (N x C x D x H x W) is a volume")
         if not x.is_floating_point() or x.ndim not in (3, 4):
             raise UserError(f"cannot translate a {x.dtype} tensor of shape {tuple(x.shape)}: pass a float tensor "
                             f"CxHxW or NxCxHxW in [-1, 1] (e.g. rgb_uint8.float() / 127.5 - 1).")
@@ -305,6 +377,13 @@ class Translator:
         out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
         return out if x.ndim == 4 else out[0]
 
+    def _volume_error(self, what: str) -> UserError:
+        """The refusal of a volume (`what`: e.g. "x.nii is a volume") by a picture generator."""
+        return UserError(f"the generator of {self.source or self.netG} ({self.netG}, a 2-D network) translates "
+                         f"pictures, and {what}; translate volumes with a run trained on them (a volume --dataset_mode "
+                         f"with a 3-D --netG, docs/volumes.md), or pass their slices as pictures (H x W or H x W x C "
+                         f"arrays).")
+
     def _channel_error(self, what: str, channels: int, alpha: bool, hint: str = "") -> UserError:
         fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
                else f"pass images with {self.input_nc} channels (bands)")
@@ -314,9 +393,11 @@ class Translator:
 
     # ------------------------------------------------------------------ the network
     def _forward(self, batch: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
-        """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device; one
-        implementation for every kind of input, so that they all give the same numbers."""
-        net = SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap, self.architecture)
+        """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device (volumes:
+        NxCxDxHxW, in the sliding window); one implementation for every kind of input, so that they all
+        give the same numbers."""
+        net = self.window.wrap(self.generator) if self.window else \
+            SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap, self.architecture)
         amp_dtype = PRECISIONS[self.precision]
         code = _LATENT_CODE.get()  # a latent generator's code for this call, the same for every image
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,

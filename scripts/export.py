@@ -17,6 +17,15 @@ image (BicycleGAN's: `--model bicycle_gan`) is exported with the code as a secon
 ONNX inputs "input" and "code" (N x --nz, one code per image; draw them from a standard normal
 distribution, or encode a reference image with the Translator's `encode`).
 
+A volume generator (a 3-D --netG, e.g. `--weights latest_net_G.pth --netG resnet_9blocks_3d`; a volume
+--dataset_mode is assumed) is exported as the plain network for one window: it takes N x C x D x H x W
+float volumes in [-1, 1] of exactly the --patch_size it trained on (default: the run's, from the
+train_opt.json beside the weights) and returns the same size. Whole volumes are translated in
+overlapping windows of that size, blended with Gaussian weights; that loop is not exported, so run it
+yourself around the exported network (e.g. MONAI's sliding_window_inference with mode="gaussian",
+sigma_scale=0.125 and overlap 0.5, as models/sliding_window.py does) to get test.py's outputs. It is
+checked at the window size, in batches of 1 and 2; --check_sizes does not apply.
+
 Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
 the PyTorch module; the largest absolute difference is printed, and the exit status is 1 if it exceeds --tolerance.
 Before exporting, the generator's float32 result at the first check size is compared with float64
@@ -37,8 +46,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import data  # noqa: E402
 from models import create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
+from models.sliding_window import check_window  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
@@ -70,9 +81,28 @@ class ExportOptions(TestOptions):
         parser.add_argument("--opset", type=positive_int, default=None, on_resume="silent", help="ONNX opset (default: torch's)")
         return parser
 
+    def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
+        """test.py's parser; a 3-D --netG with no --dataset_mode given gets a volume one (exporting reads no
+        data, but the volume flags, --patch_size, come with it), whose --patch_size defaults to the run's."""
+        parser = super().build_parser(argv)
+        known, _ = parser.parse_known_args(argv)
+        if networks.family_of(known.netG).size_rule(known).dims == 3 and data.spatial_dims(known) == 2:
+            parser.set_defaults(dataset_mode=None)
+            if parser.parse_known_args(argv)[0].dataset_mode is None:  # not given: volumes, as --netG says
+                parser.set_defaults(dataset_mode=VOLUME_MODE)
+                parser = data.get_option_setter(VOLUME_MODE)(parser, self.isTrain)
+            else:
+                parser.set_defaults(dataset_mode=known.dataset_mode)
+        if data.spatial_dims(parser.parse_known_args(argv)[0]) == 3:
+            parser.set_defaults(patch_size=None)  # None: the run's own (`window_size`)
+        return parser
+
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
-        """Refuse, before anything is loaded or written, check sizes below what --netG exports take and an
-        output folder that cannot be written (test.py's --results_dir is not used)."""
+        """Refuse, before anything is loaded or written, check sizes below what --netG exports take (or any,
+        for a volume generator) and an output folder that cannot be written (test.py's --results_dir is not used)."""
+        if opt.check_sizes and networks.size_rule(opt.netG, opt).dims == 3:
+            parser.error(f"argument --check_sizes: --netG {opt.netG} is exported for windows of --patch_size (D,H,W) "
+                         f"and checked at that size; leave --check_sizes out and set --patch_size instead")
         min_size = export_min_size(opt.netG, opt)
         small = [f"{h}x{w}" for h, w in opt.check_sizes or () if min(h, w) < min_size]
         if small:
@@ -83,6 +113,9 @@ class ExportOptions(TestOptions):
             flag = "--export_dir" if opt.export_dir else ("--weights" if opt.weights else "--checkpoints_dir/--name")
             parser.error(f"argument {flag}: cannot write the exports into {export_dir(opt)} ({reason}); "
                          f"choose another --export_dir")
+
+
+VOLUME_MODE = "single_volume"  # the dataset mode a 3-D --netG implies when none is given
 
 
 def export_dir(opt) -> str:
@@ -113,7 +146,24 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
     return getattr(model, "net" + which).float().eval(), f"{suffix}_net_{which}"
 
 
-def check_sizes(opt) -> list[tuple[int, int]]:
+def window_size(opt) -> tuple[int, ...]:
+    """The window a volume generator is exported for: --patch_size, else the --patch_size the run trained
+    with (the train_opt.json beside the weights); checked against --netG."""
+    folder = os.path.dirname(os.path.abspath(opt.weights)) if opt.weights else os.path.join(opt.checkpoints_dir, opt.name)
+    window = opt.patch_size or saved_generator.read_trained_options(folder).get("patch_size")
+    if not window:
+        raise UserError(f"--netG {opt.netG} is a volume generator, exported for windows of the --patch_size it "
+                        f"trained on, but no train_opt.json in {folder} says which; pass --patch_size D,H,W.")
+    window = tuple(int(side) for side in window)
+    check_window(opt, window)
+    return window
+
+
+def check_sizes(opt) -> list[tuple[int, ...]]:
+    """The spatial sizes the exports are checked at (batch 1, then 2): --check_sizes or two that suit
+    --netG; for a volume generator its window twice."""
+    if networks.size_rule(opt.netG, opt).dims == 3:
+        return [window_size(opt)] * 2
     if opt.check_sizes:
         return opt.check_sizes
     multiple = networks.size_rule(opt.netG, opt).multiple
@@ -150,14 +200,14 @@ def float32_rounding_error(module: torch.nn.Module, *x: torch.Tensor) -> tuple[f
     return (single - exact).abs().max().item(), exact.abs().max().item()
 
 
-def example_inputs(batch: int, channels: int, size: tuple[int, int], latent_size: int,
+def example_inputs(batch: int, channels: int, size: tuple[int, ...], latent_size: int,
                    generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     """Random images in [-1, 1] and, for a generator taking a latent code, a standard normal code per image."""
     x = torch.rand(batch, channels, *size, generator=generator) * 2 - 1
     return (x, torch.randn(batch, latent_size, generator=generator)) if latent_size else (x,)
 
 
-def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, size: tuple[int, int],
+def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, size: tuple[int, ...],
                            tolerance: float, latent_size: int = 0) -> None:
     """Raise UserError if float32 rounding alone can move `module`'s output by more than
     `tolerance`: no check could then tell a faithful export from a broken one."""
@@ -169,7 +219,7 @@ def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, 
     raise UserError(
         f"{source}: float32 arithmetic cannot pin this generator's output down to --tolerance {tolerance:g}. "
         f"Before its final tanh its values reach {magnitude:.2g}, and float32 rounding alone moves them by "
-        f"{error:.2g} (float32 against float64 at {size[0]}x{size[1]}), so two float32 runtimes (PyTorch, "
+        f"{error:.2g} (float32 against float64 at {'x'.join(map(str, size))}), so two float32 runtimes (PyTorch, "
         f"ONNX Runtime, the same one on another CPU) can disagree on an output pixel by up to {spread:.2g}. "
         f"This happens when batch-norm running statistics do not match the activations (untrained, diverged "
         f"or edited weights). Export the weights of a trained model, or pass --tolerance {spread:.2g} to "
@@ -186,21 +236,29 @@ def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptMo
 
 
 def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int, opset: int | None,
-                latent_size: int = 0) -> None:
-    """The ONNX file of `module`: input "input" (N x channels x H x W) and, with a latent code, "code"
-    (N x latent_size); output "output"."""
+                latent_size: int = 0, window: tuple[int, ...] | None = None) -> None:
+    """The ONNX file of `module`: input "input" (N x channels x H x W of any size from `min_size`, or
+    N x channels x D x H x W of exactly the volume `window`) and, with a latent code, "code" (N x
+    latent_size); output "output"."""
     try:
         import onnxscript  # noqa: F401  (torch's dynamo exporter needs it)
     except ImportError:
         raise UserError("ONNX export needs the onnx and onnxscript packages: pip install onnx onnxscript "
                         "(or drop onnx from --formats).") from None
     batch = torch.export.Dim("batch", min=1, max=4096)
-    height = torch.export.Dim("height", min=min_size, max=16384)
-    width = torch.export.Dim("width", min=min_size, max=16384)
-    # Batch 2 and unequal sides in the example: torch.export would fix a dimension of size 1, or
-    # tie two equal ones together.
-    example = example_inputs(2, channels, (max(min_size, 64), max(min_size, 64) + 8), latent_size, torch.Generator())
-    shapes = {"x": {0: batch, 2: height, 3: width}, **({"z": {0: batch}} if latent_size else {})}
+    if window:  # a volume generator: one window size, any batch
+        example = example_inputs(2, channels, window, latent_size, torch.Generator())
+        image_shape = {0: batch}
+    else:
+        height = torch.export.Dim("height", min=min_size, max=16384)
+        width = torch.export.Dim("width", min=min_size, max=16384)
+        # Batch 2 and unequal sides in the example: torch.export would fix a dimension of size 1, or
+        # tie two equal ones together.
+        example = example_inputs(2, channels, (max(min_size, 64), max(min_size, 64) + 8), latent_size,
+                                 torch.Generator())
+        image_shape = {0: batch, 2: height, 3: width}
+    # by position: the plain network of a volume generator names its argument `input`, the wrappers `x`
+    shapes = (image_shape, {0: batch}) if latent_size else (image_shape,)
     kwargs = {"opset_version": opset} if opset else {}
     atomic_write_by_name(path, lambda temporary: torch.onnx.export(
         module, example, temporary, dynamo=True, input_names=["input", "code"][:len(example)],
@@ -225,12 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     min_size = export_min_size(opt.netG, opt)
     net, stem = load_generator(opt)
     latent_size = networks.family_of(opt.netG).latent_size(opt)  # > 0: the code is a second input
-    wrapper = LatentPadToMultiple if latent_size else PadToMultiple
-    module = wrapper(net, networks.size_rule(opt.netG, opt).multiple).eval()
+    rule = networks.size_rule(opt.netG, opt)
+    window = sizes[0] if rule.dims == 3 else None
+    if window:  # volumes: the plain network for one window; the sliding window is the user's (docstring)
+        module = net
+        print(f"volume generator: the exports take windows of {'x'.join(map(str, window))} voxels "
+              f"(N x C x D x H x W); translate whole volumes in overlapping windows of that size")
+    else:
+        wrapper = LatentPadToMultiple if latent_size else PadToMultiple
+        module = wrapper(net, rule.multiple).eval()
     # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
     # A latent generator's first convolution may take the code too: its image has --input_nc channels.
     in_channels = opt.input_nc if latent_size else \
-        next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+        next(m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))).in_channels
     source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
     refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance, latent_size)
     out_dir = export_dir(opt)
@@ -241,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         runners["torchscript"] = (path, export_torchscript(module, path))
     if "onnx" in formats:
         path = os.path.join(out_dir, stem + ".onnx")
-        export_onnx(module, path, in_channels, min_size, opt.opset, latent_size)
+        export_onnx(module, path, in_channels, min_size, opt.opset, latent_size, window)
         runners["onnx"] = (path, run_onnx(path))
     worst = 0.0
     generator = torch.Generator().manual_seed(0)
@@ -250,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         if run is None:
             print("  not checked: onnxruntime is not installed (pip install onnxruntime)")
             continue
-        for i, (h, w) in enumerate(sizes):
-            x = example_inputs(1 + i % 2, in_channels, (h, w), latent_size, generator)  # batch 1, then 2
+        for i, size in enumerate(sizes):
+            x = example_inputs(1 + i % 2, in_channels, size, latent_size, generator)  # batch 1, then 2
             # Without TorchScript's profiling passes, which cost seconds on the first calls and
             # would only speed up later ones.
             with torch.no_grad(), torch.jit.optimized_execution(False):
@@ -259,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                 got = run(*x)
             diff = (got - expected).abs().max().item() if got.shape == expected.shape else float("inf")
             worst = max(worst, diff)
-            print(f"  {h}x{w}: output {tuple(got.shape)}, max abs difference from PyTorch {diff:.3e}")
+            print(f"  {'x'.join(map(str, size))}: output {tuple(got.shape)}, max abs difference from PyTorch "
+                  f"{diff:.3e}")
     ok = worst <= opt.tolerance
     print(f"check {'passed' if ok else 'FAILED'}: largest difference {worst:.3e} (tolerance {opt.tolerance:g})")
     return 0 if ok else 1

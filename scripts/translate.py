@@ -4,12 +4,18 @@
     python scripts/translate.py "scans/*.jpg" one.png --checkpoint checkpoints/facades/latest_net_G.pth \
         --output out/ --tile 512
 
+    python scripts/translate.py scans/ --checkpoint checkpoints/ct2mr --output mr/   # a volume run
+
 INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns.
 Each image is written to --output under its own name, in its own format and at its own precision (a
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
 .npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
-map to the network's values by the --data_range the model trained with. Files that are not images,
-cannot be decoded or cannot be written are skipped; the summary lists them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
+map to the network's values by the --data_range the model trained with. A model trained on volumes (a
+3-D generator) translates the volume files among the inputs instead (.nii, .nii.gz, .npy), each whole in
+sliding windows of the --patch_size it trained on (--window_overlap, --window_batch), into a file of the
+same name (x.nii.gz -> OUTPUT/x.nii.gz, with the input's affine and header); the flags of pictures
+(--tile, --n_samples, --codes, --reference) are refused for it, and its flags for a picture model.
+Files that are not images (or volumes), cannot be decoded or cannot be written are skipped; the summary lists them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
 when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
 docs/inference.md explains --direction, --no_eval and the architecture flags.
 """
@@ -28,12 +34,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
+from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
+from data.volume_patches import patch_size  # noqa: E402
 from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError  # noqa: E402
 from util.util import broken_link  # noqa: E402
-from util.flag_types import OneParagraphParser, finite_float, non_negative_int, positive_int  # noqa: E402
+from util.flag_types import (OneParagraphParser, finite_float, fraction_below_one, non_negative_int,  # noqa: E402
+                             positive_int)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,6 +63,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     many.add_argument("--n_samples", type=positive_int, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
     many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
     many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
+    volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes are translated in blended sliding windows")
+    volumes.add_argument("--patch_size", type=patch_size, default=None, metavar="D[,H,W]", help="the window's size in voxels, one number for a cube; default: the --patch_size the run trained on (its train_opt.json)")
+    volumes.add_argument("--window_overlap", type=fraction_below_one, default=None, metavar="F", help="the fraction of a window by which neighbouring windows overlap (0 <= F < 1); default 0.5, as test.py")
+    volumes.add_argument("--window_batch", type=positive_int, default=None, metavar="N", help="windows translated at once (memory vs speed); default 4")
     parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
@@ -78,8 +91,10 @@ def keep_name(source: str, destination: str) -> str:
 
 
 def list_jobs(inputs: list[str], output_dir: str, output_name: Callable[[str, str], str] = keep_name,
+              accepts: Callable[[str], bool] = is_image_file, kind: str = "an image file",
               ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(source, destination) pairs to translate, and (path, reason) pairs skipped before translating.
+    Files that `accepts` refuses are skipped as not `kind` (e.g. "a volume file" with is_volume_file);
     `output_name(source, destination)` may change a destination's extension (`UserError`: skip the
     source). Hidden files and folders (".name") and anything inside `output_dir` are left out silently."""
     jobs: list[tuple[str, str]] = []
@@ -88,9 +103,9 @@ def list_jobs(inputs: list[str], output_dir: str, output_name: Callable[[str, st
     destinations: dict[str, str] = {}
 
     def add(path: str, relative: str) -> None:
-        if not is_image_file(path):
-            extension = os.path.splitext(path)[1] or "no extension"
-            skipped.append((path, f"not an image file ({extension})"))
+        if not accepts(path):
+            extension = path[len(volume_stem(path)):] or "no extension"  # .nii.gz whole
+            skipped.append((path, f"not {kind} ({extension})"))
             return
         try:
             destination = output_name(path, os.path.join(output_dir, relative))
@@ -145,7 +160,8 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
     from tqdm import tqdm
 
     done = 0
-    for source, destination in tqdm(jobs, desc="translating", unit="image", file=sys.stderr, disable=None):
+    unit = "volume" if translator.volumes else "image"
+    for source, destination in tqdm(jobs, desc="translating", unit=unit, file=sys.stderr, disable=None):
         try:
             translator.translate_file(source, destination, tile=tile, tile_overlap=tile_overlap, **answers)
             done += 1
@@ -157,13 +173,27 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
-                                 eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                 **args.architecture)
-    jobs, skipped = list_jobs(args.inputs, args.output,
-                              lambda source, destination: output_name(translator, source, destination))
+    window = {name: getattr(args, name) for name in ("patch_size", "window_overlap", "window_batch")}
+    given = [name for name, value in window.items() if value is not None]
+    try:
+        translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
+                                     eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
+                                     **window, **args.architecture)
+    except UserError as err:  # the window of a picture run: named by this script's flags
+        if given and str(err).startswith(" and ".join(given) + ":"):
+            flags = " and ".join(f"--{name}" for name in given)
+            raise UserError(f"{flags}: {args.checkpoint} holds a picture generator, which has no sliding window "
+                            f"(that is for volume runs); drop {flags} (large pictures: --tile).") from None
+        raise
+    if translator.volumes:
+        refuse_picture_flags(args)
+        # a volume keeps its name and format: x.nii.gz -> OUTPUT/x.nii.gz
+        jobs, skipped = list_jobs(args.inputs, args.output, accepts=is_volume_file, kind="a volume file")
+    else:
+        jobs, skipped = list_jobs(args.inputs, args.output,
+                                  lambda source, destination: output_name(translator, source, destination))
     if not jobs:
-        raise UserError(nothing_to_translate(args.inputs, skipped))
+        raise UserError(nothing_to_translate(args.inputs, skipped, translator.volumes))
     answers = latent_answers(translator, args)
     inputs = {os.path.realpath(path): path for path, _ in (*jobs, *skipped) if os.path.isfile(path)}
     jobs = [job for job in jobs if not overwrites_an_input(job, inputs, answer_count(answers), skipped)]
@@ -176,8 +206,19 @@ def main(argv: list[str] | None = None) -> int:
         for path, reason in skipped:
             print(f"  {path}: {reason}")
     if not done:
-        raise UserError(nothing_to_translate(args.inputs, skipped))
+        raise UserError(nothing_to_translate(args.inputs, skipped, translator.volumes))
     return 0
+
+
+def refuse_picture_flags(args: argparse.Namespace) -> None:
+    """Raise `UserError` naming the flags of pictures given for a model that translates volumes."""
+    given = [flag for flag, value in (("--tile", args.tile), ("--n_samples", args.n_samples),
+                                      ("--codes", args.codes), ("--reference", args.reference)) if value]
+    if given:
+        flags = " and ".join(given)
+        raise UserError(f"{flags}: {args.checkpoint} holds a model trained on volumes, which translates each volume "
+                        f"whole, in blended sliding windows (--patch_size, --window_overlap, --window_batch), and "
+                        f"gives one answer per volume; {flags} apply to pictures only: leave {flags} out.")
 
 
 def latent_answers(translator: Translator, args: argparse.Namespace) -> dict:
@@ -240,11 +281,12 @@ def read_codes(path: str, size: int) -> torch.Tensor:
         raise UserError(f"--codes {path}: {err}") from None
 
 
-def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]]) -> str:
+def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]], volumes: bool = False) -> str:
     reasons = "; ".join(f"{path}: {reason}" for path, reason in skipped[:5]) or "no files in them"
     more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-    return (f"nothing could be translated from {', '.join(inputs)} ({reasons}{more}). Pass image files "
-            f"({', '.join(IMG_EXTENSIONS)}), folders holding them or glob patterns that match them.")
+    kind, extensions = ("volume", VOLUME_EXTENSIONS) if volumes else ("image", IMG_EXTENSIONS)
+    return (f"nothing could be translated from {', '.join(inputs)} ({reasons}{more}). Pass {kind} files "
+            f"({', '.join(extensions)}), folders holding them or glob patterns that match them.")
 
 
 if __name__ == "__main__":
