@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, Callable
 
 import torch
 
@@ -149,6 +150,7 @@ class BaseOptions:
         if data.spatial_dims(opt) == 3:
             self._check_volume_flags(parser, opt)
         self.check_combinations(parser, opt)
+        self._warn_flags_without_effect(parser, opt)
         defaults = {key: parser.get_default(key) for key in vars(opt)}
         object.__setattr__(opt, "_defaults", defaults)
         # what a change of each flag does on --continue_train, as declared (isTrain: which script runs)
@@ -190,6 +192,16 @@ class BaseOptions:
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""
+
+    # flag -> (the flag it works with, whether that is on, what the flag does): a flag given while the other
+    # is off does nothing, which the user is told once (where the intent can still be met, the run goes on).
+    DEPENDENT_FLAGS: dict[str, tuple[str, Callable[[Any], bool], str]] = {}
+
+    def _warn_flags_without_effect(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        for flag, (needed, is_on, what) in self.DEPENDENT_FLAGS.items():
+            if hasattr(opt, flag) and getattr(opt, flag) != parser.get_default(flag) and not is_on(opt):
+                print(f"warning: --{flag} {what}, but {needed} is off, so it does nothing in this run; add "
+                      f"{needed} or drop --{flag}.", file=sys.stderr)
 
     @staticmethod
     def _check_run_name(parser: argparse.ArgumentParser, name: str) -> None:

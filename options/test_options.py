@@ -34,6 +34,12 @@ class TestOptions(BaseOptions):
         parser.set_defaults(num_threads=0, batch_size=1, serial_batches=True, no_flip=True, display_id=-1)
         return parser
 
+    DEPENDENT_FLAGS = {
+        "sync": ("--n_samples", lambda opt: opt.n_samples > 0, "gives every input the same --n_samples codes"),
+        "tile_overlap": ("--tile", lambda opt: opt.tile > 0, "sets how much neighbouring tiles overlap"),
+        "fid_reference": ("--eval_metrics", lambda opt: opt.eval_metrics, "gives FID/KID their real images"),
+    }
+
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         reason = unwritable_folder_reason(opt.results_dir)
         if reason:

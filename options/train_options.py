@@ -96,6 +96,20 @@ class TrainOptions(BaseOptions):
             parser = backend.modify_commandline_options(parser, self.isTrain)
         return parser
 
+    DEPENDENT_FLAGS = {
+        "lr_decay_iters": ("--lr_policy step", lambda opt: opt.lr_policy == "step",
+                           "sets the step schedule's interval"),
+        "val_phase": ("--val_freq", lambda opt: opt.val_freq > 0, "picks the split validation scores"),
+        "val_max_images": ("--val_freq", lambda opt: opt.val_freq > 0, "caps the images validation scores"),
+        "val_mode": ("--val_freq", lambda opt: opt.val_freq > 0, "sets how validation runs the networks"),
+        "wandb_project_name": ("--use_wandb", lambda opt: opt.use_wandb, "names the wandb project"),
+        "display_port": ("--display_id", lambda opt: opt.display_id > 0, "is the visdom server's port"),
+        "display_server": ("--display_id", lambda opt: opt.display_id > 0, "is the visdom server's address"),
+        "display_env": ("--display_id", lambda opt: opt.display_id > 0, "names the visdom environment"),
+        "compile_probe": ("--compile", lambda opt: opt.compile, "times the first compiled steps"),
+        "ada_kimg": ("--ada_target", lambda opt: opt.ada_target > 0, "sets how fast ADA adapts its probability"),
+    }
+
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         last_epoch = opt.n_epochs + opt.n_epochs_decay
         if last_epoch == 0:

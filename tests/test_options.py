@@ -389,3 +389,31 @@ def test_a_run_name_that_is_not_one_folder_name_is_refused_naming_it(capsys, tmp
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"--name: {name!r}" in err and f"--name {suggested}" in err, err
     assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("parse, flags, named", [
+    (parse_test, ["--sync"], ("--sync", "--n_samples")),
+    (parse_test, ["--tile_overlap", "32"], ("--tile_overlap", "--tile")),
+    (parse_test, ["--fid_reference", "."], ("--fid_reference", "--eval_metrics")),
+    (parse_train, ["--lr_decay_iters", "5"], ("--lr_decay_iters", "--lr_policy step")),
+    (parse_train, ["--val_max_images", "5"], ("--val_max_images", "--val_freq")),
+    (parse_train, ["--display_id", "0", "--display_env", "x"], ("--display_env", "--display_id")),
+    (parse_train, ["--compile_probe", "5"], ("--compile_probe", "--compile")),
+], ids=["sync", "tile_overlap", "fid_reference", "lr_decay_iters", "val_max_images", "display_env", "compile_probe"])
+def test_a_flag_that_does_nothing_without_another_is_named_once_with_both(parse, flags, named, capsys):
+    parse(*flags)
+    (warning,) = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith(f"warning: {named[0]} ") and f"but {named[1]} is off" in warning
+    assert f"add {named[1]} or drop {named[0]}" in warning
+
+
+@pytest.mark.parametrize("parse, flags", [
+    (parse_test, ["--sync", "--n_samples", "2"]),
+    (parse_test, ["--tile_overlap", "32", "--tile", "256"]),
+    (parse_train, ["--lr_decay_iters", "5", "--lr_policy", "step"]),
+    (parse_train, ["--val_max_images", "5", "--val_freq", "1"]),
+    (parse_train, []),
+])
+def test_flags_used_with_what_they_need_or_left_at_their_default_give_no_warning(parse, flags, capsys):
+    parse(*flags)
+    assert "warning" not in capsys.readouterr().err
