@@ -63,6 +63,9 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
     if best is not None:
         models["best"] = create_model(opt, ctx)
         models["best"].setup(FrozenOptions(**{**opt.as_dict(), "epoch": "best"}).freeze())
+    if opt.eval:  # batch norm's running statistics and no dropout, as test.py --eval
+        for model in models.values():
+            model.eval()
     names = ("identity", *models)
     volumes = {}
     if spatial_dims(opt) == 3:  # whole volumes in sliding windows, as test.py; MAE in the target's units
