@@ -276,7 +276,7 @@ def ramp_root(root: Path, bits: int) -> list[np.ndarray]:
     return targets
 
 
-def ramp_error(tmp_path: Path, bits: int, epochs: int = 100) -> tuple[float, float]:
+def ramp_error(tmp_path: Path, bits: int, epochs: int = 30) -> tuple[float, float]:
     """Train pix2pix on the ramp task at `bits` (`epochs` + `epochs` of decay), translate the test ramps;
     returns (mean absolute error of the outputs in 16-bit units, the least error any 8-bit output can have)."""
     root = tmp_path / f"ramps{bits}"
