@@ -6,6 +6,7 @@ With a latent code in the options (`--nz` > 0: BicycleGAN's model) the same name
 U-Net taking G(x, z) instead (unet_latent.py), as they do in its code."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import torch
@@ -23,22 +24,22 @@ PIX2PIX_DEFAULT = "unet_256"
 
 
 class UnetGenerator(nn.Module):
-    """U-Net with `num_downs` halvings: a 2**num_downs input becomes 1x1 at the bottleneck."""
+    """U-Net with `num_downs` halvings: a 2**num_downs input becomes 1x1 at the bottleneck; `dims` 3
+    for volumes (unet_3d.py: the same levels with 3-D convolutions, the same keys)."""
 
     def __init__(self, input_nc: int, output_nc: int, num_downs: int, ngf: int = 64,
-                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False):
+                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False, dims: int = 2):
         super().__init__()
         # Built from the innermost block outwards.
-        unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=None,
-                                             norm_layer=norm_layer, innermost=True)
+        level = functools.partial(UnetSkipConnectionBlock, input_nc=None, norm_layer=norm_layer, dims=dims)
+        unet_block = level(ngf * 8, ngf * 8, submodule=None, innermost=True)
         for _ in range(num_downs - 5):
-            unet_block = UnetSkipConnectionBlock(ngf * 8, ngf * 8, input_nc=None, submodule=unet_block,
-                                                 norm_layer=norm_layer, use_dropout=use_dropout)
-        unet_block = UnetSkipConnectionBlock(ngf * 4, ngf * 8, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
-        unet_block = UnetSkipConnectionBlock(ngf * 2, ngf * 4, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
-        unet_block = UnetSkipConnectionBlock(ngf, ngf * 2, input_nc=None, submodule=unet_block, norm_layer=norm_layer)
+            unet_block = level(ngf * 8, ngf * 8, submodule=unet_block, use_dropout=use_dropout)
+        unet_block = level(ngf * 4, ngf * 8, submodule=unet_block)
+        unet_block = level(ngf * 2, ngf * 4, submodule=unet_block)
+        unet_block = level(ngf, ngf * 2, submodule=unet_block)
         self.model = UnetSkipConnectionBlock(output_nc, ngf, input_nc=input_nc, submodule=unet_block,
-                                             outermost=True, norm_layer=norm_layer)
+                                             outermost=True, norm_layer=norm_layer, dims=dims)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return self.model(input)
@@ -49,25 +50,26 @@ class UnetSkipConnectionBlock(nn.Module):
 
     def __init__(self, outer_nc: int, inner_nc: int, input_nc: int | None = None, submodule=None,
                  outermost: bool = False, innermost: bool = False, norm_layer=nn.BatchNorm2d,
-                 use_dropout: bool = False):
+                 use_dropout: bool = False, dims: int = 2):
         super().__init__()
         self.outermost = outermost
         use_bias = uses_bias(norm_layer)
         if input_nc is None:
             input_nc = outer_nc
-        downconv = nn.Conv2d(input_nc, inner_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+        conv, conv_transpose = (nn.Conv2d, nn.ConvTranspose2d) if dims == 2 else (nn.Conv3d, nn.ConvTranspose3d)
+        downconv = conv(input_nc, inner_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
         downrelu = nn.LeakyReLU(0.2, True)
         downnorm = norm_layer(inner_nc)
         uprelu = nn.ReLU(True)
         upnorm = norm_layer(outer_nc)
         if outermost:
-            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1)
+            upconv = conv_transpose(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1)
             model = [downconv, submodule, uprelu, upconv, nn.Tanh()]
         elif innermost:
-            upconv = nn.ConvTranspose2d(inner_nc, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            upconv = conv_transpose(inner_nc, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
             model = [downrelu, downconv, uprelu, upconv, upnorm]
         else:
-            upconv = nn.ConvTranspose2d(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
+            upconv = conv_transpose(inner_nc * 2, outer_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
             model = [downrelu, downconv, downnorm, submodule, uprelu, upconv, upnorm]
             if use_dropout:
                 model += [nn.Dropout(0.5)]
