@@ -6,7 +6,7 @@ activations in memory. At test time, in validation and in the Translator, `Slidi
 the volume is cut into windows of the patch size overlapping by --window_overlap (a fraction of the
 window), --window_batch windows go through the generator at once, and each output voxel is the
 average of the windows that cover it, weighted by a Gaussian centred on each window (the voxels near a
-window's border, which saw the least context, count least). The flags are the volume datasets'
+window's border, which saw the least context, count least; `window_weights`). The flags are the volume datasets'
 (data/volume_patches.py). A volume smaller than the window on an
 axis is padded by replication and the padding cut off.
 
@@ -43,8 +43,26 @@ class SlidingWindow(GeneratorWrapper):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from monai.inferers import sliding_window_inference
 
+        weights = window_weights(self.window, x.dtype, x.device)
         return sliding_window_inference(x, self.window, self.batch, self.net, overlap=self.overlap, mode="gaussian",
-                                        sigma_scale=WINDOW_SIGMA, padding_mode="replicate", progress=False)
+                                        sigma_scale=WINDOW_SIGMA, padding_mode="replicate", progress=False,
+                                        roi_weight_map=weights)
+
+
+def window_weights(window: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Each voxel's weight in a window: a Gaussian of WINDOW_SIGMA x the window's side per axis, 1 at the
+    centre. MONAI's own map is floored at 1e-3, which makes every window equal near a volume's edges and
+    corners, where no window is centred: the voxels at a window's border, which saw zero padding, then
+    count as much as those deep inside another window, and seams show there. Floored at 1e-12 instead
+    (a weight, never a division by zero), the window that saw most of a voxel's neighbourhood wins."""
+    profiles = []
+    for side in window:
+        position = torch.arange(side, dtype=torch.float64) - (side - 1) / 2
+        profiles.append(torch.exp(-0.5 * (position / (WINDOW_SIGMA * side)) ** 2))
+    weights = profiles[0]
+    for profile in profiles[1:]:
+        weights = weights[..., None] * profile
+    return weights.clamp(min=1e-12).to(dtype=dtype, device=device)
 
 
 def check_window(flags: Any, window: Sequence[int]) -> None:

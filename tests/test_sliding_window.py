@@ -1,0 +1,74 @@
+"""Whole volumes translated in sliding windows (models/sliding_window.py): what a user relies on is that
+windows change nothing a whole pass would give where they can, and leave no seams where they cannot."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from models.sliding_window import SlidingWindow
+
+pytest.importorskip("monai")
+
+
+def pointwise_network() -> nn.Module:
+    """A translation-equivariant network whose output voxel depends on its input voxel alone (size rule:
+    any size, multiple 1): windows can and must give exactly what one pass gives."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv3d(2, 8, 1), nn.Tanh(), nn.Conv3d(8, 1, 1)).double().eval()
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.25, 0.5, 0.75])
+def test_windows_over_a_volume_of_any_size_equal_one_pass_for_a_pointwise_network(overlap):
+    net = pointwise_network()
+    volume = torch.randn(2, 2, 21, 13, 10, dtype=torch.float64)  # not a multiple of the window on any axis
+    with torch.no_grad():
+        whole = net(volume)
+        windowed = SlidingWindow(net, (8, 8, 8), overlap, batch=3)(volume)
+    assert windowed.shape == whole.shape
+    assert torch.allclose(windowed, whole, rtol=0, atol=1e-12)
+
+
+def test_a_volume_smaller_than_the_window_is_translated_in_one_pass():
+    net = pointwise_network()
+    volume = torch.randn(1, 2, 6, 5, 7, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(SlidingWindow(net, (8, 8, 8), 0.5)(volume), net(volume), rtol=0, atol=1e-12)
+
+
+def kinks(output: torch.Tensor) -> float:
+    """The largest second difference of `output` along any axis, away from the volume's own borders: 0
+    for the whole-pass output of a linear filter on a linear ramp; a seam where windows meet shows as a kink."""
+    inner = output[..., 2:-2, 2:-2, 2:-2]
+    largest = 0.0
+    for dim in (2, 3, 4):
+        n = inner.shape[dim]
+        curvature = inner.narrow(dim, 2, n - 2) - 2 * inner.narrow(dim, 1, n - 2) + inner.narrow(dim, 0, n - 2)
+        largest = max(largest, float(curvature.abs().max()))
+    return largest
+
+
+def test_windows_leave_no_seams_where_they_meet_on_a_smooth_volume():
+    """A network that sees zero padding at every window's border (a 5x5x5 mean filter: its output at a
+    window's edge is darker than a whole pass gives) on a linear ramp: windows put side by side show
+    kinks and errors where they meet; the Gaussian blend keeps the whole pass's output, up to the
+    contributions of window borders it weights almost to nothing, also at the volume's edges and corners
+    where no window is centred."""
+    net = nn.Conv3d(1, 1, 5, padding=2, bias=False).double()
+    nn.init.constant_(net.weight, 1 / 125)
+    axis = torch.linspace(-1, 1, 32, dtype=torch.float64)
+    volume = (0.6 * axis[:, None, None] + 0.3 * axis[None, :, None] - 0.2 * axis[None, None, :] + 0.5)
+    volume = volume.expand(1, 1, 32, 32, 32).contiguous()
+    with torch.no_grad():
+        whole = net(volume)
+        blended = SlidingWindow(net, (16, 16, 16), 0.5)(volume)
+        side_by_side = torch.zeros_like(volume)  # windows of 16 without overlap or blending
+        for start in itertools.product((0, 16), repeat=3):
+            box = (..., *(slice(s, s + 16) for s in start))
+            side_by_side[box] = net(volume[box])
+    interior = (..., slice(2, -2), slice(2, -2), slice(2, -2))  # where the whole pass saw no padding
+    assert kinks(whole) < 1e-12
+    assert kinks(side_by_side) > 0.2 and (side_by_side - whole)[interior].abs().max() > 0.5  # seams
+    assert kinks(blended) < 0.01 and (blended - whole)[interior].abs().max() < 0.01
