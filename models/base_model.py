@@ -54,6 +54,7 @@ from typing import ClassVar, Mapping
 import torch
 from torch import nn
 
+from data import find_dataset_using_name
 from models import networks
 from models.batch_entries import paired_batch
 from models.diff_augment import DiscriminatorAugment
@@ -152,6 +153,18 @@ class BaseModel(ModelState, ABC):
     def optimize_parameters(self) -> None:
         """One training step: losses, gradients, optimizer steps."""
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
+
+    def _check_reads(self, batch: dict) -> None:
+        """`set_input` on the first batch before training: a model (a user's, or a built-in one fed by a
+        user's dataset) reading an entry the dataset's items lack is named in one paragraph, not a KeyError."""
+        try:
+            self.set_input(batch)
+        except KeyError as err:
+            dataset = find_dataset_using_name(self.opt.dataset_mode).__name__
+            raise UserError(f"--model {self.opt.model} ({type(self).__name__}) reads {err} from each batch, but "
+                            f"--dataset_mode {self.opt.dataset_mode} ({dataset}) gives items with "
+                            f"{', '.join(map(repr, batch))}; return that entry from the dataset's __getitem__ or "
+                            f"read one it gives in the model's set_input (docs/extending.md).") from None
 
     def data_dependent_initialize(self, first_batch: dict) -> None:
         """Build what depends on the data from the first batch (a collated batch as `set_input`
@@ -254,6 +267,7 @@ class BaseModel(ModelState, ABC):
         self._add_stabilisers()
         self.engine.set_precision(self.named_networks())
         if first_batch is not None:
+            self._check_reads(first_batch)
             known = set(self.model_names)
             self.data_dependent_initialize(first_batch)
             self.check_network_roles()  # of what it added too

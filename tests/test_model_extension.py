@@ -119,3 +119,23 @@ def test_export_writes_the_models_generator(trained, tmp_path):
     scripted = torch.jit.load(str(tmp_path / "latest_net_G.pt"))
     with torch.no_grad(), torch.jit.optimized_execution(False):
         assert scripted(torch.zeros(1, 3, 36, 40)).shape == (1, 3, 36, 40)
+
+
+def test_a_model_reading_an_entry_the_dataset_lacks_is_refused_in_one_paragraph_before_training(train, paired_root,
+                                                                                             tmp_path, monkeypatch,
+                                                                                             capsys):
+    (tmp_path / "user_models").mkdir()
+    (tmp_path / "user_models" / "reads_mask_model.py").write_text(
+        "from models.pix2pix_model import Pix2PixModel\n"
+        "class ReadsMaskModel(Pix2PixModel):\n"
+        "    def set_input(self, input):\n"
+        "        super().set_input(input)\n"
+        "        self.mask = input['mask']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = train.main(["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path), "--name", "mask",
+                       "--model", "user_models.reads_mask_model", "--netG", "resnet_6blocks", *TINY[2:], *TRAINING, "--n_epochs", "1", "--n_epochs_decay", "0"])
+    assert code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert all(text in line for text in ("ReadsMaskModel", "'mask'", "AlignedDataset", "'A', 'B', 'A_paths'",
+                                         "__getitem__"))
+    assert not list((tmp_path / "mask").glob("*.pth"))
