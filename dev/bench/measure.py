@@ -150,15 +150,7 @@ def measure_checkpointing(plan: Plan, runner: Runner, model: str) -> list[dict]:
     if size is None:
         return []
     print(f"activation checkpointing: {model}, {size}x{size}, batch 1, plain fp32 without and with it")
-    rows = []
-    for checkpointing in (False, True):
-        extra = list(plan.network_args) + (["--checkpoint_activations"] if checkpointing else [])
-        spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(BASELINE),
-                **plan.checkpointing.spec(), "count_flops": False, "extra_args": extra}
-        name = f"checkpointing_{model}_{size}px_{'on' if checkpointing else 'off'}"
-        rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
-                     "checkpoint_activations": checkpointing, **runner.run(name, spec)})
-    return rows
+    return without_and_with_checkpointing(plan, runner, model, size, f"checkpointing_{model}_{size}px", False)
 
 
 def measure_volumes(plan: Plan, runner: Runner, model: str) -> list[dict]:
@@ -167,11 +159,20 @@ def measure_volumes(plan: Plan, runner: Runner, model: str) -> list[dict]:
     rows = []
     for size in plan.volume_sizes:
         print(f"volumes: {model}, {size}^3 patches, batch 1, plain fp32 without and with --checkpoint_activations")
-        for checkpointing in (False, True):
-            extra = list(plan.network_args) + (["--checkpoint_activations"] if checkpointing else [])
-            spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(BASELINE),
-                    **plan.checkpointing.spec(), "count_flops": not checkpointing, "extra_args": extra}
-            name = f"volumes_{model}_{size}vox_{'on' if checkpointing else 'off'}"
-            rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
-                         "checkpoint_activations": checkpointing, **runner.run(name, spec)})
+        rows += without_and_with_checkpointing(plan, runner, model, size, f"volumes_{model}_{size}vox", True)
+    return rows
+
+
+def without_and_with_checkpointing(plan: Plan, runner: Runner, model: str, size: int, name: str,
+                                   count_flops: bool) -> list[dict]:
+    """Two rows: the plain fp32 step (batch 1) at `size`, then with --checkpoint_activations, each job named
+    `name`_off/_on in its own process; with `count_flops`, the plain one counts the step's FLOPs."""
+    rows = []
+    for checkpointing in (False, True):
+        extra = list(plan.network_args) + (["--checkpoint_activations"] if checkpointing else [])
+        spec = {"kind": "step", "model": model, "size": size, "batch": 1, **config_spec(BASELINE),
+                **plan.checkpointing.spec(), "count_flops": count_flops and not checkpointing, "extra_args": extra}
+        rows.append({"model": model, "config": BASELINE, "size": size, "batch": 1,
+                     "checkpoint_activations": checkpointing,
+                     **runner.run(f"{name}_{'on' if checkpointing else 'off'}", spec)})
     return rows

@@ -1,6 +1,8 @@
 """The markdown report of a run: one table per section, in the order docs/benchmarks.md shows."""
 from __future__ import annotations
 
+from typing import Callable
+
 from bench.plan import DEFAULT_NETG, MODELS, STEP_ONLY_MODELS, config_spec
 
 
@@ -208,15 +210,8 @@ def _volumes_section(rows: list[dict]) -> list[str]:
     --checkpoint_activations."""
     if not rows:
         return []
-    cells = []
-    for r in rows:
-        setting = "--checkpoint_activations" if r["checkpoint_activations"] else "plain"
-        if "error" in r:
-            cells.append([r["model"], f"{r['size']}^3", setting, f"FAILED: {r['error'][:120]}", "", "", ""])
-            continue
-        flops = f"{r['flops_batch1'] / 1e9:.1f}" if "flops_batch1" in r else "—"
-        cells.append([r["model"], f"{r['size']}^3", setting, flops, f"{r['median_s']:.3f}", f"{r['peak_mem_mb']:.0f}",
-                      _load_cell(r)])
+    cells = _checkpointing_cells(rows, lambda r: f"{r['size']}^3", lambda r: [
+        f"{r['flops_batch1'] / 1e9:.1f}" if "flops_batch1" in r else "—", f"{r['median_s']:.3f}"])
     return (["### Volumes (plain fp32 step, batch 1, one patch)", ""]
             + _table(["model", "patch", "setting", "GFLOP/step", "median s/step", "peak MiB", "load"], cells)
             + ["", "peak MiB: the process's peak RSS on the CPU (torch.cuda.max_memory_allocated on a GPU), model and "
@@ -227,15 +222,22 @@ def _checkpointing_section(rows: list[dict]) -> list[str]:
     """Time and peak memory of the plain step without and with --checkpoint_activations."""
     if not rows:
         return []
-    cells = []
-    for r in rows:
-        setting = "--checkpoint_activations" if r["checkpoint_activations"] else "plain"
-        if "error" in r:
-            cells.append([r["model"], f"{r['size']}", setting, f"FAILED: {r['error'][:120]}", "", "", ""])
-            continue
-        cells.append([r["model"], f"{r['size']}", setting, f"{r['median_s']:.3f}", _iqr(r),
-                      f"{r['peak_mem_mb']:.0f}", _load_cell(r)])
+    cells = _checkpointing_cells(rows, lambda r: f"{r['size']}", lambda r: [f"{r['median_s']:.3f}", _iqr(r)])
     return (["### Activation checkpointing (plain fp32 step, batch 1)", ""]
             + _table(["model", "px", "setting", "median s/step", "IQR s", "peak MiB", "load"], cells)
             + ["", "peak MiB: the process's peak RSS on the CPU (torch.cuda.max_memory_allocated on a GPU), "
                    "model and optimizer states included.", ""])
+
+
+def _checkpointing_cells(rows: list[dict], size: Callable[[dict], str],
+                         measured: Callable[[dict], list[str]]) -> list[list[str]]:
+    """Table rows of without/with --checkpoint_activations measurements: model, `size`, the setting,
+    the `measured` cells, peak MiB and load (a failed measurement says so in one cell)."""
+    cells = []
+    for r in rows:
+        setting = "--checkpoint_activations" if r["checkpoint_activations"] else "plain"
+        if "error" in r:
+            cells.append([r["model"], size(r), setting, f"FAILED: {r['error'][:120]}", "", "", ""])
+            continue
+        cells.append([r["model"], size(r), setting, *measured(r), f"{r['peak_mem_mb']:.0f}", _load_cell(r)])
+    return cells
