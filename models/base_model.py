@@ -160,6 +160,8 @@ class BaseModel(ModelState, ABC):
         try:
             self.set_input(batch)
         except KeyError as err:
+            if not err.args or err.args[0] in batch:  # another dict's key: the model's own error, as it is
+                raise
             dataset = find_dataset_using_name(self.opt.dataset_mode).__name__
             raise UserError(f"--model {self.opt.model} ({type(self).__name__}) reads {err} from each batch, but "
                             f"--dataset_mode {self.opt.dataset_mode} ({dataset}) gives items with "

@@ -139,3 +139,27 @@ def test_a_model_reading_an_entry_the_dataset_lacks_is_refused_in_one_paragraph_
     assert all(text in line for text in ("ReadsMaskModel", "'mask'", "AlignedDataset", "'A', 'B', 'A_paths'",
                                          "__getitem__"))
     assert not list((tmp_path / "mask").glob("*.pth"))
+
+
+def test_a_key_error_of_the_models_own_about_an_entry_the_batch_has_is_left_as_it_is(paired_root, tmp_path,
+                                                                                    monkeypatch):
+    """The first-batch check names missing batch entries only: a KeyError for a key the batch holds is the
+    model's own bug (a lookup in some other dict), and stays a KeyError with its traceback."""
+    from models import create_model
+    from options.train_options import TrainOptions
+    from util import distributed
+    (tmp_path / "user_models").mkdir()
+    (tmp_path / "user_models" / "own_bug_model.py").write_text(
+        "from models.pix2pix_model import Pix2PixModel\n"
+        "class OwnBugModel(Pix2PixModel):\n"
+        "    def set_input(self, input):\n"
+        "        super().set_input(input)\n"
+        "        {}['A']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    opt = TrainOptions().parse(["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path), "--name", "bug",
+                                "--model", "user_models.own_bug_model", "--netG", "resnet_6blocks", *TINY[2:],
+                                *TRAINING])
+    model = create_model(opt, distributed.init_distributed("cpu"))
+    batch = {"A": torch.zeros(1, 3, 32, 32), "B": torch.zeros(1, 3, 32, 32), "A_paths": ["a"], "B_paths": ["b"]}
+    with pytest.raises(KeyError, match="'A'"):
+        model.setup(opt, first_batch=batch)
