@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, run_in_process
 from options.train_options import TrainOptions
 from test_resume import ENV, assert_identical, cycle_gan, final_weights, run, train_command
 from util import distributed
@@ -251,11 +251,12 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
     assert_identical(final_weights(tmp_path / "job"), torchrun_weights)
 
 
-def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path):
+def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path, monkeypatch, capsys,
+                                                                    one_thread):
     args = cycle_gan(unpaired_root, tmp_path, "early")
     args[args.index("--n_epochs_decay") + 1] = "0"
-    result = subprocess.run(train_command(args), cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**ENV, "SLURM_RESTART_COUNT": "1"})
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    result = run_in_process("train.py", *args, capsys=capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from" not in result.stdout and "error" not in result.stderr
     assert (tmp_path / "early" / "latest_net_G_A.pth").exists()

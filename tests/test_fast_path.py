@@ -6,13 +6,11 @@ changes it, so it is judged by the result: the held-out quality of a short train
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT, demo_data
+from conftest import FAST_FLAGS, demo_data, run_in_process
 from models import create_model, networks
 from options.train_options import TrainOptions
 from util.distributed import DistContext
@@ -152,19 +150,18 @@ def test_bf16_autocast_trains_every_model():
 
 
 @pytest.mark.slow
-def test_bf16_training_reaches_the_fp32_quality_on_the_demo(tmp_path):
+def test_bf16_training_reaches_the_fp32_quality_on_the_demo(tmp_path, capsys):
     root = demo_data.make_pix2pix_demo(tmp_path / "data", 32, 0, 64, 4, 16)
     scores = {}
     for amp in ("none", "bf16"):
         shared = ["--dataroot", str(root), "--name", amp, "--checkpoints_dir", str(tmp_path), "--model", "pix2pix",
                   "--netG", "resnet_6blocks", "--load_size", "32", "--crop_size", "32", "--ngf", "8", "--ndf", "8",
                   "--amp", amp]
-        env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-        subprocess.run([sys.executable, str(ROOT / "train.py"), *shared, "--batch_size", "4", "--n_epochs", "3",
-                        "--n_epochs_decay", "2", "--print_freq", "1000", *FAST_FLAGS], cwd=ROOT, env=env,
-                       check=True, capture_output=True, timeout=600)
-        subprocess.run([sys.executable, str(ROOT / "test.py"), *shared, "--results_dir", str(tmp_path / "results")],
-                       cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+        trained = run_in_process("train.py", *shared, "--batch_size", "4", "--n_epochs", "3", "--n_epochs_decay", "2",
+                                 "--print_freq", "1000", *FAST_FLAGS, capsys=capsys)
+        assert trained.returncode == 0, trained.stderr[-3000:]
+        tested = run_in_process("test.py", *shared, "--results_dir", str(tmp_path / "results"), capsys=capsys)
+        assert tested.returncode == 0, tested.stderr[-3000:]
         scores[amp] = json.loads((tmp_path / "results" / amp / "test_latest" / "metrics.json").read_text())
     trained, untrained_like = scores["none"]["output_L1"], scores["none"]["identity_L1"]
     assert trained < 0.5 * untrained_like  # fp32 really learned something
