@@ -221,19 +221,22 @@ def train(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
     """Train from where the run folder says until the last epoch, or until a stop signal; returns
     the exit status (0, or 128 + the signal's number)."""
     run, progress = set_up(opt, ctx)
-    while progress.epoch <= run.last_epoch:
-        epoch_start_time = time.time()
-        if not train_one_epoch(run, progress):  # stopped by a signal; `latest` is saved
-            run.visualizer.close()
-            # Launchers stop the other ranks once one exits with an error status (143 is
-            # one): no rank leaves before rank 0 has written everything.
-            distributed.barrier()
-            return run.stop.exit_code
-        progress = end_of_epoch(run, progress, epoch_start_time)
-    run.visualizer.close()
-    run.stop.uninstall()
-    distributed.barrier()
-    return 0
+    try:
+        while progress.epoch <= run.last_epoch:
+            epoch_start_time = time.time()
+            if not train_one_epoch(run, progress):  # stopped by a signal; `latest` is saved
+                run.visualizer.close()
+                # Launchers stop the other ranks once one exits with an error status (143 is
+                # one): no rank leaves before rank 0 has written everything.
+                distributed.barrier()
+                return run.stop.exit_code
+            progress = end_of_epoch(run, progress, epoch_start_time)
+        run.visualizer.close()
+        distributed.barrier()
+        return 0
+    finally:  # also when an error ends the run (train.main called from Python goes on): logs closed,
+        run.visualizer.close()  # the caller's signal handlers back
+        run.stop.uninstall()
 
 
 @exits_on_user_error(report=distributed.report_user_error)  # one paragraph, exit status 2

@@ -23,5 +23,5 @@ AUGMENT_CASES = [
     Case("--continue_train with --diff_augment and another --upsample and --D_spectral is refused naming both values",
          continued(*PLATEAU, *AUGMENT, "--upsample", "resize", "--D_spectral",
                    stderr_has=("--upsample transpose", "--upsample resize", "no --D_spectral, this command has "
-                               "--D_spectral")), 2, heavy=True),
+                               "--D_spectral")), 2),
 ]

@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from bad_input_kit import NAME, PIX, Case, Setup, aligned, eval_args, random_pixels, run_args
-from conftest import run_script
+from bad_input_kit import NAME, PIX, Case, Setup, aligned, eval_args, random_pixels, run_args, train_in_process
 
 NOT_A_GENERATOR = {"weight": torch.arange(6.0)}  # loads as weights, fits no network
 
@@ -66,8 +65,7 @@ def b_empty_newest_training_state_falls_back(work):
     training state was then emptied: --continue_train goes on from 1_train_state.pth, saying why."""
     aligned(work / "data" / "train", 2)
     two_epochs = ("--n_epochs_decay", "1", "--save_epoch_freq", "1")
-    first = run_script("train.py", *run_args(work, *PIX, *two_epochs))
-    assert first.returncode == 0, first.stderr[-3000:]
+    train_in_process(run_args(work, *PIX, *two_epochs))
     folder = run_dir(work)
     for saved in folder.glob("2_*"):
         saved.unlink()
@@ -123,7 +121,7 @@ DAMAGED_FILE_CASES = [
          b_empty_weights_for_reference_style_continue, 2),
     # training states: an older good one is used with a note; none readable is refused naming them
     Case("--continue_train with an empty latest_train_state.pth goes on from the older state naming the empty one",
-         b_empty_newest_training_state_falls_back, 0, heavy=True),
+         b_empty_newest_training_state_falls_back, 0),
     Case("--continue_train with every training state damaged is refused naming them",
          b_every_training_state_damaged, 2),
     # the run folder's JSON files

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
-from bad_input_kit import NAME, PIX, Case, Setup, aligned, random_pixels, run_args
+from bad_input_kit import NAME, PIX, Case, Setup, aligned, run_args
 
 
 def float_pairs(work: Path, ext: str = ".tif", count: int = 2) -> list[Path]:

@@ -30,7 +30,7 @@ HIRES_CASES = [
          "fits", b_num_D_too_large_for_the_crop, 2),
     Case("--continue_train with --netD multiscale --num_D 3 is refused naming both discriminators",
          continued(*PLATEAU, "--n_epochs", "2", "--netD", "multiscale", "--num_D", "3",
-                   stderr_has=("--netD basic", "--netD multiscale", "--num_D 2", "--num_D 3")), 2, heavy=True),
+                   stderr_has=("--netD basic", "--netD multiscale", "--num_D 2", "--num_D 3")), 2),
 ]
 # "hires" in every id: `pytest tests/test_bad_input.py -k hires` runs these cases alone
 HIRES_CASES = [dataclasses.replace(case, id=f"hires {case.id}") for case in HIRES_CASES]

@@ -1,5 +1,5 @@
 """The corpus of tests/test_bad_input.py: what a case is, the inputs every case builds on, and
-how a case is run (a subprocess, as a user would; in-process for option-parser refusals)."""
+how a case is run (in the test process by default; as a subprocess where the process matters)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_script
+from conftest import FAST_FLAGS, run_in_process, run_script
 
 SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0"]
 PIX = ["--model", "pix2pix", "--netG", "resnet_6blocks"]
@@ -37,8 +38,12 @@ class Case:
     build: Callable[[Path], Setup]        # makes the input in an empty folder; run folder is <folder>/ck/corpus
     exit: int                             # 2 refused (one "error: ..." line), 0 proceeds
     script: str = "train.py"
-    heavy: bool = False                   # trains a model; started first so the table finishes sooner
-    parse_only: bool = False              # refused by the option parser: run in-process (module docstring)
+    parse_only: bool = False              # refused by the option parser: runs its parse(argv) only
+    # Runs as `python <script>`, as a case with `env` always does (a fresh interpreter reads it): the
+    # second run beside a first one, and representatives proving that the real script's stderr is the
+    # one paragraph -- in the test process Python warnings (a library's UserWarning, say) go to
+    # pytest's capture, not to the stderr checked here.
+    own_process: bool = False
 
     def __repr__(self) -> str:
         return self.id
@@ -86,8 +91,17 @@ def eval_args(work: Path, *extra: str, data: Path | None = None) -> list[str]:
             "--load_size", "32", "--crop_size", "32", *extra]
 
 
+def train_in_process(args: list[str]) -> None:
+    """A real (tiny) training run that a case builds on (weights, training state, architecture.json),
+    by train.py's main in the test process; its output is in the test's captured output."""
+    import train  # the repository root is on sys.path (conftest)
+
+    code = train.main(args)
+    assert code == 0, f"the run the case builds on exited with status {code}"
+
+
 # ---------------------------------------------------------------------------------- running a case
-def parse_in_process(script: str, args: list[str], capsys) -> subprocess.CompletedProcess:
+def parse_in_process(script: str, args: list[str], capsys: pytest.CaptureFixture) -> subprocess.CompletedProcess:
     """What `script` does with `args` up to the end of option parsing, as a finished process."""
     from options.test_options import TestOptions
     from options.train_options import TrainOptions
@@ -102,8 +116,9 @@ def parse_in_process(script: str, args: list[str], capsys) -> subprocess.Complet
     return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
 
 
-def execute(case: Case, work: Path, capsys=None) -> Outcome:
-    """Build the case's input in `work`, run it (in-process with `capsys` for parse_only cases)."""
+def execute(case: Case, work: Path, capsys: pytest.CaptureFixture) -> Outcome:
+    """Build the case's input in `work` and run it: its parse(argv) or its main(argv) in the test
+    process (output read through `capsys`), or a `python <script>` process (`Case.own_process`)."""
     setup = case.build(work)
     try:
         guards = {}
@@ -116,8 +131,10 @@ def execute(case: Case, work: Path, capsys=None) -> Outcome:
         if case.parse_only:
             assert not setup.env, "parse_only cases run in the test process, whose environment stays"
             result = parse_in_process(case.script, setup.args, capsys)
-        else:
+        elif case.own_process or setup.env:  # environment variables are read by a fresh interpreter
             result = run_script(case.script, *setup.args, timeout=240, env=setup.env)
+        else:
+            result = run_in_process(case.script, *setup.args, capsys=capsys)
         if setup.after is not None:
             setup.after()
     finally:

@@ -8,28 +8,23 @@ once by the first case that needs it."""
 from __future__ import annotations
 
 import shutil
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from bad_input_kit import NAME, PIX, Case, Setup, aligned, run_args
-from conftest import run_script
+from bad_input_kit import NAME, PIX, Case, Setup, aligned, run_args, train_in_process
 
 PLATEAU = ("--lr_policy", "plateau")  # the flag the trained run was started with
-_template_lock = threading.Lock()    # the corpus builds cases in several threads
 
 
 def trained_run(work: Path) -> Path:
     """A finished 1-epoch pix2pix --lr_policy plateau run, trained once per session beside the
     case folders; its data folder is returned (the cases continue copies of its run folder)."""
     template = work.parent / "resume_flags_run"
-    with _template_lock:
-        if not (template / "ck" / NAME / "latest_train_state.pth").exists():
-            aligned(template / "data" / "train", 2)
-            first = run_script("train.py", *run_args(template, *PIX, *PLATEAU, data=template / "data"))
-            assert first.returncode == 0, first.stderr[-3000:]
+    if not (template / "ck" / NAME / "latest_train_state.pth").exists():
+        aligned(template / "data" / "train", 2)
+        train_in_process(run_args(template, *PIX, *PLATEAU, data=template / "data"))
     shutil.copytree(template / "ck" / NAME, work / "ck" / NAME)
     return template / "data"
 
@@ -84,21 +79,19 @@ def honoured(work: Path) -> Setup:
 
 RESUME_FLAG_CASES = [
     Case("--continue_train of a --lr_policy plateau run without that flag is refused naming both policies",
-         continued(stderr_has=("latest_train_state.pth", "--lr_policy plateau", "--lr_policy linear")), 2, heavy=True),
+         continued(stderr_has=("latest_train_state.pth", "--lr_policy plateau", "--lr_policy linear")), 2),
     Case("--continue_train of a training state that recorded no options, with another --lr_policy, is refused "
          "naming both", continued("--n_epochs", "2", stderr_has=("--lr_policy plateau", "--lr_policy linear"),
-                                  prepare=without_recorded_options), 2, heavy=True),
+                                  prepare=without_recorded_options), 2),
     Case("--continue_train with other architecture flags is refused naming each with both values",
          continued(*PLATEAU, "--ngf", "16", "--norm", "instance", "--no_dropout", "--direction", "BtoA",
                    "--input_nc", "1", stderr_has=("--ngf 8", "--ngf 16", "--norm batch", "--norm instance",
                                                   "no --no_dropout, this command has --no_dropout", "--direction AtoB",
-                                                  "--direction BtoA", "--input_nc 3", "--input_nc 1")), 2, heavy=True),
+                                                  "--direction BtoA", "--input_nc 3", "--input_nc 1")), 2),
     Case("--continue_train of a finished run is refused saying to raise --n_epochs or --n_epochs_decay",
-         continued(*PLATEAU, stderr_has=("nothing is left to train", "finished epoch 1", "--n_epochs_decay 10")), 2,
-         heavy=True),
+         continued(*PLATEAU, stderr_has=("nothing is left to train", "finished epoch 1", "--n_epochs_decay 10")), 2),
     Case("--continue_train with an invalid --display_channels is refused before the run folder is rewritten",
          continued(*PLATEAU, "--n_epochs", "2", "--display_channels", "9,9", stderr_has=("--display_channels 9,9",)),
-         2, heavy=True),
-    Case("--continue_train with a higher --n_epochs, another --lr and --seed trains on with notes", honoured, 0,
-         heavy=True),
+         2),
+    Case("--continue_train with a higher --n_epochs, another --lr and --seed trains on with notes", honoured, 0),
 ]

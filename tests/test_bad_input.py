@@ -5,12 +5,15 @@ trains normally. A diverging run (e.g. a far too high --lr) stops at the first n
 without overwriting the last good checkpoint.
 
 `test_bad_input_corpus` is the table of cases: each builds a small dataset (and checkpoint) in
-its own folder, runs the script as a user would and checks the exit status, the message and the
-checkpoint already in the run folder. The cases run as subprocesses, a few at a time, in the
-background of the test session (see `corpus`), so the whole table takes about a minute. Cases
-refused by the option parser (`parse_only`) run its `parse(argv)` -- the scripts' first step --
-in the test process instead: the same exit status and output, without 3 s of interpreter start-up
-each; a few such refusals also run as full subprocesses to keep the scripts' path covered.
+its own folder, runs the script and checks the exit status, the message and the checkpoint already
+in the run folder. A case runs the script's main(argv) in the test process (`run_in_process`: the
+same exit status, output and files, without ~2 s of interpreter start-up each); a case refused by
+the option parser (`parse_only`) runs only its parse(argv), the scripts' first step. A few run as
+`python <script>`, as a user would (`own_process`): those whose environment matters, the second run
+beside a first one, and representatives that keep the real scripts' stderr proven to be the one
+paragraph and nothing else -- in the test process Python warnings go to pytest, not to stderr:
+a test.py refusal and a run that proceeds with a warning in the corpus, and a train.py refusal met
+in a DataLoader worker process (`test_truncated_jpeg_found_during_training...`).
 What a case is and how it runs: tests/bad_input_kit.py; the flag and path cases:
 tests/bad_flags_and_paths.py; the image cases are here.
 """
@@ -24,7 +27,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +42,10 @@ from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
-                           run_args)
-from conftest import FAST_FLAGS, ROOT, run_script
+                           run_args, train_in_process)
+from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process runs, as OMP_NUM_THREADS=1 does for processes
 
 
 def assert_user_error(result, *must_name: str) -> str:
@@ -235,8 +239,7 @@ def b_checkpoint_not_weights(work):
 def b_checkpoint_of_other_netG(work):
     aligned(work / "data" / "train", 2)
     aligned(work / "data" / "test", 1)
-    first = run_script("train.py", *run_args(work, *PIX))  # a real run writes weights + architecture.json
-    assert first.returncode == 0, first.stderr[-3000:]
+    train_in_process(run_args(work, *PIX))  # a real run writes weights + architecture.json
     ckpt = work / "ck" / NAME / "latest_net_G.pth"
     return Setup(eval_args(work, "--netG", "resnet_9blocks"),
                  stderr_has=(ckpt, "--netG resnet_6blocks", "--netG resnet_9blocks"))
@@ -290,33 +293,33 @@ CASES = [
     Case("text file named png is refused naming the file and showing its text", b_text_named_png, 2),
     Case("git-lfs pointer named png is refused suggesting git lfs pull", b_git_lfs_pointer, 2),
     Case("png cut off inside its header is refused naming the file", b_unreadable_header, 2),
-    Case("zero-byte file with --skip_bad_images proceeds with a warning naming it", b_zero_byte_skipped, 0, heavy=True),
+    Case("zero-byte file with --skip_bad_images proceeds with a warning naming it", b_zero_byte_skipped, 0),
     # damage behind an intact header: found during training
-    Case("truncated jpeg found during training is refused naming it", b_truncated_jpeg, 2, heavy=True),
+    Case("truncated jpeg found during training is refused naming it", b_truncated_jpeg, 2),
     Case("truncated jpeg with --skip_bad_images proceeds with a warning naming it", b_truncated_jpeg_skipped, 0,
-         heavy=True),
+         own_process=True),  # the representative of a run that proceeds with a warning
     # sizes
-    Case("1-px image is resized by resize_and_crop and proceeds", b_one_pixel_resized, 0, heavy=True),
+    Case("1-px image is resized by resize_and_crop and proceeds", b_one_pixel_resized, 0),
     Case("1-px image with --preprocess none is refused naming its size and the flag", b_one_pixel_preprocess_none, 2),
     Case("differently sized images with --preprocess none and --batch_size 2 are refused naming both",
          b_mixed_sizes_in_a_batch, 2),
     Case("odd-width aligned image is refused naming it and how to re-save it", b_odd_width, 2),
     # channel counts and bit depths are converted, not refused
-    Case("rgba png proceeds", b_rgba, 0, heavy=True),
-    Case("16-bit png proceeds", b_16bit, 0, heavy=True),
-    Case("grayscale images with --input_nc 3 proceed", b_gray_with_input_nc_3, 0, heavy=True),
-    Case("palette, gray+alpha, 1-bit and cmyk images with --input_nc 1 proceed", b_other_modes, 0, heavy=True),
+    Case("rgba png proceeds", b_rgba, 0),
+    Case("16-bit png proceeds", b_16bit, 0),
+    Case("grayscale images with --input_nc 3 proceed", b_gray_with_input_nc_3, 0),
+    Case("palette, gray+alpha, 1-bit and cmyk images with --input_nc 1 proceed", b_other_modes, 0),
     # flags
     Case("wrong --direction value is refused listing AtoB and BtoA", b_wrong_direction, 2),
     Case("unet_256 with --crop_size 100 is refused naming --crop_size", b_unet_256_crop_100, 2),
     # checkpoints for test.py
     Case("non-weights pickle as checkpoint is refused by test.py naming it", b_checkpoint_not_weights, 2,
-         script="test.py"),
+         script="test.py", own_process=True),  # the representative of test.py's refusals
     Case("checkpoint of another --netG is refused by test.py naming the file and the --netG to use",
-         b_checkpoint_of_other_netG, 2, script="test.py", heavy=True),
+         b_checkpoint_of_other_netG, 2, script="test.py"),
     # the run folder
     Case("second concurrent run on the same --name is refused by the run lock naming the folder",
-         b_second_concurrent_run, 2, heavy=True),
+         b_second_concurrent_run, 2, own_process=True),  # two processes on one folder, as two terminals
     *FLAG_AND_PATH_CASES,
     *RESUME_FLAG_CASES,
     *DATA_AND_ENV_CASES,
@@ -327,28 +330,10 @@ CASES = [
 ]
 
 
-def _selected_cases(session: pytest.Session) -> list[Case]:
-    return [item.callspec.params["case"] for item in session.items
-            if getattr(item, "originalname", None) == "test_bad_input_corpus"
-            and not item.callspec.params["case"].parse_only]
-
-
-@pytest.fixture(scope="module")
-def corpus(request, tmp_path_factory) -> dict[str, Future]:
-    """Start every selected case at once, in the background, a few processes at a time (each is
-    mostly single-threaded interpreter start-up); each test then waits for its own case."""
-    cases = sorted(_selected_cases(request.session), key=lambda case: not case.heavy)  # long ones first
-    workers = max(1, min(3, len(os.sched_getaffinity(0))))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corpus")
-    futures = {case.id: pool.submit(execute, case, tmp_path_factory.mktemp("case")) for case in cases}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[case.id.replace(" ", "_") for case in CASES])
-def test_bad_input_corpus(case: Case, corpus, capsys, tmp_path):
-    outcome = execute(case, tmp_path, capsys) if case.parse_only else corpus[case.id].result()
+def test_bad_input_corpus(case: Case, capsys, tmp_path):
+    outcome = execute(case, tmp_path, capsys)
     result, setup = outcome.result, outcome.setup
     out, err = result.stdout, result.stderr
     context = f"exit {result.returncode}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
@@ -362,6 +347,9 @@ def test_bad_input_corpus(case: Case, corpus, capsys, tmp_path):
         assert str(text) not in err, (str(text), context)
     if case.exit == 0:
         assert not any(line.startswith("error:") for line in err.splitlines()), context
+        if case.own_process:  # a representative: a real process's stderr is the warning and nothing else
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("warning: "), context
         return
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), context
@@ -371,19 +359,19 @@ def test_bad_input_corpus(case: Case, corpus, capsys, tmp_path):
 
 # ================================================================================== other cases
 # ---------------------------------------------------------------------------------- dataset folders
-def test_missing_dataroot_exits_2_naming_the_path(tmp_path):
+def test_missing_dataroot_exits_2_naming_the_path(tmp_path, capsys):
     missing = tmp_path / "no_such_dataset"
-    result = run_script("train.py", "--dataroot", str(missing), "--name", "bad", "--checkpoints_dir", str(tmp_path),
-                        "--num_threads", "0")
+    result = run_in_process("train.py", "--dataroot", str(missing), "--name", "bad", "--checkpoints_dir", str(tmp_path),
+                            "--num_threads", "0", capsys=capsys)
     assert_user_error(result, missing, "--dataroot")
 
 
 @pytest.mark.parametrize("script", ["test.py"])  # single layout; train.py's (unaligned) is in the corpus
-def test_empty_dataroot_exits_2_naming_the_path(script, tmp_path):
+def test_empty_dataroot_exits_2_naming_the_path(script, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run_script(script, "--dataroot", str(empty), "--name", "bad", "--checkpoints_dir", str(tmp_path),
-                        "--num_threads", "0")
+    result = run_in_process(script, "--dataroot", str(empty), "--name", "bad", "--checkpoints_dir", str(tmp_path),
+                            "--num_threads", "0", capsys=capsys)
     assert_user_error(result, empty)
 
 
@@ -392,7 +380,9 @@ def test_empty_dataroot_exits_2_naming_the_path(script, tmp_path):
 @pytest.mark.parametrize("num_threads", ["2"])  # in a DataLoader worker; with "0" it is a corpus case
 def test_truncated_jpeg_found_during_training_exits_2_naming_it_and_keeps_checkpoints(num_threads, tmp_path):
     # The first image is read before training starts; the truncated one is the last, so it is
-    # only met inside the epoch loop -- in a DataLoader worker process when num_threads > 0.
+    # only met inside the epoch loop -- in a DataLoader worker process when num_threads > 0. A real
+    # `python train.py`: workers forked from the test process would inherit its threads and capture,
+    # and this is the representative of train.py's refusals, its stderr the one paragraph.
     paths = write_aligned(tmp_path / "facades" / "train", 4, ".jpg")
     data = paths[-1].read_bytes()
     paths[-1].write_bytes(data[: len(data) // 2])
@@ -416,7 +406,7 @@ class Payload:
 
 
 @pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
-def test_checkpoint_that_is_not_plain_weights_is_refused_without_running_it(writer, paired_root, tmp_path):
+def test_checkpoint_that_is_not_plain_weights_is_refused_without_running_it(writer, paired_root, tmp_path, capsys):
     marker = tmp_path / "code_was_run"
     ckpt_file = tmp_path / "ck" / "bad" / "latest_net_G.pth"
     ckpt_file.parent.mkdir(parents=True)
@@ -426,21 +416,24 @@ def test_checkpoint_that_is_not_plain_weights_is_refused_without_running_it(writ
         else:
             pickle.dump(Payload(marker), f)
     before = ckpt_file.read_bytes()
-    result = run_script("test.py", "--dataroot", str(paired_root), "--name", "bad", *PIX, "--ngf", "8",
-                        "--num_threads", "0", "--load_size", "32", "--crop_size", "32",
-                        "--checkpoints_dir", str(tmp_path / "ck"), "--results_dir", str(tmp_path / "res"))
+    # In the test process, where unpickling the payload would touch the marker as it would in a script's.
+    result = run_in_process("test.py", "--dataroot", str(paired_root), "--name", "bad", *PIX, "--ngf", "8",
+                            "--num_threads", "0", "--load_size", "32", "--crop_size", "32",
+                            "--checkpoints_dir", str(tmp_path / "ck"), "--results_dir", str(tmp_path / "res"),
+                            capsys=capsys)
     assert_user_error(result, ckpt_file)
     assert not marker.exists()
     assert ckpt_file.read_bytes() == before
 
 
-def test_missing_checkpoint_for_test_py_names_the_file_and_epoch_flag(paired_root, tmp_path):
+def test_missing_checkpoint_for_test_py_names_the_file_and_epoch_flag(paired_root, tmp_path, capsys):
     run_dir = tmp_path / "ck" / "facades"
     run_dir.mkdir(parents=True)
     (run_dir / "latest_net_G.pth").write_bytes(b"placeholder")
-    result = run_script("test.py", "--dataroot", str(paired_root), "--name", "facades", *PIX, "--ngf", "8",
-                        "--num_threads", "0", "--load_size", "32", "--crop_size", "32", "--epoch", "7",
-                        "--checkpoints_dir", str(tmp_path / "ck"), "--results_dir", str(tmp_path / "res"))
+    result = run_in_process("test.py", "--dataroot", str(paired_root), "--name", "facades", *PIX, "--ngf", "8",
+                            "--num_threads", "0", "--load_size", "32", "--crop_size", "32", "--epoch", "7",
+                            "--checkpoints_dir", str(tmp_path / "ck"), "--results_dir", str(tmp_path / "res"),
+                            capsys=capsys)
     message = assert_user_error(result, run_dir / "7_net_G.pth", "--epoch")
     assert "latest_net_G.pth" in message  # and says which checkpoints do exist
 
@@ -451,11 +444,11 @@ def finite_weights(path) -> bool:
 
 
 @pytest.mark.slow
-def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoint(unpaired_root, tmp_path):
+def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoint(unpaired_root, tmp_path, capsys):
     common = ["--dataroot", str(unpaired_root), "--name", "dv", "--checkpoints_dir", str(tmp_path), *FAST_FLAGS,
               "--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks",
               "--no_html", "--no_progress", "--print_freq", "1000", "--model", "cycle_gan", "--save_epoch_freq", "1"]
-    good = run_script("train.py", *common, "--n_epochs", "1", "--n_epochs_decay", "0")
+    good = run_in_process("train.py", *common, "--n_epochs", "1", "--n_epochs_decay", "0", capsys=capsys)
     assert good.returncode == 0, good.stderr[-3000:]
     run_dir = tmp_path / "dv"
     saved = {p.name: p.read_bytes() for p in run_dir.glob("latest_*.pth")}
@@ -464,9 +457,12 @@ def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoi
     # Continue from those weights (the reference's way: --epoch_count) with a learning rate that
     # blows the weights up at once: the losses of the second step are no longer finite. A save is
     # due right after that step (--save_latest_freq 2), before any loss is printed: it must be refused.
-    bad = run_script("train.py", *common, "--continue_train", "--epoch_count", "2", "--n_epochs", "3",
-                     "--n_epochs_decay", "0", "--lr", "1e30", "--save_latest_freq", "2")
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    bad = run_in_process("train.py", *common, "--continue_train", "--epoch_count", "2", "--n_epochs", "3",
+                         "--n_epochs_decay", "0", "--lr", "1e30", "--save_latest_freq", "2", capsys=capsys)
     assert bad.returncode == 2, bad.stderr[-3000:]
+    # ended by an error, train.main (called from Python) gives the caller's Ctrl-C and SIGTERM back
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
     assert "Traceback" not in bad.stderr
     message = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
     assert len(message) == 1, bad.stderr

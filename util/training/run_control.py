@@ -93,3 +93,4 @@ class StopRequest:
         """Put back the handlers that were there before `install`."""
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
+        self.previous = {}
