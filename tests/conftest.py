@@ -2,7 +2,9 @@
 scripts loaded as modules, one compute thread; the opt-in `benchmark` marker."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import signal
 import socket
@@ -94,21 +96,36 @@ def run_script(script: str, *args: str, timeout: float = 300, env: dict | None =
 _script_modules: dict[str, ModuleType] = {}
 
 
-def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture) -> subprocess.CompletedProcess:
+def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None = None
+                   ) -> subprocess.CompletedProcess:
     """What `python <script> args...` does, run by calling the script's `main(argv)` in the test
-    process, as a finished process (exit status, stdout, stderr). For runs whose point is what the
-    script does with its input (its files, messages, exit status): ~2 s of interpreter start-up
-    less each. Runs whose point is the process itself (a signal, torchrun's workers, what a fresh
-    interpreter imports, a second process on the same folder) use `run_script`."""
+    process on one thread (as run_script's OMP_NUM_THREADS=1), as a finished process: exit status,
+    stdout, stderr (read through `capsys`, or, for module-scoped fixtures, which cannot take it, caught
+    in strings: not terminals, as a piped subprocess's). For runs whose point is what the script does
+    with its input (its files, messages, exit status): ~2 s of interpreter start-up less each. Runs
+    whose point is the process itself (a signal, torchrun's workers, what a fresh interpreter imports
+    or prints -- Python warnings go to pytest here, not to stderr --, a second process on the same
+    folder) use `run_script`."""
     if script not in _script_modules:
         _script_modules[script] = load_script(script)
-    capsys.readouterr()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out, err = io.StringIO(), io.StringIO()
     try:
-        code = _script_modules[script].main(list(args))
-    except SystemExit as stop:  # argparse's refusals and --help
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+        if capsys is not None:
+            capsys.readouterr()
+        with contextlib.redirect_stdout(out) if capsys is None else contextlib.nullcontext(), \
+                contextlib.redirect_stderr(err) if capsys is None else contextlib.nullcontext():
+            try:
+                code = _script_modules[script].main(list(args))
+            except SystemExit as stop:  # argparse's refusals and --help
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        torch.set_num_threads(threads)
+    if capsys is not None:
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+    return subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, ROOT, free_port, run_script
+from conftest import FAST_FLAGS, ROOT, free_port, run_in_process, run_script
 
 TRAIN_SMALL = [*FAST_FLAGS, "--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0",
                "--max_dataset_size", "4", "--netG", "resnet_6blocks"]
@@ -73,15 +72,18 @@ def paired_folders(root: Path, splits: dict[str, int]) -> tuple[Path, Path]:
     return root / "A", root / "B"
 
 
-def train(root: Path, model: str, ckpt: Path):
-    return run_script("train.py", "--dataroot", str(root), "--name", "t", "--model", model, *TRAIN_SMALL,
-                      "--checkpoints_dir", str(ckpt))
+def train(capsys: pytest.CaptureFixture, root: Path, model: str, ckpt: Path) -> subprocess.CompletedProcess:
+    """train.py on a tool's output, by its main() in this process: the point is that it trains on the
+    layout, which needs no interpreter of its own."""
+    return run_in_process("train.py", "--dataroot", str(root), "--name", "t", "--model", model, *TRAIN_SMALL,
+                          "--checkpoints_dir", str(ckpt), capsys=capsys)
 
 
 # ---------------------------------------------------------------------------- the tools' layouts train
 @pytest.mark.slow
-def test_each_tools_output_trains_for_an_epoch(tmp_path):
-    """The tools run as programs, from the reference's paths where it has them (datasets/)."""
+def test_each_tools_output_trains_for_an_epoch(tmp_path, capsys, one_thread):
+    """The tools run as programs, from the reference's paths where it has them (datasets/); train.py
+    runs in this process on what they wrote."""
     # combine_A_and_B: A/{train,test} + B/{train,test} -> AB/{train,test} (12 pairs: the process pool)
     fold_A, fold_B = paired_folders(tmp_path / "c", {"train": 12, "test": 2})
     ok(run_script("datasets/combine_A_and_B.py", "--fold_A", str(fold_A), "--fold_B", str(fold_B),
@@ -107,12 +109,9 @@ def test_each_tools_output_trains_for_an_epoch(tmp_path):
     i = int(Path(name).stem)
     assert aligned.shape == (32, 64, 3) and tuple(aligned[5, 5]) == color_of(i, "A") and tuple(aligned[5, 37]) == color_of(i, "B")
 
-    runs = [lambda: train(tmp_path / "c" / "AB", "pix2pix", tmp_path / "ck1"),  # combined A|B
-            lambda: train(data, "cycle_gan", tmp_path / "ck2"),                 # split trainA/trainB
-            lambda: train(data, "pix2pix", tmp_path / "ck3")]                   # aligned train/
-    with ThreadPoolExecutor(2) as pool:
-        for result in pool.map(lambda run: run(), runs):
-            ok(result)
+    ok(train(capsys, tmp_path / "c" / "AB", "pix2pix", tmp_path / "ck1"))  # combined A|B
+    ok(train(capsys, data, "cycle_gan", tmp_path / "ck2"))                 # split trainA/trainB
+    ok(train(capsys, data, "pix2pix", tmp_path / "ck3"))                   # aligned train/
     for ckpt, net in (("ck1", "G"), ("ck2", "G_A"), ("ck3", "G")):
         assert (tmp_path / ckpt / "t" / f"latest_net_{net}.pth").is_file()
 

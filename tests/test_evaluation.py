@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_in_process
 from models import networks
 from models.cycle_gan_model import CycleGANModel
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
@@ -173,10 +172,11 @@ def pix_checkpoint(tmp_path_factory):
 @pytest.mark.slow
 def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers(pix_checkpoint, paired_root, tmp_path,
                                                                                  inception_torch_home, monkeypatch,
-                                                                                 one_thread):
-    env = {"TORCH_HOME": str(inception_torch_home), OFFLINE_ENV: "1"}
-    result = run_script("test.py", "--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir",
-                        str(pix_checkpoint), "--results_dir", str(tmp_path), "--eval_metrics", env=env)
+                                                                                 one_thread, capsys):
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
+    monkeypatch.setenv(OFFLINE_ENV, "1")
+    result = run_in_process("test.py", "--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir",
+                            str(pix_checkpoint), "--results_dir", str(tmp_path), "--eval_metrics", capsys=capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "p" / "test_latest"
     metrics = json.loads((run / "metrics.json").read_text())
@@ -185,8 +185,6 @@ def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers
         assert key in metrics, key
     assert metrics["images"] == 4 and metrics["fid_generated_images"] == 4 == metrics["fid_reference_images"]
     assert "FID" in (run / "index.html").read_text()
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
     assert evaluate_main(str(run), "--targets", "real", "--reference", "real") == 0
     scores = json.loads((run / "evaluation.json").read_text())
     assert scores["output_label"] == "fake_B"
@@ -199,14 +197,14 @@ def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers
 
 
 @pytest.mark.slow
-def test_test_py_without_inception_weights_skips_fid_but_refuses_fid_reference(pix_checkpoint, paired_root, tmp_path):
-    env = {"TORCH_HOME": str(tmp_path / "torch"), WEIGHTS_ENV: "", OFFLINE_ENV: "1"}
+def test_test_py_without_inception_weights_skips_fid_but_refuses_fid_reference(pix_checkpoint, paired_root, tmp_path,
+                                                                               monkeypatch, capsys, one_thread):
+    for name, value in {"TORCH_HOME": str(tmp_path / "torch"), WEIGHTS_ENV: "", OFFLINE_ENV: "1"}.items():
+        monkeypatch.setenv(name, value)
     common = ["--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir", str(pix_checkpoint), "--eval_metrics"]
-    with ThreadPoolExecutor(2) as pool:  # one core each
-        skipped = pool.submit(run_script, "test.py", *common, "--results_dir", str(tmp_path / "a"), env=env)
-        asked = pool.submit(run_script, "test.py", *common, "--results_dir", str(tmp_path / "b"), "--fid_reference",
-                            str(paired_root / "test"), env=env)
-        skipped, asked = skipped.result(), asked.result()
+    skipped = run_in_process("test.py", *common, "--results_dir", str(tmp_path / "a"), capsys=capsys)
+    asked = run_in_process("test.py", *common, "--results_dir", str(tmp_path / "b"), "--fid_reference",
+                           str(paired_root / "test"), capsys=capsys)
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     metrics = json.loads((tmp_path / "a" / "p" / "test_latest" / "metrics.json").read_text())
     assert "FID" not in metrics and INCEPTION_WEIGHTS_NAME in metrics["fid_skipped"] and "output_SSIM" in metrics

@@ -1,15 +1,17 @@
 """scripts/export.py: TorchScript and ONNX exports of resnet and U-Net generators that take any
 height and width and match PyTorch to 1e-4 (float32) at two sizes, checked by the script and
-again here, independently; export from a checkpoints folder; clear errors for wrong flags."""
+again here, independently; export from a checkpoints folder; clear errors for wrong flags.
+
+The exports call scripts/export.py's main(argv) in this process: their point is the files and the
+script's report. One refusal runs the script as a user types it, for its real exit status and stderr."""
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from conftest import load_script, run_script
+from conftest import load_script, run_in_process, run_script
 from models import networks
 from models.tiling import SizeAdapter
 
@@ -51,23 +53,18 @@ def make_ill_conditioned_unet() -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """Run scripts/export.py --weights for each case (two at a time); returns {netG: (dir, result)}."""
+    """Run scripts/export.py --weights for each case; returns {netG: (dir, result)}."""
     root = tmp_path_factory.mktemp("export")
-
-    for netG, norm, _ in CASES:  # before the threads: they would share torch's global RNG
-        (root / netG).mkdir()
-        torch.save(make_generator(netG, norm).state_dict(), root / netG / "latest_net_G.pth")
-
-    def export(case):
-        netG, norm, sizes = case
+    found = {}
+    for netG, norm, sizes in CASES:
         folder = root / netG
-        result = run_script("scripts/export.py", "--weights", str(folder / "latest_net_G.pth"), "--netG", netG,
-                            "--norm", norm, "--ngf", "8", "--no_dropout", "--export_dir", str(folder / "out"),
-                            "--check_sizes", ",".join(f"{h}x{w}" for h, w in sizes))
-        return netG, (folder / "out", result)
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(export, CASES))
+        folder.mkdir()
+        torch.save(make_generator(netG, norm).state_dict(), folder / "latest_net_G.pth")
+        result = run_in_process("scripts/export.py", "--weights", str(folder / "latest_net_G.pth"), "--netG", netG, "--norm", norm,
+                                   "--ngf", "8", "--no_dropout", "--export_dir", str(folder / "out"),
+                                   "--check_sizes", ",".join(f"{h}x{w}" for h, w in sizes))
+        found[netG] = (folder / "out", result)
+    return found
 
 
 @pytest.mark.slow
@@ -106,16 +103,17 @@ def test_exported_files_match_pytorch_at_two_sizes(exports, netG, norm, sizes):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
-def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path):
+def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path, capsys, one_thread):
     run_dir = tmp_path / "ckpt" / "c"
     run_dir.mkdir(parents=True)
     torch.manual_seed(0)
     for name, (cin, cout) in {"G_A": (1, 3), "G_B": (3, 1)}.items():
         net = networks.define_G(cin, cout, 8, "resnet_6blocks", "instance", init_gain=0.3)
         torch.save(net.state_dict(), run_dir / f"latest_net_{name}.pth")
-    result = run_script("scripts/export.py", "--name", "c", "--model", "cycle_gan", "--checkpoints_dir",
-                        str(tmp_path / "ckpt"), "--input_nc", "1", "--output_nc", "3", "--netG", "resnet_6blocks",
-                        "--ngf", "8", "--which_net", "G_B", "--formats", "torchscript", "--device", "cpu")
+    result = run_in_process("scripts/export.py", "--name", "c", "--model", "cycle_gan", "--checkpoints_dir",
+                            str(tmp_path / "ckpt"), "--input_nc", "1", "--output_nc", "3", "--netG", "resnet_6blocks",
+                            "--ngf", "8", "--which_net", "G_B", "--formats", "torchscript", "--device", "cpu",
+                            capsys=capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     scripted = torch.jit.load(str(run_dir / "export" / "latest_net_G_B.pt"))
     with torch.no_grad(), torch.jit.optimized_execution(False):
@@ -123,6 +121,7 @@ def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path):
 
 
 def test_export_with_flags_that_do_not_fit_the_weights_names_file_and_flags(tmp_path):
+    # export.py as a user types it: the process's exit status and stderr
     torch.save(make_generator("resnet_6blocks", "instance").state_dict(), tmp_path / "g.pth")
     result = run_script("scripts/export.py", "--weights", str(tmp_path / "g.pth"), "--netG", "resnet_9blocks",
                         "--ngf", "8", "--norm", "instance", "--formats", "torchscript")
@@ -130,12 +129,12 @@ def test_export_with_flags_that_do_not_fit_the_weights_names_file_and_flags(tmp_
     assert str(tmp_path / "g.pth") in result.stderr and "--netG resnet_9blocks" in result.stderr
 
 
-def test_export_refuses_weights_whose_output_float32_cannot_pin_down(tmp_path):
+def test_export_refuses_weights_whose_output_float32_cannot_pin_down(tmp_path, capsys, one_thread):
     """Deterministic on any CPU: the float32 rounding error before the tanh is ~1e2, 1e6 times the tolerance."""
     torch.save(make_ill_conditioned_unet().state_dict(), tmp_path / "g.pth")
-    result = run_script("scripts/export.py", "--weights", str(tmp_path / "g.pth"), "--netG", "unet_256",
-                        "--norm", "batch", "--ngf", "8", "--no_dropout", "--export_dir", str(tmp_path / "out"),
-                        "--check_sizes", "256x256")
+    result = run_in_process("scripts/export.py", "--weights", str(tmp_path / "g.pth"), "--netG", "unet_256",
+                            "--norm", "batch", "--ngf", "8", "--no_dropout", "--export_dir", str(tmp_path / "out"),
+                            "--check_sizes", "256x256", capsys=capsys)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert str(tmp_path / "g.pth") in result.stderr and "--tolerance" in result.stderr
     assert "float32" in result.stderr and not (tmp_path / "out").exists()

@@ -1,5 +1,8 @@
 """Data beyond 8-bit RGB, end to end: any channel count, 16-bit and float images (PNG, TIFF, .npy) are
-read, preprocessed, trained on, written and exported at full precision (data/image_io.py)."""
+read, preprocessed, trained on, written and exported at full precision (data/image_io.py).
+
+The end-to-end runs call the scripts' main(argv) in this process (`run_in_process`): their point is
+the files and messages. One refusal runs train.py as a user types it, for its real stderr."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_script
+from conftest import FAST_FLAGS, run_in_process, run_script
 from data import create_dataset
 from data.base_dataset import get_params, get_transform
 from data.image_folder import DomainSpec, load_for_network
@@ -202,13 +205,13 @@ SMALL = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "
 
 
 @pytest.mark.slow
-def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_and_bands(tmp_path):
+def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_and_bands(tmp_path, capsys, one_thread):
     root = float_bands_root(tmp_path / "data")
     flags = ["--dataroot", str(root), "--name", "bands", "--model", "pix2pix", "--dataset_mode", "aligned",
              "--input_nc", "6", "--output_nc", "2", "--data_range", "-50", "50", "-25", "25", *SMALL,
              "--checkpoints_dir", str(tmp_path / "ck")]
-    ok(run_script("train.py", *flags, *FAST_FLAGS, "--n_epochs", "1", "--n_epochs_decay", "0"))
-    ok(run_script("test.py", *flags, "--results_dir", str(tmp_path / "res")))
+    ok(run_in_process("train.py", *flags, *FAST_FLAGS, "--n_epochs", "1", "--n_epochs_decay", "0", capsys=capsys))
+    ok(run_in_process("test.py", *flags, "--results_dir", str(tmp_path / "res"), capsys=capsys))
     out = tmp_path / "res" / "bands" / "test_latest"
     fake = np.load(out / "full_precision" / "0000_fake_B.npy")
     assert fake.dtype == np.float32 and fake.shape == (32, 32, 2) and np.abs(fake).max() <= 25
@@ -219,7 +222,7 @@ def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_an
 
 
 @pytest.mark.slow
-def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path):
+def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path, capsys, one_thread):
     rng = np.random.default_rng(0)
     for folder in ("trainA", "trainB", "testA", "testB"):
         (tmp_path / "data" / folder).mkdir(parents=True)
@@ -227,11 +230,13 @@ def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path):
             write_image(str(tmp_path / "data" / folder / f"{i}.tif"), rng.integers(0, 65536, (32, 32, 4), dtype=np.uint16))
     flags = ["--dataroot", str(tmp_path / "data"), "--name", "c4", "--model", "cycle_gan", "--input_nc", "4",
              "--output_nc", "4", *SMALL, "--checkpoints_dir", str(tmp_path / "ck")]
-    ok(run_script("train.py", *flags, *FAST_FLAGS, "--n_epochs", "1", "--n_epochs_decay", "0", "--max_dataset_size", "2"))
-    ok(run_script("test.py", *flags, "--results_dir", str(tmp_path / "res")))
+    ok(run_in_process("train.py", *flags, *FAST_FLAGS, "--n_epochs", "1", "--n_epochs_decay", "0", "--max_dataset_size",
+                      "2", capsys=capsys))
+    ok(run_in_process("test.py", *flags, "--results_dir", str(tmp_path / "res"), capsys=capsys))
     fake = read_image(str(tmp_path / "res" / "c4" / "test_latest" / "full_precision" / "0_fake_B.tif"))
     assert fake.dtype == np.uint16 and fake.shape == (32, 32, 4)
-    result = ok(run_script("scripts/export.py", *flags[2:], "--device", "cpu", "--check_sizes", "32x32,24x40"))
+    result = ok(run_in_process("scripts/export.py", *flags[2:], "--device", "cpu", "--check_sizes", "32x32,24x40",
+                               capsys=capsys))
     assert "check passed" in result.stdout
     scripted = torch.jit.load(str(tmp_path / "ck" / "c4" / "export" / "latest_net_G_A.pt"))
     with torch.no_grad(), torch.jit.optimized_execution(False):
@@ -239,18 +244,20 @@ def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path):
 
 
 def test_wrong_channel_count_exits_2_naming_the_file_its_count_and_the_flag(tmp_path):
+    # train.py as a user types it: the process's exit status and its whole stderr
     root = float_bands_root(tmp_path / "data")
     result = run_script("train.py", "--dataroot", str(root), "--name", "x", "--model", "pix2pix", "--input_nc", "3",
                         "--output_nc", "2", *SMALL, *FAST_FLAGS, "--checkpoints_dir", str(tmp_path / "ck"))
     refused(result, root / "trainA" / "0000.tif", "6 channels", "--input_nc is 3")
 
 
-def test_unreadable_tiff_exits_2_naming_the_file(tmp_path):
+def test_unreadable_tiff_exits_2_naming_the_file(tmp_path, capsys, one_thread):
     root = float_bands_root(tmp_path / "data")
     bad = root / "trainA" / "0001.tif"
     bad.write_bytes(bad.read_bytes()[:6] + b"\xff" * 40)  # a TIFF signature, then nonsense
-    result = run_script("train.py", "--dataroot", str(root), "--name", "x", "--model", "pix2pix", "--input_nc", "6",
-                        "--output_nc", "2", *SMALL, *FAST_FLAGS, "--checkpoints_dir", str(tmp_path / "ck"))
+    result = run_in_process("train.py", "--dataroot", str(root), "--name", "x", "--model", "pix2pix", "--input_nc",
+                            "6", "--output_nc", "2", *SMALL, *FAST_FLAGS, "--checkpoints_dir", str(tmp_path / "ck"),
+                            capsys=capsys)
     refused(result, bad, "cannot read image")
 
 
@@ -276,7 +283,7 @@ def ramp_root(root: Path, bits: int) -> list[np.ndarray]:
     return targets
 
 
-def ramp_error(tmp_path: Path, bits: int, epochs: int = 30) -> tuple[float, float]:
+def ramp_error(tmp_path: Path, capsys: pytest.CaptureFixture, bits: int, epochs: int = 30) -> tuple[float, float]:
     """Train pix2pix on the ramp task at `bits` (`epochs` + `epochs` of decay), translate the test ramps;
     returns (mean absolute error of the outputs in 16-bit units, the least error any 8-bit output can have)."""
     root = tmp_path / f"ramps{bits}"
@@ -284,9 +291,10 @@ def ramp_error(tmp_path: Path, bits: int, epochs: int = 30) -> tuple[float, floa
     flags = ["--dataroot", str(root), "--name", "r", "--model", "pix2pix", "--input_nc", "1", "--output_nc", "1",
              "--netG", "resnet_6blocks", "--netD", "n_layers", "--n_layers_D", "1", "--norm", "none", "--no_dropout",
              "--preprocess", "none", "--ngf", "8", "--ndf", "8", "--checkpoints_dir", str(tmp_path / f"ck{bits}")]
-    ok(run_script("train.py", *flags, *FAST_FLAGS, "--no_flip", "--lr", "0.0005", "--n_epochs", str(epochs),
-                  "--n_epochs_decay", str(epochs), "--no_html", "--no_progress", "--print_freq", "100000"))
-    ok(run_script("test.py", *flags, "--results_dir", str(tmp_path / f"res{bits}")))
+    ok(run_in_process("train.py", *flags, *FAST_FLAGS, "--no_flip", "--lr", "0.0005", "--n_epochs", str(epochs),
+                      "--n_epochs_decay", str(epochs), "--no_html", "--no_progress", "--print_freq", "100000",
+                      capsys=capsys))
+    ok(run_in_process("test.py", *flags, "--results_dir", str(tmp_path / f"res{bits}"), capsys=capsys))
     out = tmp_path / f"res{bits}" / "r" / "test_latest"
     errors, floors = [], []
     for i, target in enumerate(targets):
@@ -300,11 +308,12 @@ def ramp_error(tmp_path: Path, bits: int, epochs: int = 30) -> tuple[float, floa
 
 
 @pytest.mark.slow
-def test_16bit_task_below_8bit_resolution_is_learned_far_below_one_8bit_step_which_8_bits_cannot_reach(tmp_path):
-    error_16, floor_8 = ramp_error(tmp_path, 16)
+def test_16bit_task_below_8bit_resolution_is_learned_far_below_one_8bit_step_which_8_bits_cannot_reach(
+        tmp_path, capsys, one_thread):
+    error_16, floor_8 = ramp_error(tmp_path, capsys, 16)
     # Through 8 bits no training can beat the floor (every output is a multiple of one 8-bit step),
     # so the shortest run shows the same: the data lost the signal before training began.
-    error_8, _ = ramp_error(tmp_path, 8, epochs=1)
+    error_8, _ = ramp_error(tmp_path, capsys, 8, epochs=1)
     print(f"mean absolute error of the outputs, in units of 1/65535: 16-bit data {error_16:.1f}, the same task "
           f"through 8 bits {error_8:.1f} (no 8-bit output can be below {floor_8:.1f}; one 8-bit step is {STEP_16})")
     assert error_16 < STEP_16 / 10  # far below one 8-bit step

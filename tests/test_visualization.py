@@ -2,8 +2,12 @@
 Chromium), TensorBoard event files, wandb offline, the progress bar/lines, loss_log.txt and
 loss_plot.png, and that only the main process shows or writes anything.
 
-The end-to-end tests train tiny pix2pix models for 2 epochs x 4 images through train.py, as a user
-would, and read back what each display received.
+The end-to-end tests train tiny pix2pix models for 2 epochs x 4 images through train.py and read back
+what each display received. They call train.py's main(argv) in this process (the same files and
+messages, without ~2 s of interpreter start-up), except where the process is the point: train.py
+without a visdom server (its real stdout and stderr hold exactly one warning), train.py and test.py
+with dominate and visdom hidden from a fresh interpreter, plot_losses.py and render_html.py once each
+as a user types them.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, free_port, load_script, run_script
+from conftest import FAST_FLAGS, free_port, load_script, run_in_process, run_script
 
 SMALL = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks", "--load_size", "32",
          "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4"]
@@ -42,9 +46,9 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return result
 
 
-def train(root: Path, ckpt: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_script("train.py", "--dataroot", str(root), "--name", "p", *FAST_FLAGS, *SMALL,
-                      "--checkpoints_dir", str(ckpt), *extra, env=env)
+def train_args(root: Path, ckpt: Path, *extra: str) -> list[str]:
+    """train.py's flags for the tiny pix2pix run "p"."""
+    return ["--dataroot", str(root), "--name", "p", *FAST_FLAGS, *SMALL, "--checkpoints_dir", str(ckpt), *extra]
 
 
 def logged_losses(run_dir: Path) -> list[tuple[int, int, dict[str, float]]]:
@@ -132,11 +136,13 @@ def find_tile(grid: np.ndarray, tile: np.ndarray) -> bool:
 
 
 @pytest.mark.slow
-def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server, paired_root, tmp_path):
+def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server, paired_root, tmp_path, capsys,
+                                                                 one_thread):
     env = "vistest"
-    result = ok(train(paired_root, tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
-                      "--display_env", env, "--display_freq", "1", "--print_freq", "1", "--update_html_freq", "1",
-                      "--val_freq", "1"))
+    result = ok(run_in_process("train.py", *train_args(paired_root, tmp_path, "--display_id", "1", "--display_port",
+                                                       str(visdom_server.port), "--display_env", env,
+                                                       "--display_freq", "1", "--print_freq", "1",
+                                                       "--update_html_freq", "1", "--val_freq", "1"), capsys=capsys))
     output = (result.stdout + result.stderr).lower()
     # the one warning allowed: the page's scripts are not installed (scripts/visdom_server.py --install_scripts)
     server_script = load_script("scripts/visdom_server.py")
@@ -245,14 +251,18 @@ def test_no_visdom_server_costs_one_bounded_connection_attempt(tmp_path, monkeyp
 
 @pytest.mark.slow
 def test_no_visdom_server_warns_once_with_the_start_command_and_training_goes_on(paired_root, tmp_path):
+    # train.py as a user types it: a new process's stdout and stderr (Python's own warnings included)
     port = free_port()
-    result = ok(train(paired_root, tmp_path, "--display_freq", "1", "--print_freq", "1", "--no_progress",
-                      "--display_id", "1", "--display_port", str(port)))
+    result = ok(run_script("train.py", *train_args(paired_root, tmp_path, "--display_freq", "1", "--print_freq", "1",
+                                                   "--no_progress", "--display_id", "1", "--display_port", str(port))))
     lines = (result.stdout + result.stderr).splitlines()
     warnings = [line for line in lines if "warning" in line.lower()]
     assert len(warnings) == 1, warnings
     assert f"python -m visdom.server -port {port}" in warnings[0]
+    assert len([line for line in lines if "visdom.server" in line]) == 1, lines
+    assert "Traceback" not in result.stderr
     assert len(logged_losses(tmp_path / "p")) == 8  # 2 epochs x 4 images, printed after each
+    assert (tmp_path / "p" / "latest_net_G.pth").is_file()
 
 
 # ---------------------------------------------------------------------------------- one run, every file display
@@ -261,13 +271,14 @@ def full_run(paired_root, tmp_path_factory):
     """2 epochs x 4 images with TensorBoard, HTML, progress lines after every step and validation after
     every epoch, then test.py."""
     ckpt = tmp_path_factory.mktemp("vis_ckpt")
-    result = ok(train(paired_root, ckpt, "--use_tensorboard", "--print_freq", "1", "--display_freq", "2",
-                      "--progress_interval", "0", "--val_freq", "1"))
+    result = ok(run_in_process("train.py", *train_args(paired_root, ckpt, "--use_tensorboard", "--print_freq",
+                                                                 "1", "--display_freq", "2", "--progress_interval",
+                                                                 "0", "--val_freq", "1")))
     results = tmp_path_factory.mktemp("vis_results")
-    ok(run_script("test.py", "--dataroot", str(paired_root), "--name", "p", "--model", "pix2pix", "--direction",
-                  "BtoA", "--netG", "resnet_6blocks", "--ngf", "8", "--ndf", "8", "--num_threads", "0",
-                  "--load_size", "32", "--crop_size", "32", "--checkpoints_dir", str(ckpt),
-                  "--results_dir", str(results)))
+    ok(run_in_process("test.py", "--dataroot", str(paired_root), "--name", "p", "--model", "pix2pix",
+                                "--direction", "BtoA", "--netG", "resnet_6blocks", "--ngf", "8", "--ndf", "8",
+                                "--num_threads", "0", "--load_size", "32", "--crop_size", "32",
+                                "--checkpoints_dir", str(ckpt), "--results_dir", str(results)))
     return ckpt / "p", result, results / "p" / "test_latest" / "index.html"
 
 
@@ -335,6 +346,7 @@ def test_training_writes_loss_plot_and_html_page_with_epochs_newest_first(full_r
 @needs_chromium
 @pytest.mark.slow
 def test_training_html_page_renders_in_headless_chromium(full_run, tmp_path):
+    # render_html.py as a user types it (the other render tests call its main() in this process)
     run_dir, _, _ = full_run
     shot = tmp_path / "train.png"
     result = ok(run_script("scripts/render_html.py", str(run_dir / "web" / "index.html"), "-o", str(shot),
@@ -347,33 +359,35 @@ def test_training_html_page_renders_in_headless_chromium(full_run, tmp_path):
 
 @needs_chromium
 @pytest.mark.slow
-def test_test_results_page_renders_in_headless_chromium(full_run, tmp_path):
+def test_test_results_page_renders_in_headless_chromium(full_run, tmp_path, capsys):
     _, _, page = full_run
     shot = tmp_path / "test.png"
-    result = ok(run_script("scripts/render_html.py", str(page), "-o", str(shot), "--chromium", CHROMIUM,
-                           "--width", "800", "--height", "600", timeout=120))
+    result = ok(run_in_process("scripts/render_html.py", str(page), "-o", str(shot), "--chromium", CHROMIUM,
+                               "--width", "800", "--height", "600", capsys=capsys))
     assert result.stdout.splitlines()[-1].startswith("ok: "), result.stdout
     assert "12 images" in result.stdout  # 4 test inputs x 3 visuals
 
 
 @needs_chromium
-def test_render_html_fails_on_a_missing_image_and_on_a_blank_page(tmp_path):
+def test_render_html_fails_on_a_missing_image_and_on_a_blank_page(tmp_path, capsys):
     (tmp_path / "images").mkdir()
     (tmp_path / "missing.html").write_text('<!DOCTYPE html><html><body><h1>Results</h1>'
                                            '<img src="images/gone.png" style="width:200px"></body></html>')
-    result = run_script("scripts/render_html.py", str(tmp_path / "missing.html"), "-o", str(tmp_path / "a.png"),
-                        "--chromium", CHROMIUM, timeout=120)
+    result = run_in_process("scripts/render_html.py", str(tmp_path / "missing.html"), "-o", str(tmp_path / "a.png"),
+                            "--chromium", CHROMIUM, capsys=capsys)
     assert result.returncode == 1 and "image images/gone.png is missing" in result.stdout
     (tmp_path / "blank.html").write_text("<!DOCTYPE html><html><body></body></html>")
-    result = run_script("scripts/render_html.py", str(tmp_path / "blank.html"), "-o", str(tmp_path / "b.png"),
-                        "--chromium", CHROMIUM, timeout=120)
+    result = run_in_process("scripts/render_html.py", str(tmp_path / "blank.html"), "-o", str(tmp_path / "b.png"),
+                            "--chromium", CHROMIUM, capsys=capsys)
     assert result.returncode == 1 and "blank" in result.stdout
 
 
-def test_render_html_without_chromium_says_how_to_install_it(tmp_path):
+def test_render_html_without_chromium_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     (tmp_path / "p.html").write_text("<html><body>x</body></html>")
-    result = run_script("scripts/render_html.py", str(tmp_path / "p.html"), "-o", str(tmp_path / "s.png"),
-                        env={"PATH": str(tmp_path), "CHROMIUM": ""})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CHROMIUM", "")
+    result = run_in_process("scripts/render_html.py", str(tmp_path / "p.html"), "-o", str(tmp_path / "s.png"),
+                            capsys=capsys)
     assert result.returncode == 3
     assert "apt-get install -y chromium" in result.stderr
 
@@ -409,11 +423,13 @@ def read_wandb_history(run_file: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path):
+def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path, capsys, monkeypatch, one_thread):
     # wandb is optional for users but a test requirement (requirements-dev.txt): no skip here.
-    result = ok(train(paired_root, tmp_path, "--use_wandb", "--print_freq", "2", "--display_freq", "4",
-                      "--no_progress", "--val_freq", "1", env={"WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                                            "WANDB_DIR": str(tmp_path / "wb")}))
+    for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path / "wb")}.items():
+        monkeypatch.setenv(name, value)
+    result = ok(run_in_process("train.py", *train_args(paired_root, tmp_path, "--use_wandb", "--print_freq", "2",
+                                                       "--display_freq", "4", "--no_progress", "--val_freq", "1"),
+                               capsys=capsys))
     assert "Traceback" not in result.stderr
     run_files = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(run_files) == 1
@@ -566,19 +582,20 @@ def test_loss_log_with_resumed_sections_gives_one_curve_over_fractional_epochs(t
     assert curves.resumes == [1.5, 2.5]
 
 
-def test_plot_losses_script_draws_a_png_from_a_run_folder_or_a_log(tmp_path):
+def test_plot_losses_script_draws_a_png_from_a_run_folder_or_a_log(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "loss_log.txt").write_text(MULTI_SECTION_LOG)
-    result = ok(run_script("scripts/plot_losses.py", str(tmp_path / "run")))
+    result = ok(run_script("scripts/plot_losses.py", str(tmp_path / "run")))  # as a user types it; then in process
     assert "3 losses (G_GAN, D_real, G_extra), 5 points, 3 section(s), 2 resume(s)" in result.stdout
     with Image.open(tmp_path / "run" / "loss_plot.png") as img:
         assert img.format == "PNG" and img.width > 300
-    ok(run_script("scripts/plot_losses.py", str(tmp_path / "run" / "loss_log.txt"), "-o", str(tmp_path / "x.png")))
+    ok(run_in_process("scripts/plot_losses.py", str(tmp_path / "run" / "loss_log.txt"), "-o", str(tmp_path / "x.png"),
+                      capsys=capsys))
     assert (tmp_path / "x.png").stat().st_size > 1000
-    missing = run_script("scripts/plot_losses.py", str(tmp_path / "nowhere"))
+    missing = run_in_process("scripts/plot_losses.py", str(tmp_path / "nowhere"), capsys=capsys)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     (tmp_path / "empty.txt").write_text("================ Training Loss (x) ================\n")
-    empty = run_script("scripts/plot_losses.py", str(tmp_path / "empty.txt"))
+    empty = run_in_process("scripts/plot_losses.py", str(tmp_path / "empty.txt"), capsys=capsys)
     assert empty.returncode == 2 and "no loss lines" in empty.stderr
 
 
