@@ -1,6 +1,8 @@
 """DistributedDataParallel, for real: torchrun with 2 processes and the gloo backend on the CPU.
 
-The central promise: N processes x batch b train the same model as 1 process x batch N*b.
+The central promise: N processes x batch b train the same model as 1 process x batch N*b. The
+one-process references are trained in this process through train.main (a process of their own
+would prove nothing), on one thread as every torchrun worker; one run serves every check it can.
 """
 from __future__ import annotations
 
@@ -10,16 +12,34 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT, free_port, torchrun
+from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, torchrun
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_one_thread():
+    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
+    per test, and starts after module fixtures): the in-process references then do the arithmetic of
+    the torchrun workers (OMP_NUM_THREADS=1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def train() -> ModuleType:
+    return load_script("train.py")
+
+
 def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python script args` in a process of its own (tests/test_gpu.py's one-process runs on a GPU)."""
     return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -69,10 +89,10 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> li
 
 
 @pytest.fixture(scope="module")
-def one_process_cycle_gan(unpaired_root, tmp_path_factory) -> Path:
+def one_process_cycle_gan(train, unpaired_root, tmp_path_factory) -> Path:
     """The one-process CycleGAN run (batch 2) that the two-process runs below must equal."""
     ckpt = tmp_path_factory.mktemp("one_process")
-    ok(single("train.py", *cycle_gan_args(unpaired_root, ckpt, "one", 2)))
+    assert train.main(cycle_gan_args(unpaired_root, ckpt, "one", 2)) == 0
     return ckpt / "one"
 
 
@@ -105,26 +125,32 @@ RANDOM_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", RANDOM_VARIANTS, ids=list(RANDOM_VARIANTS))
-def test_two_processes_equal_one_with_double_batch_whatever_is_drawn_at_random(variant, unpaired_root, tmp_path):
+def test_two_processes_equal_one_with_double_batch_whatever_is_drawn_at_random(variant, train, unpaired_root,
+                                                                              tmp_path):
     flags, batch, atol = RANDOM_VARIANTS[variant]
-    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2 * batch, *flags)))
+    assert train.main(cycle_gan_args(unpaired_root, tmp_path, "one", 2 * batch, *flags)) == 0
     ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", batch, *flags)))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"), atol=atol)
 
 
-def test_synchronised_batch_norm_on_cpu_matches_batch_norm_of_the_whole_batch(paired_root, tmp_path):
-    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch")))
-    ok(torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "two", 1, "syncbatch")))
+@pytest.fixture(scope="module")
+def pix2pix_runs(train, paired_root, tmp_path_factory) -> Path:
+    """pix2pix with batch norm in one process with batch 2 (<folder>/one) and with synchronised
+    batch norm in two processes with batch 1 each (<folder>/two)."""
+    ckpt = tmp_path_factory.mktemp("pix2pix")
+    assert train.main(pix2pix_args(paired_root, ckpt, "one", 2, "batch")) == 0
+    ok(torchrun("train.py", *pix2pix_args(paired_root, ckpt, "two", 1, "syncbatch")))
+    return ckpt
+
+
+def test_synchronised_batch_norm_on_cpu_matches_batch_norm_of_the_whole_batch(pix2pix_runs):
     # running statistics included: every rank saw the statistics of the whole global batch
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    assert_same_weights(weights(pix2pix_runs / "one"), weights(pix2pix_runs / "two"))
 
 
-def test_logged_losses_are_averaged_over_all_ranks(paired_root, tmp_path):
-    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch")))
-    ok(torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "two", 1, "syncbatch")))
-
+def test_logged_losses_are_averaged_over_all_ranks(pix2pix_runs):
     def loss_lines(name: str) -> list[str]:
-        lines = (tmp_path / name / "loss_log.txt").read_text().splitlines()
+        lines = (pix2pix_runs / name / "loss_log.txt").read_text().splitlines()
         return [line.split(")", 1)[1] for line in lines if line.startswith("(epoch")]
 
     assert loss_lines("one") == loss_lines("two")
@@ -181,15 +207,15 @@ def assert_a_failing_rank_ends_every_rank_quickly(unpaired_root: Path, tmp_path:
     assert result.stderr.count(f"cannot read image {victims[3]}") == 1
 
 
-def test_distributed_test_output_equals_single_process_output(paired_root, tmp_path):
-    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "model", 2, "batch")))
-    common = ["--dataroot", str(paired_root), "--name", "model", "--checkpoints_dir", str(tmp_path),
+def test_distributed_test_output_equals_single_process_output(pix2pix_runs, paired_root, tmp_path, capsys):
+    # the model: the one-process pix2pix run with batch norm
+    common = ["--dataroot", str(paired_root), "--name", "one", "--checkpoints_dir", str(pix2pix_runs),
               "--model", "pix2pix", "--netG", "resnet_6blocks", "--no_dropout", "--norm", "batch",
               "--load_size", "32", "--crop_size", "32", "--ngf", "8", "--ndf", "8"]
-    ok(single("test.py", *common, "--results_dir", str(tmp_path / "one")))
+    ok(run_in_process("test.py", *common, "--results_dir", str(tmp_path / "one"), capsys=capsys))
     ok(torchrun("test.py", *common, "--results_dir", str(tmp_path / "two")))
-    one = tmp_path / "one" / "model" / "test_latest"
-    two = tmp_path / "two" / "model" / "test_latest"
+    one = tmp_path / "one" / "one" / "test_latest"
+    two = tmp_path / "two" / "one" / "test_latest"
     names = sorted(p.name for p in (one / "images").iterdir())
     assert names == sorted(p.name for p in (two / "images").iterdir()) and len(names) == 4 * 3
     for name in names:

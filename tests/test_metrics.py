@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_script
+from conftest import load_script, torchrun
 from util.evaluation import inception
 from util.errors import UserError
 from util.evaluation.fid_kid import SplitInvariantKID
@@ -220,20 +220,37 @@ def test_validation_runs_real_images_through_inception_once_and_scores_as_withou
             for batch, real in enumerate(reals):
                 metrics.update({"fake_B": smooth_images(20 + 2 * validation + batch, count=len(real), size=(32, 32)),
                                 "real_B": real})
-        assert cached.compute() == plain.compute()  # bit for bit
+        # the features FID and KID hold, bit for bit: all that their (deterministic) compute() reads
+        assert_same_distribution_states(cached, plain)
+    # and the scores themselves, once (each FID costs a 2048x2048 eigenvalue problem: seconds)
+    assert cached.compute() == plain.compute()  # bit for bit
     assert seen == [2, 2, 1, 1, 2, 1]  # per batch the outputs, then the real images, known the second time
     assert len(cache) == 3
 
 
+def assert_same_distribution_states(a: TranslationMetrics, b: TranslationMetrics) -> None:
+    """Every FID/KID metric of `a` holds the same states as `b`'s, bit for bit (tensors, or lists of them)."""
+    assert a.distribution.keys() == b.distribution.keys() and a.distribution
+    for name, kinds in a.distribution.items():
+        for kind, metric in kinds.items():
+            other = b.distribution[name][kind].metric_state
+            assert metric.metric_state.keys() == other.keys()
+            for key, value in metric.metric_state.items():
+                ours, theirs = (v if isinstance(v, list) else [v] for v in (value, other[key]))
+                assert len(ours) == len(theirs), (name, kind, key)
+                assert all(torch.equal(x, y) for x, y in zip(ours, theirs)), (name, kind, key)
+
+
 # ---------------------------------------------------------------------------- several processes
 @pytest.mark.slow
-def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inception_torch_home, tmp_path):
-    from conftest import torchrun
+def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inception_torch_home, tmp_path,
+                                                                             monkeypatch, one_thread):
     from test_distributed import ok
 
-    env = {"TORCH_HOME": str(inception_torch_home), inception.OFFLINE_ENV: "1", "OMP_NUM_THREADS": "1"}
-    ok(run_script("tests/metrics_ddp_script.py", str(tmp_path / "one.json"), env=env))
-    ok(torchrun("tests/metrics_ddp_script.py", str(tmp_path / "two.json"), env=env))
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and torchrun's
+    monkeypatch.setenv(inception.OFFLINE_ENV, "1")
+    load_script("tests/metrics_ddp_script.py").main(str(tmp_path / "one.json"))  # one process: this one
+    ok(torchrun("tests/metrics_ddp_script.py", str(tmp_path / "two.json")))
     one, two = (json.loads((tmp_path / name).read_text()) for name in ("one.json", "two.json"))
     assert set(one["metrics"]) == {"L1_B", "PSNR_B", "SSIM_B", "FID_B", "KID_B", "KID_B_std", "L1_A", "PSNR_A", "SSIM_A"}
     assert one["counts"] == two["counts"] == {"B": {"paired": 5, "outputs": 5, "reference": 5}}

@@ -1,17 +1,24 @@
 """Validation during training tells the user which epoch is best: metrics of held-out images per
 epoch, the best checkpoint (raw and moving-average weights) that test.py applies, the same numbers
-under torchrun as in one process, and all of it surviving a crash and --continue_train."""
+under torchrun as in one process, and all of it surviving a crash and --continue_train.
+
+train.py and test.py run in this process (run_in_process, on one thread); processes of their own
+only where the process is the point: torchrun's workers, and a run killed by SIGKILL."""
 from __future__ import annotations
 
 import json
 import math
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, demo_data, run_script, torchrun
+from conftest import FAST_FLAGS, demo_data, run_in_process, torchrun
+
+# one thread, as the killed run's process (OMP_NUM_THREADS=1): its weights are compared bit for bit
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "--no_html", "--no_progress"]
 
@@ -32,11 +39,13 @@ def metrics_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def train(data: Path, ckpt: Path, name: str, *extra: str, nproc: int = 0, env: dict | None = None):
-    args = ["--dataroot", str(data), "--checkpoints_dir", str(ckpt), "--name", name, *FAST_FLAGS, *TINY, *extra]
-    if nproc:
-        return torchrun("train.py", *args, nproc=nproc, env=env, timeout=300)
-    return run_script("train.py", *args, env=env)
+def train_args(data: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
+    return ["--dataroot", str(data), "--checkpoints_dir", str(ckpt), "--name", name, *FAST_FLAGS, *TINY, *extra]
+
+
+def train(capsys: pytest.CaptureFixture, data: Path, ckpt: Path, name: str, *extra: str) -> subprocess.CompletedProcess:
+    """`python train.py` with the tiny settings, in this process."""
+    return run_in_process("train.py", *train_args(data, ckpt, name, *extra), capsys=capsys)
 
 
 def ok(result) -> None:
@@ -44,9 +53,10 @@ def ok(result) -> None:
 
 
 @pytest.mark.slow
-def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_reproduces_it(paired_data, tmp_path):
-    result = train(paired_data, tmp_path, "p", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay", "2",
-                   "--val_freq", "1", "--save_best", "L1", "--ema_decay", "0.9")
+def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_reproduces_it(paired_data, tmp_path,
+                                                                                             capsys):
+    result = train(capsys, paired_data, tmp_path, "p", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay",
+                   "2", "--val_freq", "1", "--save_best", "L1", "--ema_decay", "0.9")
     ok(result)
     run_dir = tmp_path / "p"
     rows = metrics_rows(run_dir)
@@ -63,10 +73,10 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_
     assert (run_dir / "metrics_plot.png").stat().st_size > 0
 
     for epoch, key, entry in (("best", "L1", best["best"]), ("best_ema", "ema_L1", best["best_ema"])):
-        tested = run_script("test.py", "--dataroot", str(paired_data), "--checkpoints_dir", str(tmp_path),
-                            "--name", "p", "--model", "pix2pix", "--ngf", "8", "--netG", "resnet_6blocks",
-                            "--load_size", "32", "--crop_size", "32", "--phase", "val", "--epoch", epoch, "--eval",
-                            "--results_dir", str(tmp_path / "results"))
+        tested = run_in_process("test.py", "--dataroot", str(paired_data), "--checkpoints_dir", str(tmp_path),
+                                "--name", "p", "--model", "pix2pix", "--ngf", "8", "--netG", "resnet_6blocks",
+                                "--load_size", "32", "--crop_size", "32", "--phase", "val", "--epoch", epoch, "--eval",
+                                "--results_dir", str(tmp_path / "results"), capsys=capsys)
         ok(tested)
         scores = json.loads((tmp_path / "results" / "p" / f"val_{epoch}" / "metrics.json").read_text())
         assert scores["output_L1"] == pytest.approx(entry["metrics"][key], abs=1e-6)
@@ -75,14 +85,16 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["pix2pix", "cycle_gan"])
 def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model, paired_data, unpaired_data,
-                                                                          inception_torch_home, tmp_path):
+                                                                          inception_torch_home, tmp_path, capsys,
+                                                                          monkeypatch):
     # A learning rate too small to move any weight: both runs validate the same (initial) weights,
     # so any difference is validation's own.
     data, norm = (paired_data, ["--norm", "instance"]) if model == "pix2pix" else (unpaired_data, [])
     flags = ["--model", model, *norm, "--lr", "1e-20", "--n_epochs", "1", "--n_epochs_decay", "0", "--val_freq", "1"]
-    env = {"TORCH_HOME": str(inception_torch_home), "IMG2IMG_OFFLINE": "1"}
-    ok(train(data, tmp_path, "one", *flags, env=env))
-    ok(train(data, tmp_path, "two", *flags, nproc=2, env=env))
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and torchrun's
+    monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
+    ok(train(capsys, data, tmp_path, "one", *flags))
+    ok(torchrun("train.py", *train_args(data, tmp_path, "two", *flags), timeout=300))
     one, two = metrics_rows(tmp_path / "one")[0], metrics_rows(tmp_path / "two")[0]
     expected = ["L1", "PSNR", "SSIM"] if model == "pix2pix" else ["FID_B", "KID_B", "FID_A", "KID_A"]
     assert set(expected) <= set(one["metrics"])
@@ -92,18 +104,18 @@ def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model
 
 
 @pytest.mark.slow
-def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paired_data, tmp_path):
+def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paired_data, tmp_path, capsys):
     from test_resume import interrupt_when_logged, train_command
 
     flags = ["--model", "pix2pix", "--n_epochs", "2", "--n_epochs_decay", "2", "--val_freq", "1", "--save_best",
              "PSNR", "--ema_decay", "0.8", "--print_freq", "1", "--save_latest_freq", "4"]
     common = ["--dataroot", str(paired_data), "--checkpoints_dir", str(tmp_path), *FAST_FLAGS, *TINY, *flags]
-    ok(run_script("train.py", *common, "--name", "whole"))
+    ok(run_in_process("train.py", *common, "--name", "whole", capsys=capsys))
     # Killed in the third epoch, after two validations and a mid-epoch save; continued.
     killed = interrupt_when_logged(train_command([*common, "--name", "cut"]), tmp_path / "cut" / "loss_log.txt",
                                    "(epoch: 3, iters: 5,", sig=signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
-    ok(run_script("train.py", *common, "--name", "cut", "--continue_train"))
+    ok(run_in_process("train.py", *common, "--name", "cut", "--continue_train", capsys=capsys))
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     files = sorted(p.name for p in whole.glob("*.pth") if p.name.startswith(("latest_", "best_")) or "_ema_" in p.name)
     assert {"best_net_G.pth", "best_ema_net_G.pth", "latest_ema_net_G.pth", "latest_train_state.pth"} <= set(files)
@@ -133,11 +145,13 @@ def assert_same(a, b, where: str) -> None:
 
 
 @pytest.mark.slow
-def test_without_inception_weights_cyclegan_validation_warns_once_and_training_goes_on(unpaired_data, tmp_path):
-    env = {"TORCH_HOME": str(tmp_path / "empty_torch_home"), "IMG2IMG_OFFLINE": "1",
-           "IMG2IMG_INCEPTION_WEIGHTS": ""}
+def test_without_inception_weights_cyclegan_validation_warns_once_and_training_goes_on(unpaired_data, tmp_path,
+                                                                                      capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty_torch_home"))
+    monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
+    monkeypatch.setenv("IMG2IMG_INCEPTION_WEIGHTS", "")
     flags = ["--model", "cycle_gan", "--n_epochs", "2", "--n_epochs_decay", "0", "--val_freq", "1"]
-    result = train(unpaired_data, tmp_path, "offline", *flags, env=env)
+    result = train(capsys, unpaired_data, tmp_path, "offline", *flags)
     ok(result)
     assert (tmp_path / "offline" / "latest_net_G_A.pth").exists()
     warnings = [line for line in result.stderr.splitlines() if "weights-inception" in line]
@@ -145,32 +159,32 @@ def test_without_inception_weights_cyclegan_validation_warns_once_and_training_g
     assert "hub" in warnings[0] and "checkpoints" in warnings[0]
     assert [row["metrics"] for row in metrics_rows(tmp_path / "offline")] == [{}, {}]
 
-    refused = train(unpaired_data, tmp_path, "refused", *flags, "--save_best", "FID_B", env=env)
+    refused = train(capsys, unpaired_data, tmp_path, "refused", *flags, "--save_best", "FID_B")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--save_best FID_B" in refused.stderr and "weights-inception" in refused.stderr
     assert not (tmp_path / "refused" / "train_opt.txt").exists()  # refused before writing anything
 
 
-def test_save_best_needs_a_metric_this_models_validation_reports(paired_data, tmp_path):
-    result = train(paired_data, tmp_path, "wrong", "--model", "pix2pix", "--val_freq", "1", "--save_best", "FID_B",
-                   "--n_epochs", "1", "--n_epochs_decay", "0")
+def test_save_best_needs_a_metric_this_models_validation_reports(paired_data, tmp_path, capsys):
+    result = train(capsys, paired_data, tmp_path, "wrong", "--model", "pix2pix", "--val_freq", "1", "--save_best",
+                   "FID_B", "--n_epochs", "1", "--n_epochs_decay", "0")
     assert result.returncode == 2 and "--save_best FID_B" in result.stderr and "L1" in result.stderr
 
 
-def test_validation_without_a_held_out_split_names_the_folders_and_the_flag(tmp_path):
+def test_validation_without_a_held_out_split_names_the_folders_and_the_flag(tmp_path, capsys):
     data = demo_data.make_pix2pix_demo(tmp_path / "data", 32, 0, 4, 0, 0)
-    result = train(data, tmp_path, "nosplit", "--model", "pix2pix", "--val_freq", "1", "--n_epochs", "1",
+    result = train(capsys, data, tmp_path, "nosplit", "--model", "pix2pix", "--val_freq", "1", "--n_epochs", "1",
                    "--n_epochs_decay", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--val_freq 1" in result.stderr and str(data / "val") in result.stderr and "--val_phase" in result.stderr
 
 
 @pytest.mark.slow
-def test_plateau_policy_watches_the_validation_metric_on_the_epochs_that_validate(paired_data, tmp_path):
+def test_plateau_policy_watches_the_validation_metric_on_the_epochs_that_validate(paired_data, tmp_path, capsys):
     # --save_best PSNR: the schedule must see -PSNR (higher is better), and only at the two
     # validations (epoch 2 by --val_freq, epoch 3 as the last one), not the epoch's generator loss.
-    ok(train(paired_data, tmp_path, "plateau", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay", "0",
-             "--val_freq", "2", "--save_best", "PSNR", "--lr_policy", "plateau"))
+    ok(train(capsys, paired_data, tmp_path, "plateau", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay",
+             "0", "--val_freq", "2", "--save_best", "PSNR", "--lr_policy", "plateau"))
     psnr = [row["metrics"]["PSNR"] for row in metrics_rows(tmp_path / "plateau")]
     assert [row["epoch"] for row in metrics_rows(tmp_path / "plateau")] == [2, 3]
     state = torch.load(tmp_path / "plateau" / "latest_train_state.pth", weights_only=False)
