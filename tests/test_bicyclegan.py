@@ -17,11 +17,24 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, run_script, torchrun
+from conftest import load_script, run_in_process, run_script, torchrun
 from test_distributed import assert_same_weights, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_one_thread():
+    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
+    per test, and starts after module fixtures): the in-process runs do the arithmetic of the
+    subprocesses they are compared with bit for bit (OMP_NUM_THREADS=1), and tiny networks, FID's
+    eigenvalues and LPIPS gain nothing from a second thread on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 TINY = ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD", "basic_128_multi",
         "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--ndf", "4", "--nz", "3",
@@ -98,13 +111,15 @@ def test_accumulated_micro_batches_train_what_one_batch_of_their_halves_does(pai
     assert_same_weights(accumulated, one_batch)
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path, capsys):
+    """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
+    run here, on one thread as the killed process, so the arithmetic is the same."""
     flags = ["--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4", "--print_freq", "2",
              "--save_latest_freq", "2"]
-    run(train_command(args(paired_root, tmp_path, "whole", *flags)))
-    killed = train_command(args(paired_root, tmp_path, "killed", *flags))
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,")
-    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert load_script("train.py").main(args(paired_root, tmp_path, "whole", *flags)) == 0
+    killed = args(paired_root, tmp_path, "killed", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,")
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
 
 
@@ -136,10 +151,16 @@ def test_test_py_writes_the_encoded_output_and_five_distinct_samples_reproducibl
             assert not np.array_equal(sample, read(other / name))
 
 
-def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, paired_root):
+@pytest.fixture(scope="module")
+def synced_pages(trained, paired_root) -> Path:
+    """test.py --eval with the codes of seed 3 for every input (--sync), 3 samples each: its images
+    (the encoded output, from the mean of E's code, and the samples) are what the Translator gives."""
+    return run_test_py(trained, paired_root, trained.parent / "results_sync", "--seed", "3", "--sync",
+                       "--n_samples", "3", "--eval")
+
+
+def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, synced_pages, paired_root):
     from models.translator import Translator
-    pages = run_test_py(trained, paired_root, trained.parent / "results_sync", "--seed", "3", "--sync",
-                        "--n_samples", "3", "--eval")
     translator = Translator.load(trained, device="cpu")
     assert translator.latent_size == 3
     source = sorted((paired_root / "test").glob("*.png"))[0]
@@ -147,7 +168,7 @@ def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, paired
     image = np.asarray(pair.crop((0, 0, pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC))  # as test.py
     outputs = translator.translate(image, n_samples=3, seed=3)  # --sync: the codes of seed 3
     for k, output in enumerate(outputs):
-        written = read(pages / f"{source.stem}_fake_B_random{k}.png")
+        written = read(synced_pages / f"{source.stem}_fake_B_random{k}.png")
         assert np.abs(output.astype(int) - written).max() <= 1
 
 
@@ -197,17 +218,17 @@ def test_lpips_without_its_weights_is_left_out_saying_where_to_put_them(trained,
     assert str(tmp_path / "empty" / "hub" / "checkpoints") in metrics["diversity_LPIPS_skipped"]
 
 
-def test_a_reference_image_gives_test_pys_encoded_output_in_the_translator_and_translate_py(trained, paired_root,
-                                                                                             tmp_path):
+def test_a_reference_image_gives_test_pys_encoded_output_in_the_translator_and_translate_py(trained, synced_pages,
+                                                                                             paired_root, tmp_path):
     from models.translator import Translator
-    pages = run_test_py(trained, paired_root, tmp_path / "results", "--eval")
     source = sorted((paired_root / "test").glob("*.png"))[0]
     pair = Image.open(source).convert("RGB")
     halves = [pair.crop((x, 0, x + pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC)
               for x in (0, pair.width // 2)]  # as test.py resizes A and B
     translator = Translator.load(trained, device="cpu")
     encoded = translator.translate(np.asarray(halves[0]), reference=np.asarray(halves[1]))
-    assert np.abs(encoded.astype(int) - read(pages / f"{source.stem}_fake_B.png")).max() <= 1
+    # the encoded output: from the mean of E's code, whatever codes the samples took
+    assert np.abs(encoded.astype(int) - read(synced_pages / f"{source.stem}_fake_B.png")).max() <= 1
     # scripts/translate.py: the same with --reference, N files with --n_samples
     halves[0].save(tmp_path / "a.png")
     halves[1].save(tmp_path / "look.png")

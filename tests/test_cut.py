@@ -15,11 +15,24 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, torchrun
+from conftest import load_script, run_in_process, torchrun
 from test_distributed import assert_same_weights, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_one_thread():
+    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
+    per test, and starts after module fixtures): the in-process runs do the arithmetic of the
+    subprocesses they are compared with bit for bit (OMP_NUM_THREADS=1), and tiny networks gain
+    nothing from a second thread on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 TINY = ["--model", "cut", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
         "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress"]
@@ -178,13 +191,15 @@ def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(t
     assert_identical(final_weights(tmp_path / "two"), final_weights(tmp_path / "killed"))
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_root, tmp_path):
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, unpaired_root, tmp_path, capsys):
+    """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
+    run here, on one thread as the killed process, so the arithmetic is the same."""
     flags = [*TWO_EPOCHS, "--max_dataset_size", "2", "--print_freq", "1", "--save_latest_freq", "2",
              "--CUT_mode", "FastCUT", "--nce_idt"]
-    run(train_command(args(unpaired_root, tmp_path, "whole", *flags)))
-    killed = train_command(args(unpaired_root, tmp_path, "killed", *flags))
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
-    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert train.main(args(unpaired_root, tmp_path, "whole", *flags)) == 0
+    killed = args(unpaired_root, tmp_path, "killed", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
 
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, load_script, run_script, torchrun
+from conftest import ROOT, load_script, run_in_process, run_script, torchrun
 from test_distributed import assert_same_weights, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_its_first_batch_hook_built_netF_from_the_data_before_ddp(trained):
     assert not any(key.startswith("module.") for key in state)  # written from the unwrapped module
 
 
-def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path):
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path, one_thread):
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--serial_batches",
                    "--no_flip", "--no_dropout", "--max_dataset_size", "4"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
@@ -72,13 +72,16 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path, one_thread,
+                                                                          capsys):
+    """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
+    run here, on one thread as the killed process (OMP_NUM_THREADS=1), so the arithmetic is the same."""
     flags = ["--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4", "--print_freq", "1",
              "--save_latest_freq", "2"]
-    run(train_command(args(paired_root, tmp_path, "whole", *flags)), env=ENV)
-    killed = train_command(args(paired_root, tmp_path, "killed", *flags))
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,", env=ENV)
-    assert "resuming from" in run(killed + ["--continue_train"], env=ENV).stdout
+    assert train.main(args(paired_root, tmp_path, "whole", *flags)) == 0
+    killed = args(paired_root, tmp_path, "killed", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,", env=ENV)
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
 
 

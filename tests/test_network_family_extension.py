@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, load_script, run_script, torchrun
+from conftest import ROOT, load_script, run_in_process, run_script, torchrun
 from test_distributed import assert_same_weights, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -32,9 +32,13 @@ def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trained(paired_root, tmp_path_factory) -> Path:
+def train():
+    return load_script("train.py")
+
+
+@pytest.fixture(scope="module")
+def trained(train, paired_root, tmp_path_factory) -> Path:
     ckpt = tmp_path_factory.mktemp("family")
-    train = load_script("train.py")
     assert train.main(args(paired_root, ckpt, "one", "--n_epochs", "1", "--n_epochs_decay", "1",
                            "--max_dataset_size", "4", "--checkpoint_activations")) == 0
     return ckpt / "one"
@@ -67,21 +71,24 @@ def test_its_blocks_recompute_their_activations_when_asked(trained):
     assert all(type(block) is CheckpointedDilatedBlock for block in net.blocks)
 
 
-def test_two_processes_train_the_same_weights_as_one_with_double_batch(paired_root, tmp_path):
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path, one_thread):
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
                    "--no_flip", "--max_dataset_size", "4", "--norm", "instance"]
-    run(train_command(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)), env=ENV)
+    assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
     ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path):
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path, one_thread,
+                                                                          capsys):
+    """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
+    run here, on one thread as the killed process (OMP_NUM_THREADS=1), so the arithmetic is the same."""
     flags = ["--n_epochs", "1", "--n_epochs_decay", "1", "--max_dataset_size", "4", "--print_freq", "1",
              "--save_latest_freq", "2"]
-    run(train_command(args(paired_root, tmp_path, "whole", *flags)), env=ENV)
-    killed = train_command(args(paired_root, tmp_path, "killed", *flags))
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,", env=ENV)
-    assert "resuming from" in run(killed + ["--continue_train"], env=ENV).stdout
+    assert train.main(args(paired_root, tmp_path, "whole", *flags)) == 0
+    killed = args(paired_root, tmp_path, "killed", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,", env=ENV)
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
 
 

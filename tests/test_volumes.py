@@ -14,12 +14,25 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, torchrun
+from conftest import load_script, run_in_process, torchrun
 from models import networks
 from test_distributed import assert_same_weights, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 nib = pytest.importorskip("nibabel")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_one_thread():
+    """One compute thread for the whole module (conftest's `one_thread` is per test, and starts after
+    module fixtures): the in-process runs do the arithmetic of the subprocesses they are compared with
+    bit for bit (OMP_NUM_THREADS=1), and tiny 3-D networks gain nothing from a second thread on a
+    shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 REAL_SCAN = Path(os.path.dirname(nib.__file__)) / "tests" / "data" / "anatomical.nii"
 GENERATOR = ["--netG", "resnet_6blocks_3d", "--ngf", "4", "--input_nc", "1", "--output_nc", "1", "--num_threads", "0",
@@ -132,13 +145,14 @@ def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_ba
     assert_same_weights(one, two)
 
 
-def test_a_killed_3d_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_volumes, tmp_path):
+def test_a_killed_3d_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_volumes, tmp_path, capsys):
+    """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
+    run here, on one thread as the killed process, so the arithmetic is the same."""
     flags = ["--batch_size", "1", "--foreground_fraction", "0.5", "--intensity_jitter", "0.1"]
-    whole = train_command(unpaired_args(unpaired_volumes, tmp_path, "whole", "cycle_gan", *flags))
-    run(whole)
-    killed = train_command(unpaired_args(unpaired_volumes, tmp_path, "killed", "cycle_gan", *flags))
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
-    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    assert load_script("train.py").main(unpaired_args(unpaired_volumes, tmp_path, "whole", "cycle_gan", *flags)) == 0
+    killed = unpaired_args(unpaired_volumes, tmp_path, "killed", "cycle_gan", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
 
 
