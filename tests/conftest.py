@@ -30,6 +30,11 @@ _spec.loader.exec_module(demo_data)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # One compute thread in every test process (each xdist worker), as OMP_NUM_THREADS=1 gives the
+    # scripts' subprocesses and torchrun's workers: in-process runs do the arithmetic of the process
+    # runs they are compared with bit for bit, and on a 2-core machine running two workers a second
+    # thread per worker only spins (2-5x the CPU time for the small networks of the tests).
+    torch.set_num_threads(1)
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
     config.addinivalue_line("markers", "benchmark: timing run of minutes, deselected unless asked for "
                                        "(pytest -m benchmark)")
@@ -61,18 +66,6 @@ def load_script(relative_path: str) -> ModuleType:
     return module
 
 
-@pytest.fixture
-def one_thread():
-    """Run the test's in-process torch code on one thread, restoring the count after: small
-    networks gain nothing from a second thread on a shared 2-core machine (steadier, often faster),
-    and FID's 2048x2048 eigenvalue step is several times slower with two. Modules whose every test
-    wants it say `pytestmark = pytest.mark.usefixtures("one_thread")`."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def paired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Aligned A|B images, 32x32 per side: <root>/{train,val,test}/*.png (the reference's facades layout)."""
@@ -99,7 +92,7 @@ _script_modules: dict[str, ModuleType] = {}
 def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None = None
                    ) -> subprocess.CompletedProcess:
     """What `python <script> args...` does, run by calling the script's `main(argv)` in the test
-    process on one thread (as run_script's OMP_NUM_THREADS=1), as a finished process: exit status,
+    process, as a finished process: exit status,
     stdout, stderr (read through `capsys`, or, for module-scoped fixtures, which cannot take it, caught
     in strings: not terminals, as a piped subprocess's). For runs whose point is what the script does
     with its input (its files, messages, exit status): ~2 s of interpreter start-up less each. Runs
@@ -108,20 +101,15 @@ def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None
     folder) use `run_script`."""
     if script not in _script_modules:
         _script_modules[script] = load_script(script)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     out, err = io.StringIO(), io.StringIO()
-    try:
-        if capsys is not None:
-            capsys.readouterr()
-        with contextlib.redirect_stdout(out) if capsys is None else contextlib.nullcontext(), \
-                contextlib.redirect_stderr(err) if capsys is None else contextlib.nullcontext():
-            try:
-                code = _script_modules[script].main(list(args))
-            except SystemExit as stop:  # argparse's refusals and --help
-                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        torch.set_num_threads(threads)
+    if capsys is not None:
+        capsys.readouterr()
+    with contextlib.redirect_stdout(out) if capsys is None else contextlib.nullcontext(), \
+            contextlib.redirect_stderr(err) if capsys is None else contextlib.nullcontext():
+        try:
+            code = _script_modules[script].main(list(args))
+        except SystemExit as stop:  # argparse's refusals and --help
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     if capsys is not None:
         captured = capsys.readouterr()
         return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)

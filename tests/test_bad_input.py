@@ -45,8 +45,6 @@ from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, 
                            run_args, train_in_process)
 from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process runs, as OMP_NUM_THREADS=1 does for processes
-
 
 def assert_user_error(result, *must_name: str) -> str:
     """Exit 2, no traceback, a single paragraph on stderr naming everything in `must_name`."""

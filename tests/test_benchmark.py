@@ -148,7 +148,7 @@ def test_harness_writes_the_documented_tables_and_json(small_run):
 
 
 @pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
-def test_step_flops_per_network_match_the_analytic_count(one_thread, tmp_path, model):
+def test_step_flops_per_network_match_the_analytic_count(tmp_path, model):
     """What a step job reports with count_flops (forward and backward of each network), on small
     networks, against the analytic count: a step missing one pass of any network fails."""
     spec = {"kind": "step", "model": model, "size": SMALL[model], "batch": 1, "device": "cpu",
@@ -159,7 +159,7 @@ def test_step_flops_per_network_match_the_analytic_count(one_thread, tmp_path, m
     assert_flops_match(row, expected_flops_by_network(model, SMALL[model], ngf=8, ndf=8))
 
 
-def test_volume_step_flops_per_network_match_the_analytic_count_and_the_report_shows_them(one_thread, tmp_path):
+def test_volume_step_flops_per_network_match_the_analytic_count_and_the_report_shows_them(tmp_path):
     """CycleGAN on a 3-D patch (--models cycle_gan_3d): its step job counts the 3-D networks' FLOPs
     as the same algorithm on volumes predicts, and the volumes section reports them with the peak memory."""
     small = ["--netG", "resnet_6blocks_3d", "--netD", "n_layers_3d", "--n_layers_D", "1", "--ngf", "2", "--ndf", "2"]
@@ -175,8 +175,7 @@ def test_volume_step_flops_per_network_match_the_analytic_count_and_the_report_s
     assert f"| {result['peak_mem_mb']:.0f} |" in table
 
 
-def test_bicyclegan_step_flops_are_per_image_of_its_two_image_batch_and_belong_to_its_four_networks(one_thread,
-                                                                                                       tmp_path):
+def test_bicyclegan_step_flops_are_per_image_of_its_two_image_batch_and_belong_to_its_four_networks(tmp_path):
     """BicycleGAN trains on pairs of images (the encoded and the random half): its step is counted on
     its batch of 2 and reported per image; G runs once per image (on the encoded half's A with two
     codes), so G's forward FLOPs per image are one G(A, z)."""

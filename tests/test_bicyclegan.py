@@ -24,18 +24,6 @@ from test_resume import assert_identical, final_weights, interrupt_when_logged, 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", autouse=True)
-def module_one_thread():
-    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
-    per test, and starts after module fixtures): the in-process runs do the arithmetic of the
-    subprocesses they are compared with bit for bit (OMP_NUM_THREADS=1), and tiny networks, FID's
-    eigenvalues and LPIPS gain nothing from a second thread on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 TINY = ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD", "basic_128_multi",
         "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--ndf", "4", "--nz", "3",
         "--load_size", "128", "--crop_size", "128", "--num_threads", "0"]

@@ -20,8 +20,6 @@ from PIL import Image
 
 from conftest import FAST_FLAGS, run_in_process, run_script
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process runs
-
 # Training for a handful of iterations at 32x32 pixels.
 SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0",
          "--max_dataset_size", "4"]

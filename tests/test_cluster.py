@@ -251,8 +251,7 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
     assert_identical(final_weights(tmp_path / "job"), torchrun_weights)
 
 
-def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path, monkeypatch, capsys,
-                                                                    one_thread):
+def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path, monkeypatch, capsys):
     args = cycle_gan(unpaired_root, tmp_path, "early")
     args[args.index("--n_epochs_decay") + 1] = "0"
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")

@@ -22,18 +22,6 @@ from test_resume import assert_identical, final_weights, interrupt_when_logged, 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", autouse=True)
-def module_one_thread():
-    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
-    per test, and starts after module fixtures): the in-process runs do the arithmetic of the
-    subprocesses they are compared with bit for bit (OMP_NUM_THREADS=1), and tiny networks gain
-    nothing from a second thread on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 TINY = ["--model", "cut", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
         "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress"]
 TWO_EPOCHS = ["--n_epochs", "1", "--n_epochs_decay", "1"]

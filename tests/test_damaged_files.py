@@ -26,8 +26,6 @@ from PIL import Image
 
 from conftest import ROOT, load_script
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 NAME = "run"
 TINY = ["--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4", "--ndf", "4", "--load_size", "32",
         "--crop_size", "32", "--num_threads", "0"]

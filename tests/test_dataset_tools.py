@@ -81,7 +81,7 @@ def train(capsys: pytest.CaptureFixture, root: Path, model: str, ckpt: Path) -> 
 
 # ---------------------------------------------------------------------------- the tools' layouts train
 @pytest.mark.slow
-def test_each_tools_output_trains_for_an_epoch(tmp_path, capsys, one_thread):
+def test_each_tools_output_trains_for_an_epoch(tmp_path, capsys):
     """The tools run as programs, from the reference's paths where it has them (datasets/); train.py
     runs in this process on what they wrote."""
     # combine_A_and_B: A/{train,test} + B/{train,test} -> AB/{train,test} (12 pairs: the process pool)

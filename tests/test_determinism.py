@@ -13,8 +13,6 @@ from models.networks import SlicedReflectionPad2d
 from test_fast_path import batches, first_losses, model
 from util.seeding import enable_determinism
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture
 def determinism():

@@ -17,8 +17,6 @@ from models.diff_augment import ADA_INTERVAL, DiscriminatorAugment, augment_poli
 from test_distributed import assert_same_weights, ok, weights
 from test_resume import assert_identical, final_weights
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 POLICY = "color,translation,cutout"
 # Acceptance check 2's flags. ndf 16 and --lr 0.002 let D grow confident within the run, so that ADA's
 # p rises above 0 (and falls again): the augmentation is applied, not only drawn.
@@ -41,15 +39,9 @@ def train():
 
 @pytest.fixture(scope="module")
 def one_process(train, paired_root, tmp_path_factory) -> Path:
-    """Every option on: one process, batch 2, two epochs of 8 pairs; on one thread, as the tests that
-    compare with it bit for bit (module fixtures are made before the function-scoped `one_thread`)."""
+    """Every option on: one process, batch 2, two epochs of 8 pairs."""
     ckpt = tmp_path_factory.mktemp("every_option")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert train.main(run_args(paired_root, ckpt, "one", 2)) == 0
-    finally:
-        torch.set_num_threads(threads)
+    assert train.main(run_args(paired_root, ckpt, "one", 2)) == 0
     return ckpt / "one"
 
 

@@ -22,17 +22,6 @@ from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, t
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", autouse=True)
-def module_one_thread():
-    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
-    per test, and starts after module fixtures): the in-process references then do the arithmetic of
-    the torchrun workers (OMP_NUM_THREADS=1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def train() -> ModuleType:
     return load_script("train.py")

@@ -103,7 +103,7 @@ def test_exported_files_match_pytorch_at_two_sizes(exports, netG, norm, sizes):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
-def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path, capsys, one_thread):
+def test_export_from_a_cycle_gan_checkpoint_picks_the_named_generator(tmp_path, capsys):
     run_dir = tmp_path / "ckpt" / "c"
     run_dir.mkdir(parents=True)
     torch.manual_seed(0)
@@ -129,7 +129,7 @@ def test_export_with_flags_that_do_not_fit_the_weights_names_file_and_flags(tmp_
     assert str(tmp_path / "g.pth") in result.stderr and "--netG resnet_9blocks" in result.stderr
 
 
-def test_export_refuses_weights_whose_output_float32_cannot_pin_down(tmp_path, capsys, one_thread):
+def test_export_refuses_weights_whose_output_float32_cannot_pin_down(tmp_path, capsys):
     """Deterministic on any CPU: the float32 rounding error before the tanh is ~1e2, 1e6 times the tolerance."""
     torch.save(make_ill_conditioned_unet().state_dict(), tmp_path / "g.pth")
     result = run_in_process("scripts/export.py", "--weights", str(tmp_path / "g.pth"), "--netG", "unet_256",

@@ -21,8 +21,6 @@ from util.seeding import seed_everything
 EVERY_SPEED_FLAG = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def gradients(net: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
     net.zero_grad(set_to_none=True)

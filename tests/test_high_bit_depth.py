@@ -205,7 +205,7 @@ SMALL = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "
 
 
 @pytest.mark.slow
-def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_and_bands(tmp_path, capsys, one_thread):
+def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_and_bands(tmp_path, capsys):
     root = float_bands_root(tmp_path / "data")
     flags = ["--dataroot", str(root), "--name", "bands", "--model", "pix2pix", "--dataset_mode", "aligned",
              "--input_nc", "6", "--output_nc", "2", "--data_range", "-50", "50", "-25", "25", *SMALL,
@@ -222,7 +222,7 @@ def test_float_6band_tiff_to_2band_npy_pix2pix_trains_and_tests_keeping_dtype_an
 
 
 @pytest.mark.slow
-def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path, capsys, one_thread):
+def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for folder in ("trainA", "trainB", "testA", "testB"):
         (tmp_path / "data" / folder).mkdir(parents=True)
@@ -251,7 +251,7 @@ def test_wrong_channel_count_exits_2_naming_the_file_its_count_and_the_flag(tmp_
     refused(result, root / "trainA" / "0000.tif", "6 channels", "--input_nc is 3")
 
 
-def test_unreadable_tiff_exits_2_naming_the_file(tmp_path, capsys, one_thread):
+def test_unreadable_tiff_exits_2_naming_the_file(tmp_path, capsys):
     root = float_bands_root(tmp_path / "data")
     bad = root / "trainA" / "0001.tif"
     bad.write_bytes(bad.read_bytes()[:6] + b"\xff" * 40)  # a TIFF signature, then nonsense
@@ -309,7 +309,7 @@ def ramp_error(tmp_path: Path, capsys: pytest.CaptureFixture, bits: int, epochs:
 
 @pytest.mark.slow
 def test_16bit_task_below_8bit_resolution_is_learned_far_below_one_8bit_step_which_8_bits_cannot_reach(
-        tmp_path, capsys, one_thread):
+        tmp_path, capsys):
     error_16, floor_8 = ramp_error(tmp_path, capsys, 16)
     # Through 8 bits no training can beat the floor (every output is a multiple of one 8-bit step),
     # so the shortest run shows the same: the data lost the signal before training began.

@@ -22,15 +22,6 @@ from test_distributed import assert_same_weights, ok, weights
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", autouse=True)
-def module_one_thread():
-    """One compute thread for the whole module, its shared runs included (conftest's `one_thread` is
-    per test, and starts after module fixtures): runs compared bit for bit use the same arithmetic."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 TINY = ["--ngf", "4", "--ndf", "4", "--display_id", "0", "--num_threads", "0", "--seed", "0", "--no_html",
         "--no_progress", "--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1"]
 # Deterministic order and arithmetic, as the DDP equivalence tests; the pool draws at random (seeded).

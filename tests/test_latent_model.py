@@ -45,7 +45,7 @@ def test_checkpoints_and_moving_averages_cover_the_declared_networks(trained):
     assert {"latest_ema_net_G.pth", "latest_ema_net_E.pth"} <= names and "latest_ema_net_D.pth" not in names
 
 
-def test_two_processes_train_the_same_weights_as_one_with_double_batch(paired_root, tmp_path, one_thread):
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(paired_root, tmp_path):
     """The random codes are drawn per global sample: two processes of one image each draw the codes
     one process with both images draws."""
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",

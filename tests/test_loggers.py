@@ -15,8 +15,6 @@ from PIL import Image
 
 from recording_logger import EVENTS, RecordingLogger
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TINY = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks", "--ngf", "4", "--ndf", "4",
         "--load_size", "32", "--crop_size", "32", "--max_dataset_size", "4", "--n_epochs", "1", "--n_epochs_decay",
         "1", "--num_threads", "0", "--seed", "0", "--display_id", "0"]

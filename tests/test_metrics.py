@@ -181,7 +181,7 @@ def test_an_unreachable_download_gives_up_at_once_and_leaves_no_file(empty_torch
 
 @pytest.mark.slow
 def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_are_tiled(inception_torch_home, monkeypatch,
-                                                                                         tmp_path, one_thread):
+                                                                                         tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     real, fake = smooth_images(5, channels=1, size=(32, 32)), smooth_images(6, channels=1, size=(32, 32))
     metrics = TranslationMetrics({"G": ("fake_G", "real_G"), "M": ("fake_M", "real_M")}, paired=False, distribution=True)
@@ -204,7 +204,7 @@ def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_ar
 
 @pytest.mark.slow
 def test_validation_runs_real_images_through_inception_once_and_scores_as_without_the_cache(inception_torch_home,
-                                                                                          monkeypatch, one_thread):
+                                                                                          monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     reals = [smooth_images(10, count=2, size=(32, 32)), smooth_images(11, count=1, size=(32, 32))]  # two batches
     pairs = {"B": ("fake_B", "real_B")}
@@ -244,7 +244,7 @@ def assert_same_distribution_states(a: TranslationMetrics, b: TranslationMetrics
 # ---------------------------------------------------------------------------- several processes
 @pytest.mark.slow
 def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inception_torch_home, tmp_path,
-                                                                             monkeypatch, one_thread):
+                                                                             monkeypatch):
     from test_distributed import ok
 
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and torchrun's

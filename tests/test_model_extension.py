@@ -64,7 +64,7 @@ def test_its_first_batch_hook_built_netF_from_the_data_before_ddp(trained):
     assert not any(key.startswith("module.") for key in state)  # written from the unwrapped module
 
 
-def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path, one_thread):
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path):
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--serial_batches",
                    "--no_flip", "--no_dropout", "--max_dataset_size", "4"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
@@ -72,7 +72,7 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path, one_thread,
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path,
                                                                           capsys):
     """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
     run here, on one thread as the killed process (OMP_NUM_THREADS=1), so the arithmetic is the same."""

@@ -21,8 +21,6 @@ from util.errors import UserError
 from util.seeding import seed_everything
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # small convolutions: fastest and steadiest on one
-
 
 SMALL = ["--ngf", "8", "--ndf", "8"]
 

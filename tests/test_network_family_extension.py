@@ -71,7 +71,7 @@ def test_its_blocks_recompute_their_activations_when_asked(trained):
     assert all(type(block) is CheckpointedDilatedBlock for block in net.blocks)
 
 
-def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path, one_thread):
+def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path):
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
                    "--no_flip", "--max_dataset_size", "4", "--norm", "instance"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
@@ -79,7 +79,7 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
 
-def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path, one_thread,
+def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path,
                                                                           capsys):
     """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
     run here, on one thread as the killed process (OMP_NUM_THREADS=1), so the arithmetic is the same."""

@@ -16,8 +16,6 @@ from util.distributed import DistContext
 from util.errors import UserError
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # small convolutions: fastest and steadiest on one
-
 
 def n_params(net: nn.Module) -> int:
     return sum(p.numel() for p in net.parameters())

@@ -17,8 +17,6 @@ from models.activation_checkpointing import enable_activation_checkpointing
 from models.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util.errors import UserError
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 GENERATORS_3D = ["resnet_9blocks_3d", "resnet_6blocks_3d", "unet_32_3d", "unet_64_3d", "unet_128_3d"]
 # each 3-D generator's 2-D twin, of the same depth (the same layers, one dimension fewer)
 TWIN_2D = {"resnet_9blocks_3d": "resnet_9blocks", "resnet_6blocks_3d": "resnet_6blocks", "unet_128_3d": "unet_128"}

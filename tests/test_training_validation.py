@@ -18,8 +18,6 @@ import torch
 from conftest import FAST_FLAGS, demo_data, run_in_process, torchrun
 
 # one thread, as the killed run's process (OMP_NUM_THREADS=1): its weights are compared bit for bit
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TINY = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "--no_html", "--no_progress"]
 
 

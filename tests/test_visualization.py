@@ -136,8 +136,7 @@ def find_tile(grid: np.ndarray, tile: np.ndarray) -> bool:
 
 
 @pytest.mark.slow
-def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server, paired_root, tmp_path, capsys,
-                                                                 one_thread):
+def test_visdom_server_receives_image_grid_labels_and_loss_curves(visdom_server, paired_root, tmp_path, capsys):
     env = "vistest"
     result = ok(run_in_process("train.py", *train_args(paired_root, tmp_path, "--display_id", "1", "--display_port",
                                                        str(visdom_server.port), "--display_env", env,
@@ -423,7 +422,7 @@ def read_wandb_history(run_file: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path, capsys, monkeypatch, one_thread):
+def test_wandb_offline_run_records_losses_and_images(paired_root, tmp_path, capsys, monkeypatch):
     # wandb is optional for users but a test requirement (requirements-dev.txt): no skip here.
     for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path / "wb")}.items():
         monkeypatch.setenv(name, value)

@@ -22,8 +22,6 @@ from models.translator import Translator
 from util.errors import UserError
 
 nib = pytest.importorskip("nibabel")
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 WINDOW = (8, 8, 8)  # the run's --patch_size
 DATA_RANGE = (0.0, 1000.0)  # its --data_range: both domains
 SHAPE = (13, 11, 9)  # not a multiple of the window: the sliding window pads and crops

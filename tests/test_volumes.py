@@ -22,18 +22,6 @@ from test_resume import assert_identical, final_weights, interrupt_when_logged, 
 nib = pytest.importorskip("nibabel")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def module_one_thread():
-    """One compute thread for the whole module (conftest's `one_thread` is per test, and starts after
-    module fixtures): the in-process runs do the arithmetic of the subprocesses they are compared with
-    bit for bit (OMP_NUM_THREADS=1), and tiny 3-D networks gain nothing from a second thread on a
-    shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 REAL_SCAN = Path(os.path.dirname(nib.__file__)) / "tests" / "data" / "anatomical.nii"
 GENERATOR = ["--netG", "resnet_6blocks_3d", "--ngf", "4", "--input_nc", "1", "--output_nc", "1", "--num_threads", "0",
              "--seed", "0"]
