@@ -92,10 +92,26 @@ class DatasetLoader:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         already = getattr(self.sampler, "images_done", 0) // self.world_size
-        for i, batch in enumerate(self.dataloader):
-            if already + i * self.opt.batch_size >= self.opt.max_dataset_size:
-                break
-            yield batch
+        batches = iter(self.dataloader)
+        try:
+            for i, batch in enumerate(batches):
+                if already + i * self.opt.batch_size >= self.opt.max_dataset_size:
+                    break
+                yield batch
+        except Exception:
+            self._stop_workers(batches)
+            raise
+
+    def _stop_workers(self, batches: Iterator) -> None:
+        """End the loader's worker processes after an error (a bad image) raised through `batches`.
+        Left to the garbage collector -- the error's traceback holds the iterator in a reference
+        cycle -- PyTorch's shutdown meets the workers' queues already closed and waits 5 s for each
+        worker before the process can exit."""
+        shutdown = getattr(batches, "_shutdown_workers", None)  # only a multi-process iterator has workers
+        if shutdown is not None:
+            shutdown()
+            if getattr(self.dataloader, "_iterator", None) is batches:  # persistent workers: start anew
+                self.dataloader._iterator = None
 
 
 class SkipBadImages(torch.utils.data.Dataset):
