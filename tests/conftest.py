@@ -92,28 +92,32 @@ _script_modules: dict[str, ModuleType] = {}
 def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None = None
                    ) -> subprocess.CompletedProcess:
     """What `python <script> args...` does, run by calling the script's `main(argv)` in the test
-    process, as a finished process: exit status,
-    stdout, stderr (read through `capsys`, or, for module-scoped fixtures, which cannot take it, caught
-    in strings: not terminals, as a piped subprocess's). For runs whose point is what the script does
-    with its input (its files, messages, exit status): ~2 s of interpreter start-up less each. Runs
-    whose point is the process itself (a signal, torchrun's workers, what a fresh interpreter imports
-    or prints -- Python warnings go to pytest here, not to stderr --, a second process on the same
-    folder) use `run_script`."""
+    process, as a finished process: exit status, stdout and stderr (read through `capsys`, or, for
+    module-scoped fixtures, which cannot take it, caught in strings: no terminal, as for a piped
+    subprocess). For runs whose point is what the script does with its input (its files, messages,
+    exit status): ~2 s of interpreter start-up less each. Runs whose point is the process itself (a
+    signal, torchrun's workers, what a fresh interpreter imports or prints -- Python warnings go to
+    pytest here, not to stderr --, a second process on the same folder) use `run_script`."""
     if script not in _script_modules:
         _script_modules[script] = load_script(script)
-    out, err = io.StringIO(), io.StringIO()
-    if capsys is not None:
-        capsys.readouterr()
-    with contextlib.redirect_stdout(out) if capsys is None else contextlib.nullcontext(), \
-            contextlib.redirect_stderr(err) if capsys is None else contextlib.nullcontext():
-        try:
-            code = _script_modules[script].main(list(args))
-        except SystemExit as stop:  # argparse's refusals and --help
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    if capsys is not None:
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
-    return subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
+    main = _script_modules[script].main
+    if capsys is None:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = exit_status(main, list(args))
+        return subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
+    capsys.readouterr()
+    code = exit_status(main, list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+
+
+def exit_status(main, argv: list[str]) -> int:
+    """The status a script's `main(argv)` ends with, argparse's refusals and --help included."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
 
 
 def free_port() -> int:
