@@ -107,9 +107,10 @@ def test_a_compiled_network_pads_with_slices_only_while_traced_and_with_the_nati
 
 @pytest.mark.slow
 def test_compiled_bf16_training_follows_eager_bf16():
-    # torch 2.14 inductor misreads reflection_pad2d_backward's channels-last result under bf16
-    # autocast on the CPU; unless the pads are rewritten, every weight before a pad gets NaN
-    # gradients in the first step.
+    # Written for a torch 2.14 inductor defect (bf16, CPU): reflection_pad2d_backward's channels-last
+    # gradient read with the wrong strides, wrong gradients before every pad; compile_network rewrites
+    # the pads. This step no longer shows it with the native pads (the generator's step now judges
+    # through the compiled discriminator, not the eager one, since 691343e); it does at d8b7acd.
     data = batches(2)
     eager = first_losses(model("--amp", "bf16"), data, steps=2)
     compiled = first_losses(model("--amp", "bf16", "--compile"), data, steps=2)
