@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import contextmanager
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Iterator
 
 import torch
@@ -224,10 +225,13 @@ class TrainingEngine:
         self._unsynced[name] = compiled
         return compiled_synced
 
-    def use_compiled(self, compiled: bool) -> None:
-        """--compile: run the model's networks compiled (as `setup` leaves them) or eagerly (the
-        compile probe's choice where compiling proved slower, util/training/compile_probe.py)."""
+    def use_compiled(self, compiled: bool, names: Collection[str] | None = None) -> None:
+        """--compile: run the model's networks (or those of `names`, e.g. "D_A") compiled (as `setup`
+        leaves them) or eagerly (the compile probe's choice where compiling proved slower,
+        util/training/compile_probe.py)."""
         for name, variants in self._run_variants.items():
+            if names is not None and name not in names:
+                continue
             trained, unsynced = variants[compiled]
             setattr(self.model, "net" + name, trained)
             self._unsynced[name] = unsynced
