@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.samplers import InferenceShardSampler  # noqa: E402
 from util import distributed  # noqa: E402
-from util.evaluation.fid_kid import SplitInvariantKID  # noqa: E402
+from util.evaluation.fid_kid import InceptionFeatureDistances  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 
 IMAGES, BATCH = 5, 2
@@ -51,16 +51,16 @@ def main(out_path: str) -> None:
             metrics.update({name: image[batch] for name, image in visuals.items()})
     result = {"metrics": {**metrics_B.compute(), **metrics_A.compute()}, "counts": metrics_B.image_counts,
               "skipped": metrics_B.skipped}
-    # a process with no images at all: only rank 0 has the single image (and all the KID features)
+    # a process with no images at all: only rank 0 has the single image (and all the FID/KID features)
     lonely = TranslationMetrics({"": ("fake_B", "real_B")}, paired=True)
-    kid = SplitInvariantKID(subsets=10, subset_size=3)
+    distances = InceptionFeatureDistances(subsets=10, subset_size=3)
     if ctx.rank == 0:
         lonely.update({name: image[:1] for name, image in visuals.items()})
         features = torch.randn(8, 2048, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-        kid.update(features[:4], real=True)
-        kid.update(features[4:], real=False)
+        distances.update(features[:4], real=True)
+        distances.update(features[4:], real=False)
     result["lonely"] = lonely.compute()
-    result["kid_on_one_rank"] = [float(value) for value in kid.compute()]
+    result["distances_on_one_rank"] = {key: float(value) for key, value in distances.compute().items()}
     if ctx.is_main:
         with open(out_path, "w") as f:
             json.dump(result, f, indent=1)

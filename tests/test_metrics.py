@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torchmetrics.utilities import dim_zero_cat
 
 from conftest import load_script, torchrun
 from util.evaluation import inception
 from util.errors import UserError
-from util.evaluation.fid_kid import SplitInvariantKID
+from util.evaluation.fid_kid import InceptionFeatureDistances, frechet_distance
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
 from models.colorization_model import ColorizationModel
 from models.cycle_gan_model import CycleGANModel
@@ -119,25 +120,40 @@ def test_fid_sees_the_8_bit_values_that_test_py_saves():
             assert np.array_equal(to_uint8(batch)[index].permute(1, 2, 0).numpy(), tensor2im(batch, index=index))
 
 
-# ---------------------------------------------------------------------------- KID's subsets
-def test_kid_does_not_depend_on_the_order_or_batching_of_the_images():
+# ---------------------------------------------------------------------------- FID's and KID's computation
+@pytest.mark.parametrize("sizes,dim", [((9, 12), 64), ((2, 2), 8), ((90, 70), 16)], ids=["fewer", "two", "more"])
+def test_fid_is_torchmetrics_eigenvalue_formula_for_sets_smaller_and_larger_than_the_feature_size(sizes, dim):
+    from torchmetrics.image.fid import _compute_fid  # the formula of its FrechetInceptionDistance.compute
+
+    generator = torch.Generator().manual_seed(sum(sizes))
+    real = torch.rand(sizes[0], dim, generator=generator, dtype=torch.float64)
+    fake = torch.rand(sizes[1], dim, generator=generator, dtype=torch.float64) ** 2 + 0.1
+    expected = _compute_fid(real.mean(0), torch.cov(real.T), fake.mean(0), torch.cov(fake.T))
+    # rel 1e-6: for sets smaller than the feature size, the square roots of the product's (dim - n) zero
+    # eigenvalues are each ~1e-8 of rounding in torchmetrics' formula (here ~3e-8 in all; none in ours)
+    assert float(frechet_distance(real, fake)) == pytest.approx(float(expected), rel=1e-6)
+    assert float(frechet_distance(real, real)) == pytest.approx(0, abs=1e-9)
+
+
+def test_fid_and_kid_do_not_depend_on_the_order_or_batching_of_the_images():
     features = torch.randn(14, 2048, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     real, fake = features[:7], features[7:] + 0.1
 
-    def kid(order, batches, subsets=20, subset_size=4):
-        metric = SplitInvariantKID(subsets, subset_size)
+    def distances(order, batches, subsets=20, subset_size=4):
+        metric = InceptionFeatureDistances(subsets, subset_size)
         for chunk in np.array_split(np.asarray(order), batches):
             metric.update(real[chunk], real=True)
             metric.update(fake[chunk], real=False)
         torch.manual_seed(batches)  # whatever the global random state (it differs between processes)
-        return [float(v) for v in metric.compute()]
+        return {key: float(value) for key, value in metric.compute().items()}
 
-    first = kid(range(7), 1)
-    assert first == kid([6, 2, 0, 5, 1, 3, 4], 3) and first[1] > 0  # random subsets, the same ones
+    first = distances(range(7), 1)
+    assert first == distances([6, 2, 0, 5, 1, 3, 4], 3) and first["KID_std"] > 0  # random subsets, the same ones
+    assert first["FID"] == pytest.approx(float(frechet_distance(real, fake)), rel=1e-12)
     # whole sets as subsets: torchmetrics' unbiased MMD^2 of all features, with no spread
     from torchmetrics.image.kid import poly_mmd
-    whole = kid(range(7), 2, subset_size=1000)
-    assert whole[0] == pytest.approx(float(poly_mmd(real, fake)), rel=1e-12) and whole[1] == 0.0
+    whole = distances(range(7), 2, subset_size=1000)
+    assert whole["KID"] == pytest.approx(float(poly_mmd(real, fake)), rel=1e-12) and whole["KID_std"] == 0.0
 
 
 # ---------------------------------------------------------------------------- Inception weights
@@ -193,7 +209,12 @@ def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_ar
                                          antialias=False)
     reference.update(to_uint8(real.expand(-1, 3, -1, -1)), real=True)
     reference.update(to_uint8(fake.expand(-1, 3, -1, -1)), real=False)
-    assert scores["FID_G"] == pytest.approx(float(reference.compute()), rel=1e-6)  # torchmetrics returns float32
+    # the same features (torchmetrics keeps their sums), and its FID up to the rounding in the square roots
+    # of its product's ~2045 zero eigenvalues (~1e-6 here; ours has none: the formula test above)
+    ours = {side: dim_zero_cat(getattr(metrics.distribution["G"], f"{side}_features")) for side in ("real", "fake")}
+    assert torch.allclose(ours["real"].sum(0), reference.real_features_sum, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(ours["fake"].sum(0), reference.fake_features_sum, rtol=1e-9, atol=1e-9)
+    assert scores["FID_G"] == pytest.approx(float(reference.compute()), abs=1e-5)
     assert scores["FID_G"] > 0 and math.isfinite(scores["KID_G"]) and scores["KID_G_std"] == 0.0  # 3 images: 1 subset
     assert "FID_M" not in scores and "4 channels" in metrics.skipped["FID_M"]
     assert metrics.image_counts["G"] == {"paired": 0, "outputs": 3, "reference": 3}
@@ -222,7 +243,7 @@ def test_validation_runs_real_images_through_inception_once_and_scores_as_withou
                                 "real_B": real})
         # the features FID and KID hold, bit for bit: all that their (deterministic) compute() reads
         assert_same_distribution_states(cached, plain)
-    # and the scores themselves, once (each FID costs a 2048x2048 eigenvalue problem: seconds)
+    # and the scores themselves
     assert cached.compute() == plain.compute()  # bit for bit
     assert seen == [2, 2, 1, 1, 2, 1]  # per batch the outputs, then the real images, known the second time
     assert len(cache) == 3
@@ -231,14 +252,13 @@ def test_validation_runs_real_images_through_inception_once_and_scores_as_withou
 def assert_same_distribution_states(a: TranslationMetrics, b: TranslationMetrics) -> None:
     """Every FID/KID metric of `a` holds the same states as `b`'s, bit for bit (tensors, or lists of them)."""
     assert a.distribution.keys() == b.distribution.keys() and a.distribution
-    for name, kinds in a.distribution.items():
-        for kind, metric in kinds.items():
-            other = b.distribution[name][kind].metric_state
-            assert metric.metric_state.keys() == other.keys()
-            for key, value in metric.metric_state.items():
-                ours, theirs = (v if isinstance(v, list) else [v] for v in (value, other[key]))
-                assert len(ours) == len(theirs), (name, kind, key)
-                assert all(torch.equal(x, y) for x, y in zip(ours, theirs)), (name, kind, key)
+    for name, metric in a.distribution.items():
+        other = b.distribution[name].metric_state
+        assert metric.metric_state.keys() == other.keys()
+        for key, value in metric.metric_state.items():
+            ours, theirs = (v if isinstance(v, list) else [v] for v in (value, other[key]))
+            assert len(ours) == len(theirs), (name, key)
+            assert all(torch.equal(x, y) for x, y in zip(ours, theirs)), (name, key)
 
 
 # ---------------------------------------------------------------------------- several processes
@@ -259,4 +279,4 @@ def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inc
         for key, value in one[part].items():
             assert abs(two[part][key] - value) <= 1e-6, (key, value, two[part][key])
     assert one["metrics"]["KID_B_std"] > 0  # the KID subsets (3 of 5 images) were random, and the same
-    assert two["kid_on_one_rank"] == pytest.approx(one["kid_on_one_rank"], abs=1e-12)
+    assert two["distances_on_one_rank"] == pytest.approx(one["distances_on_one_rank"], abs=1e-12)

@@ -13,8 +13,9 @@ split. The metrics (docs/evaluation.md):
          K2 0.03, each channel separately, then averaged) of the images mapped to [0, 1], data
          range 1 (as 8-bit images are 0..255: SSIM, unlike PSNR, depends on the offset); images under
          11 px have none;
-  FID    Frechet distance of Inception-v3 pool3 features (torchmetrics, torch-fidelity's network,
-         util/evaluation/inception.py) of the outputs and of the real images of the target domain; the images
+  FID    Frechet distance of Inception-v3 pool3 features (torch-fidelity's network, util/evaluation/inception.py)
+         of the outputs and of the real images of the target domain, torchmetrics' FID computed exactly
+         in milliseconds (util/evaluation/fid_kid.frechet_distance); the images
          are the 8-bit values the saved files hold; 1-channel images are tiled to RGB, other
          channel counts than 1 and 3 have no FID/KID;
   KID    torchmetrics' KID (mean; KID..._std the standard deviation) over `kid_subsets` subsets of
@@ -133,7 +134,7 @@ class TranslationMetrics:
             distribution = False
         self.inception: nn.Module | None = None
         self.reference_cache = reference_cache
-        self.distribution: dict[str, dict[str, nn.Module]] = {}
+        self.distribution: dict[str, nn.Module] = {}  # name -> its InceptionFeatureDistances
         if distribution:
             weights = ensure_inception_weights(inception_weights)
             # every process must make the same choice, or their collectives would not match
@@ -141,11 +142,10 @@ class TranslationMetrics:
                 self.skipped.update({key: missing_inception_weights_message()
                                      for key in expected_keys(self.pairs, False, True)})
             else:
-                from util.evaluation.fid_kid import GivenFeaturesFID, SplitInvariantKID  # torchmetrics: seconds to import
+                from util.evaluation.fid_kid import InceptionFeatureDistances  # torchmetrics: seconds to import
 
                 self.inception = load_inception(weights, self.device)
-                self.distribution = {name: {"FID": GivenFeaturesFID().to(self.device),
-                                            "KID": SplitInvariantKID(kid_subsets, kid_subset_size).to(self.device)}
+                self.distribution = {name: InceptionFeatureDistances(kid_subsets, kid_subset_size).to(self.device)
                                      for name in self.pairs}
 
     @torch.no_grad()
@@ -223,8 +223,7 @@ class TranslationMetrics:
             features = self.reference_cache.features(uint8, self.inception).double()
         else:
             features = self.inception(uint8).double()
-        for metric in self.distribution[name].values():
-            metric.update(features, real=real)
+        self.distribution[name].update(features, real=real)
         self._counts[name]["reference" if real else "outputs"] += len(images)
 
     def compute(self) -> dict[str, float]:
@@ -252,19 +251,18 @@ class TranslationMetrics:
                 for key in (metric_key("FID", name), metric_key("KID", name)):
                     self.skipped.setdefault(key, why)  # keep a reason given while updating
                 continue
-            result[metric_key("FID", name)] = float(self.distribution[name]["FID"].compute())
-            kid_mean, kid_std = self.distribution[name]["KID"].compute()
-            result[metric_key("KID", name)] = float(kid_mean)
-            result[metric_key("KID", name) + "_std"] = float(kid_std)
+            distances = self.distribution[name].compute()
+            result[metric_key("FID", name)] = float(distances["FID"])
+            result[metric_key("KID", name)] = float(distances["KID"])
+            result[metric_key("KID", name) + "_std"] = float(distances["KID_std"])
         for key in result:
             self.skipped.pop(key, None)
         return result
 
     def reset(self) -> None:
         """Forget the images seen so far (keep the networks and the settings)."""
-        for metrics in (*self.paired.values(), *self.distribution.values()):
-            for module in metrics.values():
-                module.reset()
+        for module in (*(m for metrics in self.paired.values() for m in metrics.values()), *self.distribution.values()):
+            module.reset()
         self._counts = {name: dict.fromkeys(counts, 0) for name, counts in self._counts.items()}
         self.image_counts = {}
 
