@@ -186,7 +186,9 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # pix2pix (instance norm under DDP): two networks to compile, not CycleGAN's four; the image
     # pool's exact resume under torchrun is tested in test_resume.py without the compile cost. One
     # process saves and resumes through the same code (test_resume.py), and compiles the same
-    # networks (the tests above), so this torchrun run stands for both.
+    # networks (the tests above), so this torchrun run stands for both. It is also the suite's run of a
+    # worker killed under torchrun and the run continued by hand with --continue_train (test_resume.py
+    # has torchrun restart the workers on its own).
     from test_resume import assert_identical, final_weights, interrupt_when_logged, pix2pix, run, train_command
     # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
     # probe picks by timing, and a run continued before it chose times again).
