@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, torchrun_command
+from conftest import ROOT, run_in_process, torchrun_command
 from models import networks
 from util.errors import UserError
 from util.training import resume_flags
@@ -52,6 +52,14 @@ def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) 
 
 def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+def run_here(args: list[str]) -> subprocess.CompletedProcess:
+    """train.py with `args` in this process: uninterrupted and continued runs need no process of their
+    own (the killed ones do), and this one computes on one thread as they do, so the arithmetic is the same."""
+    result = run_in_process("train.py", *args)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     return result
 
@@ -94,8 +102,8 @@ def assert_identical(a: dict, b: dict) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(unpaired_root, paired_root, tmp_path_factory) -> dict[str, dict]:
     ckpt = tmp_path_factory.mktemp("uninterrupted")
-    run(train_command(cycle_gan(unpaired_root, ckpt, "cycle_gan")))
-    run(train_command(pix2pix(paired_root, ckpt, "pix2pix")))
+    run_here(cycle_gan(unpaired_root, ckpt, "cycle_gan"))
+    run_here(pix2pix(paired_root, ckpt, "pix2pix"))
     return {name: final_weights(ckpt / name) for name in ("cycle_gan", "pix2pix")}
 
 
@@ -126,7 +134,7 @@ def test_run_killed_and_continued_ends_with_bit_identical_weights(model, kill_at
     log = tmp_path / model / "loss_log.txt"
     killed = interrupt_when_logged(train_command(args), log, kill_at)
     assert killed.returncode == -signal.SIGKILL
-    resumed = run(train_command(args + ["--continue_train"]))
+    resumed = run_here(args + ["--continue_train"])
     assert "resuming from" in resumed.stdout
     assert_goes_on_after_the_saved_position(resumed.stdout, log)
     assert_identical(final_weights(tmp_path / model), uninterrupted[model])
@@ -140,7 +148,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly_where_it_stopped(uninte
     where = re.search(r"stopped by a signal at epoch (\d+), (\d+) images into it; saved", stopped.output)
     assert where and "--continue_train" in stopped.output, stopped.output[-3000:]
     epoch, images_done = int(where[1]), int(where[2])
-    resumed = run(train_command(args + ["--continue_train"]))
+    resumed = run_here(args + ["--continue_train"])
     # The checkpoint written at the signal, not an older periodic one (after images 3 and 6), is
     # where the run goes on: the next image is the first one trained.
     assert f"latest_train_state.pth: epoch {epoch}, {images_done} images into it" in resumed.stdout
@@ -154,7 +162,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(unpaired_root,
     states = sorted((tmp_path / "corrupt").glob("iter_*_train_state.pth"), key=os.path.getmtime)
     assert len(states) >= 2
     states[-1].write_bytes(states[-1].read_bytes()[:1000])  # a half-written file
-    resumed = run(train_command(args + ["--continue_train"]))
+    resumed = run_here(args + ["--continue_train"])
     assert f"cannot resume from {states[-1]}" in resumed.stderr
     assert f"resuming from {states[-2]}" in resumed.stdout
 
@@ -230,7 +238,7 @@ def test_training_state_written_before_options_were_recorded_still_resumes_bit_i
         state = torch.load(path, weights_only=True)
         del state["options"]
         torch.save(state, path)
-    resumed = run(train_command(args + ["--continue_train"]))
+    resumed = run_here(args + ["--continue_train"])
     assert "resuming from" in resumed.stdout
     assert_identical(final_weights(tmp_path / "pix2pix"), uninterrupted["pix2pix"])
 
