@@ -261,7 +261,10 @@ class TranslationMetrics:
 
     def reset(self) -> None:
         """Forget the images seen so far (keep the networks and the settings)."""
-        for module in (*(m for metrics in self.paired.values() for m in metrics.values()), *self.distribution.values()):
+        for metrics in self.paired.values():
+            for module in metrics.values():
+                module.reset()
+        for module in self.distribution.values():
             module.reset()
         self._counts = {name: dict.fromkeys(counts, 0) for name, counts in self._counts.items()}
         self.image_counts = {}
