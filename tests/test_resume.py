@@ -51,15 +51,17 @@ def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) 
 
 
 def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(command, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    return result
+    return succeeded(subprocess.run(command, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True,
+                                    timeout=300))
 
 
 def run_here(args: list[str]) -> subprocess.CompletedProcess:
     """train.py with `args` in this process: uninterrupted and continued runs need no process of their
     own (the killed ones do), and this one computes on one thread as they do, so the arithmetic is the same."""
-    result = run_in_process("train.py", *args)
+    return succeeded(run_in_process("train.py", *args))
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     return result
 
