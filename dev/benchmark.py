@@ -72,7 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes) and bicycle_gan (batch 2: its two halves): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section only")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
-                        " (fp32 is always measured: everything is compared with it)")
+                        "; on CUDA also " + ", ".join(CUDA_CONFIGS) +
+                        " (fp32 is always measured: everything is compared with it; without --configs the full "
+                        "plan adds the fp16 ones on CUDA)")
     parser.add_argument("--sections", default=None, help="comma-separated subset of: " + ", ".join(SECTIONS))
     parser.add_argument("--repeats", type=int, default=None,
                         help="passes over the step configurations, every other one in reverse order, pooled "
@@ -108,7 +110,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         unknown = [c for c in wanted if c not in CONFIGS and c not in CUDA_CONFIGS]
         if unknown:
             sys.exit(f"benchmark: --configs: unknown {unknown}")
-        plan.configs = [BASELINE] + [c for c in wanted if c != BASELINE]
+        plan.configs = [BASELINE] + [c for c in wanted if c != BASELINE and c not in CUDA_CONFIGS]
+        plan.cuda_configs = [c for c in wanted if c in CUDA_CONFIGS]
     if args.repeats is not None:
         plan.repeats = max(1, args.repeats)
     if args.sections:

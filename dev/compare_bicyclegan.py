@@ -11,7 +11,6 @@ file to a folder and pass that folder (`fetch` junyanz/BicycleGAN, then `git sho
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path

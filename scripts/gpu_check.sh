@@ -5,7 +5,9 @@
 #   bash scripts/gpu_check.sh tests [ARGS]    # only tests/test_gpu.py; ARGS go to pytest (e.g. -k cycle_gan)
 #   bash scripts/gpu_check.sh bench [ARGS]    # only dev/benchmark.py --device cuda; ARGS go to it
 #                                             # (e.g. --quick, --sections step, --resume after a cut)
-# Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS).
+# Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS),
+# --workers N (pytest processes sharing the GPU; default half the cores, at most 8, where pytest-xdist is
+# installed, else 1: on one H200, 8 workers ran in 3 min tests whose durations add up to 18).
 #
 # Needs Python (python3, or $PYTHON) with a CUDA build of torch, torchvision, numpy, Pillow and
 # pytest, and a C compiler for torch.compile; no network. dominate (the HTML pages) and visdom
@@ -19,10 +21,12 @@ cd "$(dirname "$0")/.."
 
 out=gpu_check_out
 wheels=${IMG2IMG_WHEELS:-}
+workers=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --wheels) wheels=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -32,6 +36,11 @@ case "$mode" in
   tests|bench) ;;
   all) [ $# = 0 ] || { echo "gpu_check: extra arguments need a mode: tests ARGS (pytest) or bench ARGS (benchmark.py)" >&2; exit 2; } ;;
   *) echo "gpu_check: unknown mode '$mode' (all, tests or bench; options --out DIR --wheels DIR first)" >&2; exit 2 ;;
+esac
+
+case "$workers" in
+  auto) ;;
+  ''|*[!0-9]*|0) echo "gpu_check: --workers takes a whole number of pytest processes, 1 or more (got '$workers')" >&2; exit 2 ;;
 esac
 
 if [ -n "${PYTHON:-}" ]; then python=$PYTHON
@@ -55,6 +64,8 @@ fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# wheels installed by an earlier check of this folder count as installed
+[ -d "$out/site-packages" ] && export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
 # module:package pairs; the first group is needed, the second only makes the output complete
 required="torch:torch torchvision:torchvision numpy:numpy PIL:Pillow pytest:pytest"
 optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm"
@@ -70,7 +81,7 @@ if [ -n "$need$nice_to_have" ] && [ -n "$wheels" ]; then
     "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$out/site-packages" "$package" \
       || echo "gpu_check: no usable wheel for $package in $wheels" >&2
   done
-  export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
+  case ":${PYTHONPATH:-}:" in *":$out/site-packages:"*) ;; *) export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}" ;; esac
   need=$(missing "$required")
   nice_to_have=$(missing "$optional")
 fi
@@ -91,8 +102,20 @@ command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 \
 
 status=0
 if [ "$mode" != bench ]; then
-  echo "gpu_check: tests/test_gpu.py -> $out/gpu_tests.log, $out/gpu_tests.xml"
-  "$python" -m pytest -m gpu -rs -p no:cacheprovider tests/test_gpu.py --junitxml "$out/gpu_tests.xml" "$@" \
+  if [ "$workers" = auto ]; then
+    workers=1
+    if "$python" -c "import xdist" 2>/dev/null; then
+      cores=$(nproc 2>/dev/null || echo 2)
+      workers=$(( cores / 2 > 8 ? 8 : (cores / 2 < 1 ? 1 : cores / 2) ))
+    fi
+  fi
+  parallel=()
+  if [ "$workers" -gt 1 ]; then
+    "$python" -c "import xdist" 2>/dev/null || { echo "gpu_check: --workers $workers needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
+    parallel=(-n "$workers")
+  fi
+  echo "gpu_check: tests/test_gpu.py (${workers} pytest process(es)) -> $out/gpu_tests.log, $out/gpu_tests.xml"
+  "$python" -m pytest -m gpu -rs -p no:cacheprovider tests/test_gpu.py "${parallel[@]}" --junitxml "$out/gpu_tests.xml" "$@" \
     2>&1 | tee "$out/gpu_tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -112,6 +112,19 @@ def test_flop_counter_matches_textbook_conv_forward_and_backward():
     assert count_flops(lambda: conv(x).sum().backward()) == 3 * forward
 
 
+def test_configs_choose_the_step_configurations_and_fp16_is_measured_on_cuda_only():
+    def configs(*argv: str) -> dict[str, list[str]]:
+        plan = benchmark.make_plan(benchmark.parse_args(list(argv)))
+        return {device: plan.step_configs(device) for device in ("cpu", "cuda")}
+
+    every = configs()
+    assert every["cuda"] == every["cpu"] + plans.CUDA_CONFIGS and not set(plans.CUDA_CONFIGS) & set(every["cpu"])
+    # --configs narrows the fp16 ones too: a short GPU run measures only what it names
+    assert configs("--configs", "bf16,fp16") == {"cpu": ["fp32", "bf16"], "cuda": ["fp32", "bf16", "fp16"]}
+    assert configs("--configs", "compile") == {"cpu": ["fp32", "compile"], "cuda": ["fp32", "compile"]}
+    assert "fp16" not in configs("--quick")["cuda"]
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The harness end to end on small networks: plan, a worker process (CycleGAN's plain fp32

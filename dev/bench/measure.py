@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
-from bench.plan import (BASELINE, CUDA_CONFIGS, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS,
+from bench.plan import (BASELINE, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS,
                         STRAIGHTFORWARD, VOLUME_MODELS, Plan, Timing, config_spec)
 from bench.runner import Runner
 
@@ -27,7 +27,7 @@ def measure(plan: Plan, runner: Runner, models: list[str], dataroots: dict[str, 
         print("device peaks")
         results["peaks"] = runner.run("peaks", {"kind": "peaks", "reps": plan.peak_reps, **plan.peak_sizes})
     if "step" in plan.sections:
-        configs = list(plan.configs) + (list(CUDA_CONFIGS) if runner.device == "cuda" and plan.name == "full" else [])
+        configs = plan.step_configs(runner.device)
         for model in step_models:  # CUT has no straightforward twin (dev/straightforward_step.py)
             plain = [c for c in configs if model not in STEP_ONLY_MODELS or c != STRAIGHTFORWARD]
             results["step"] += measure_steps(plan, runner, model, plain, flops)

@@ -85,9 +85,15 @@ class Plan:
     # --models pix2pix_3d,cycle_gan_3d: the plain fp32 step at these patch sizes (voxels a side, batch 1),
     # without and with --checkpoint_activations: FLOPs, time and peak memory
     volume_sizes: list[int] = field(default_factory=list)
+    # fp16 configurations, measured only on CUDA (the CPU has no fp16 gradient scaling to compare)
+    cuda_configs: list[str] = field(default_factory=list)
     # one cold step by default: a 512 px CycleGAN step takes minutes on 2 CPU cores, and the peak
     # memory, the point of the section, is reached in the first step
     checkpointing: Timing = field(default_factory=lambda: Timing(warmup=0, min_steps=1, max_steps=1, budget_s=0.0))
+
+    def step_configs(self, device: str) -> list[str]:
+        """The step section's configurations on `device`: the fp16 ones only where CUDA scales gradients."""
+        return list(self.configs) + (list(self.cuda_configs) if device == "cuda" else [])
 
     def to_json(self) -> dict:
         data = dict(vars(self))
@@ -117,6 +123,7 @@ def full_plan() -> Plan:
         peak_reps=10,
         checkpointing_size={"cycle_gan": 512, "pix2pix": 512},
         volume_sizes=[64, 96],
+        cuda_configs=list(CUDA_CONFIGS),
     )
 
 
