@@ -6,7 +6,6 @@ import contextlib
 import importlib.util
 import io
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import torch
 # In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
 from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
                          pytest_sessionfinish, pytest_terminal_summary)
+from torchrun_agent import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -136,17 +136,12 @@ def torchrun_command(script: str, *args: str, nproc: int = 2, extra: tuple[str, 
 def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
              env: dict | None = None) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
-    `timeout` it and all its workers are killed (then TimeoutExpired)."""
+    `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
+    code, forked from a process that imported it once (tests/torchrun_agent.py); the workers are
+    new interpreters, as under the torchrun command."""
     command = torchrun_command(script, *args, nproc=nproc, extra=extra)
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the workers too, not only torchrun itself
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    code, out, err = run_torchrun(command[3:], {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
+    return subprocess.CompletedProcess(command, code, out, err)
 
 
 # Small networks and no display, so that a few iterations take seconds on a CPU.
