@@ -64,8 +64,8 @@ fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-# wheels installed by an earlier check of this folder count as installed
-[ -d "$out/site-packages" ] && export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
+# where missing packages are installed from --wheels (by this check or an earlier one of this folder)
+export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
 # module:package pairs; the first group is needed, the second only makes the output complete
 required="torch:torch torchvision:torchvision numpy:numpy PIL:Pillow pytest:pytest"
 optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm"
@@ -81,7 +81,6 @@ if [ -n "$need$nice_to_have" ] && [ -n "$wheels" ]; then
     "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$out/site-packages" "$package" \
       || echo "gpu_check: no usable wheel for $package in $wheels" >&2
   done
-  case ":${PYTHONPATH:-}:" in *":$out/site-packages:"*) ;; *) export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}" ;; esac
   need=$(missing "$required")
   nice_to_have=$(missing "$optional")
 fi

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import FAST_FLAGS, run_in_process, run_script
+from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 
 # Training for a handful of iterations at 32x32 pixels.
 SMALL = ["--load_size", "32", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "0",
@@ -404,3 +405,11 @@ def test_gpu_ids_minus_one_runs_on_cpu_with_one_line_warning_about_device(paired
     assert re.search(r"\) on cpu$", result.stdout, re.M)
     assert (tmp_path / "p" / "latest_net_G.pth").is_file()
 
+
+@pytest.mark.parametrize("workers", ["0", "eight", ""])
+def test_gpu_check_refuses_a_bad_workers_value_before_anything_runs(workers, tmp_path):
+    result = subprocess.run(["bash", "scripts/gpu_check.sh", "--out", str(tmp_path / "out"), "--workers", workers,
+                             "tests"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--workers takes a whole number of pytest processes" in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before the check made its folder
