@@ -101,16 +101,16 @@ command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 \
 
 status=0
 if [ "$mode" != bench ]; then
+  have_xdist=no
+  "$python" -c "import xdist" 2>/dev/null && have_xdist=yes
   if [ "$workers" = auto ]; then
+    half=$(( $(nproc 2>/dev/null || echo 2) / 2 ))
     workers=1
-    if "$python" -c "import xdist" 2>/dev/null; then
-      cores=$(nproc 2>/dev/null || echo 2)
-      workers=$(( cores / 2 > 8 ? 8 : (cores / 2 < 1 ? 1 : cores / 2) ))
-    fi
+    [ "$have_xdist" = yes ] && workers=$(( half > 8 ? 8 : (half < 1 ? 1 : half) ))
   fi
   parallel=()
   if [ "$workers" -gt 1 ]; then
-    "$python" -c "import xdist" 2>/dev/null || { echo "gpu_check: --workers $workers needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
+    [ "$have_xdist" = yes ] || { echo "gpu_check: --workers $workers needs pytest-xdist (pip install pytest-xdist)" >&2; exit 2; }
     parallel=(-n "$workers")
   fi
   echo "gpu_check: tests/test_gpu.py (${workers} pytest process(es)) -> $out/gpu_tests.log, $out/gpu_tests.xml"

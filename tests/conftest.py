@@ -127,10 +127,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun_arguments(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
+    """torchrun's arguments `--nproc_per_node=N [extra] script args`, on a free port."""
+    return [f"--nproc_per_node={nproc}", f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
+
+
 def torchrun_command(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = ()) -> list[str]:
     """The command line `torchrun --nproc_per_node=N [extra] script args` on a free port."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            f"--master_port={free_port()}", *extra, str(ROOT / script), *args]
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_arguments(script, *args, nproc=nproc, extra=extra)]
 
 
 def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
@@ -139,9 +143,9 @@ def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (
     `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
     code, forked from a process that imported it once (tests/torchrun_agent.py); the workers are
     new interpreters, as under the torchrun command."""
-    command = torchrun_command(script, *args, nproc=nproc, extra=extra)
-    code, out, err = run_torchrun(command[3:], {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
-    return subprocess.CompletedProcess(command, code, out, err)
+    arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
+    code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
+    return subprocess.CompletedProcess(["torchrun", *arguments], code, out, err)
 
 
 # Small networks and no display, so that a few iterations take seconds on a CPU.
