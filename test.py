@@ -29,7 +29,7 @@ from models.tiling import adapt_generators, check_tiling, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
-from util.errors import UserError, exits_on_user_error
+from util.errors import UserError, exits_on_user_error, exit_with_status
 from util.evaluation.metrics_report import (InferenceMetrics, check_distribution_inputs, describe_distribution,
                                             paired_summary, volume_units)
 from util.safe_files import atomic_write_json
@@ -215,4 +215,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
 from util.console import print0
-from util.errors import UserError, exits_on_user_error
+from util.errors import UserError, exits_on_user_error, exit_with_status
 from util.seeding import enable_determinism, seed_everything
 from util.training.checkpointer import Checkpointer, StartPoint
 from util.training.compile_probe import CompileProbe
@@ -263,4 +262,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from util.errors import exits_on_user_error, UserError  # noqa: E402
+from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 
 SHOWN = 5  # files named in one error message
@@ -162,4 +162,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -27,7 +27,7 @@ from data.image_folder import make_dataset  # noqa: E402
 from data.image_io import read_image  # noqa: E402
 from data.volume_io import NIFTI_EXTENSIONS, list_volumes, read_volume  # noqa: E402
 from data.volume_patches import split_folders  # noqa: E402
-from util.errors import exits_on_user_error, UserError  # noqa: E402
+from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 
@@ -113,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -35,7 +35,7 @@ from models import create_model  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
-from util.errors import UserError, exits_on_user_error  # noqa: E402
+from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa: E402
 from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from models.base_model import BaseModel  # noqa: E402
@@ -168,4 +168,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from models import builtin_models  # noqa: E402
 from options.base_options import unwritable_file_reason  # noqa: E402
-from util.errors import exits_on_user_error, UserError  # noqa: E402
+from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.util import why_missing  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
@@ -226,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

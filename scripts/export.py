@@ -54,7 +54,7 @@ from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
-from util.errors import exits_on_user_error, UserError  # noqa: E402
+from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
 from models.tiling import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
@@ -332,4 +332,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -17,8 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from util.display.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
-
-EXIT_USER_ERROR = 2
+from util.errors import EXIT_USER_ERROR, exit_with_status  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,4 +46,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -27,7 +27,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from util.errors import UserError, exits_on_user_error  # noqa: E402
+from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 SIZE = 256  # the reference's fixed size
@@ -103,4 +103,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())

@@ -39,7 +39,7 @@ from data.volume_patches import patch_size  # noqa: E402
 from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from util.errors import describe, exits_on_user_error, UserError  # noqa: E402
+from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.util import broken_link  # noqa: E402
 from util.flag_types import (OneParagraphParser, finite_float, fraction_below_one, non_negative_int,  # noqa: E402
                              positive_int)
@@ -290,4 +290,4 @@ def nothing_to_translate(inputs: list[str], skipped: list[tuple[str, str]], volu
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status(main())
