@@ -79,24 +79,11 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> li
 
 @pytest.fixture(scope="module")
 def one_process_cycle_gan(train, unpaired_root, tmp_path_factory) -> Path:
-    """The one-process CycleGAN run (batch 2) that the two-process runs below must equal."""
+    """The one-process CycleGAN run (batch 2) that the two-node run below must equal (the plainest case:
+    no randomness in the data or the losses; RANDOM_VARIANTS below add it, on one node)."""
     ckpt = tmp_path_factory.mktemp("one_process")
     assert train.main(cycle_gan_args(unpaired_root, ckpt, "one", 2)) == 0
     return ckpt / "one"
-
-
-def test_two_processes_train_the_same_cycle_gan_as_one_process_with_double_batch(one_process_cycle_gan,
-                                                                                  unpaired_root, tmp_path):
-    ddp = ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1)))
-    for epoch in ("1", "2", "latest"):
-        assert_same_weights(weights(one_process_cycle_gan, epoch), weights(tmp_path / "two", epoch))
-    # one set of outputs, written once, and the log states the global batch
-    assert sorted(p.name for p in (tmp_path / "two").glob("latest_net_*.pth")) == \
-        ["latest_net_D_A.pth", "latest_net_D_B.pth", "latest_net_G_A.pth", "latest_net_G_B.pth"]
-    log = (tmp_path / "two" / "loss_log.txt").read_text()
-    assert log.count("================ Training Loss") == 1
-    assert "global batch = 2 (1 per process x 2 processes)" in log
-    assert ddp.stdout.count("saving the model at the end of epoch 2") == 1
 
 
 # Randomness that must not depend on how the global batch is split: the shuffle, flips and crops
@@ -173,7 +160,15 @@ def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, un
                                env=one_thread) for _ in range(2)]
     outputs = [agent.communicate(timeout=240)[0] for agent in agents]
     assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
-    assert_same_weights(weights(one_process_cycle_gan), weights(tmp_path / "nodes"))
+    for epoch in ("1", "2", "latest"):
+        assert_same_weights(weights(one_process_cycle_gan, epoch), weights(tmp_path / "nodes", epoch))
+    # one set of outputs, written once (by rank 0, whichever node it is on), and the log states the global batch
+    assert sorted(p.name for p in (tmp_path / "nodes").glob("latest_net_*.pth")) == \
+        ["latest_net_D_A.pth", "latest_net_D_B.pth", "latest_net_G_A.pth", "latest_net_G_B.pth"]
+    log = (tmp_path / "nodes" / "loss_log.txt").read_text()
+    assert log.count("================ Training Loss") == 1
+    assert "global batch = 2 (1 per process x 2 processes)" in log
+    assert "".join(outputs).count("saving the model at the end of epoch 2") == 1
 
 
 def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_root, tmp_path):

@@ -6,6 +6,7 @@ changes it, so it is judged by the result: the held-out quality of a short train
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -110,17 +111,16 @@ def test_compiled_bf16_training_follows_eager_bf16():
     # torch 2.14 inductor (bf16, CPU) reads reflection_pad2d_backward's channels-last result with the
     # wrong strides, and the weights before every pad get wrong gradients (step 2 off by ~5%), unless
     # compile_network rewrites the pads. It shows where an eager network passes its gradient back into
-    # a compiled generator: here the discriminators, beside the run with every network compiled.
+    # a compiled generator: here the discriminators (with them compiled too, or in pix2pix, it does
+    # not show, and this test would pass without the rewrite; checked on 2026-11-26).
     data = batches(2)
     eager = first_losses(model("--amp", "bf16"), data, steps=2)
-    every_network_compiled = model("--amp", "bf16", "--compile")
     generators_compiled = model("--amp", "bf16", "--compile")
     generators_compiled.engine.use_compiled(False, names=("D_A", "D_B"))
-    for compiled in (every_network_compiled, generators_compiled):
-        for step_eager, step_compiled in zip(eager, first_losses(compiled, data, steps=2)):
-            assert all(torch.isfinite(torch.tensor(step_compiled)))
-            for a, b in zip(step_eager, step_compiled):
-                assert b == pytest.approx(a, rel=0.03, abs=1e-3)  # bf16 rounds differently when fused
+    for step_eager, step_compiled in zip(eager, first_losses(generators_compiled, data, steps=2)):
+        assert all(torch.isfinite(torch.tensor(step_compiled)))
+        for a, b in zip(step_eager, step_compiled):
+            assert b == pytest.approx(a, rel=0.03, abs=1e-3)  # bf16 rounds differently when fused
 
 
 @pytest.mark.slow
@@ -199,3 +199,7 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
                           "(epoch: 2, iters: 2,", victim="worker")
     run(train_command(args + ["--continue_train"], nproc=2))
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+    # every network compiled in bf16 trains: finite losses at every logged step
+    lines = [line for line in (tmp_path / "whole" / "loss_log.txt").read_text().splitlines() if line.startswith("(")]
+    losses = [float(value) for line in lines for value in line.split(")", 1)[1].split()[1::2]]
+    assert len(lines) == 8 and len(losses) == 8 * 4 and all(math.isfinite(loss) for loss in losses)
