@@ -10,7 +10,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "run_tests: could not install chromium; the HTML rendering tests will be skipped"
 fi
-# The suite starts ~150 Python processes (train.py and test.py runs, torchrun workers); where bytecode
+# The suite starts ~140 Python processes (train.py and test.py runs, torchrun workers); where bytecode
 # caching is off (PYTHONDONTWRITEBYTECODE, set on some machines), each compiled the project's modules anew.
 unset PYTHONDONTWRITEBYTECODE
 # -rs lists every skipped test with its reason; in CI (.ci/run) a skip fails (tests/skip_policy.py).

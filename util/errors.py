@@ -49,11 +49,10 @@ def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
     return decorate
 
 
-
 def exit_with_status(status: int) -> NoReturn:
     """End an entry point whose work is done: `sys.exit(status)` without the interpreter's last
     full garbage collection. With torch and torch._dynamo imported (torch.optim imports it) that
-    pass walks every object the process ever made, about 0.9 s of CPU per process, which every
+    pass walks every object still alive, about 0.9 s of CPU per process, which every
     torchrun worker and every run of a script paid after its last line. Everything still closes
     as at any exit (atexit handlers, objects freed by reference counting); only unreachable
     cycles are left to the operating system, and every file we write is closed before this."""
