@@ -68,7 +68,7 @@ out=$(cd "$out" && pwd)
 export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
 # module:package pairs; the first group is needed, the second only makes the output complete
 required="torch:torch torchvision:torchvision numpy:numpy PIL:Pillow pytest:pytest"
-optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm"
+optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm nibabel:nibabel"
 missing() {
   for pair in $1; do "$python" -c "import ${pair%%:*}" 2>/dev/null || printf '%s ' "${pair#*:}"; done
 }
@@ -76,9 +76,12 @@ need=$(missing "$required")
 nice_to_have=$(missing "$optional")
 if [ -n "$need$nice_to_have" ] && [ -n "$wheels" ]; then
   echo "gpu_check: installing ${need}${nice_to_have}from $wheels into $out/site-packages (no network)"
-  # one by one: a package without a wheel in the folder must not keep the others out
+  # one by one: a package without a wheel in the folder must not keep the others out. --target ignores
+  # what the environment has, so a package whose dependencies the folder lacks (nibabel's numpy, say)
+  # is installed alone, its dependencies taken from the environment
+  install=("$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$out/site-packages")
   for package in $need $nice_to_have; do
-    "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$out/site-packages" "$package" \
+    "${install[@]}" "$package" 2>/dev/null || "${install[@]}" --no-deps "$package" \
       || echo "gpu_check: no usable wheel for $package in $wheels" >&2
   done
   need=$(missing "$required")
@@ -95,7 +98,7 @@ if [ -n "$need" ]; then
        "(pip download $need-d DIR on a machine with a network)." >&2
   exit 1
 fi
-[ -n "$nice_to_have" ] && echo "gpu_check: not installed, not needed: $nice_to_have(no HTML pages / loss plots / progress bars)"
+[ -n "$nice_to_have" ] && echo "gpu_check: not installed, not needed: $nice_to_have(no HTML pages / loss plots / progress bars / volume checks)"
 command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 \
   || echo "gpu_check: no C compiler (gcc, cc): torch.compile cannot work, so the --compile checks will fail" >&2
 

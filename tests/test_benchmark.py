@@ -400,3 +400,35 @@ def test_validation_cost_is_read_from_the_run_logs_as_medians_of_each_validation
     assert summary["epoch_s_median"] == pytest.approx(35.0)  # of 30, 40, 50, 8
     assert summary["share_median"] == pytest.approx(0.075)  # of 0.10, 0.05, 0.04, 0.50
     assert summary["metrics"] == ["L1", "PSNR"]
+
+
+def test_the_step_profile_counts_gpu_busy_time_once_where_streams_overlap_and_sorts_kernels_by_kind():
+    profile_step = load_script("dev/profile_step.py")
+
+    def kernel(name: str, start: float, duration: float) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": start, "dur": duration}
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 5}
+    trace = {"traceEvents": [
+        kernel("sm90_xmma_fprop_implicit_gemm_f32f32", 0, 400), kernel("reflection_pad2d_out_kernel", 300, 200),
+        kernel("vectorized_elementwise_kernel<4, AddFunctor>", 1000, 100),
+        kernel("multi_tensor_apply_kernel<AdamFunctor>", 1500, 300), launch, launch, launch, launch,
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "ts": 0, "dur": 2000}]}
+    summary = profile_step.summarise_trace(trace, steps=2, wall_s=0.004)
+    assert summary["wall_ms_per_step"] == pytest.approx(2.0)
+    # 0-500 (the pad overlaps the convolution), 1000-1100, 1500-1800: 900 us in 2 steps
+    assert summary["gpu_busy_ms_per_step"] == pytest.approx(0.45)
+    assert summary["gpu_busy_fraction"] == pytest.approx(0.225)
+    assert summary["kernel_launches_per_step"] == 2
+    assert summary["gpu_ms_per_step_by_kind"] == pytest.approx(
+        {"convolution and matmul": 0.2, "padding": 0.1, "elementwise": 0.05, "optimizer": 0.15})
+
+
+def test_the_step_profile_runs_on_the_cpu_and_writes_its_summary(tmp_path, capsys):
+    profile_step = load_script("dev/profile_step.py")
+    summary = tmp_path / "summary.json"
+    assert profile_step.main(["--model", "cycle_gan", "--size", "32", "--device", "cpu", "--warmup", "1",
+                              "--steps", "1", "--rows", "5", "--summary", str(summary)]) == 0
+    assert "aten::" in capsys.readouterr().out  # PyTorch's table of operators
+    written = json.loads(summary.read_text())
+    assert written["wall_ms_per_step"] > 0 and written["device"] == "cpu"
+    assert written["gpu_busy_fraction"] is None  # no GPU, no kernels

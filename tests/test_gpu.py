@@ -31,6 +31,9 @@ from PIL import Image
 
 from conftest import ROOT, run_script
 from test_benchmark import _check_timing
+from test_bicyclegan import TINY as BICYCLE_TINY
+from test_bicyclegan import args as bicycle_args
+from test_cut import args as cut_args
 from test_distributed import (assert_a_failing_rank_ends_every_rank_quickly, assert_same_weights, cycle_gan_args, ok,
                               pix2pix_args, single, torchrun, weights)
 from test_fast_path import EVERY_SPEED_FLAG
@@ -38,11 +41,23 @@ from test_resume import ENV, assert_identical, cycle_gan, final_weights, interru
 from test_tiling import resnet_checkpoint, run_test_py, smooth_image  # noqa: F401 (resnet_checkpoint: a fixture)
 from util.display.loss_log import parse_loss_log
 
+try:
+    import nibabel as nib
+except ImportError:  # the volume checks skip, saying so; the others run
+    nib = None
+if nib is not None:
+    from test_volumes import GENERATOR as VOLUME_GENERATOR
+    from test_volumes import SMALL_NETS as VOLUME_NETS
+    from test_volumes import pix2pix_args as volume_pix2pix_args
+    from test_volumes import real_scan_pairs, synthetic_volumes  # noqa: F401 (real_scan_pairs: a fixture)
+
 ON_CPU = os.environ.get("IMG2IMG_GPU_TESTS_ON_CPU") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else ("cpu" if ON_CPU else None)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason=(
     "no CUDA GPU: torch.cuda.is_available() is False (scripts/gpu_check.sh runs these on a GPU machine)"))]
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (skipped in the IMG2IMG_GPU_TESTS_ON_CPU dry run)")
+needs_nibabel = pytest.mark.skipif(nib is None, reason=(
+    "the volume checks need nibabel (requirements.txt): install it, or pass scripts/gpu_check.sh --wheels with its wheel"))
 two_gpus = pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2,
                               reason=f"NCCL needs a GPU per process: PyTorch sees {torch.cuda.device_count()} GPU(s)")
 ON_DEVICE = ["--device", DEVICE or "cuda"]
@@ -170,6 +185,119 @@ def test_fp16_gradient_scaler_state_is_saved_and_resumed(unpaired_root, paired_r
     resumed = killed_and_resumed(long_run("pix2pix", unpaired_root, paired_root, tmp_path, "cut", *fp16),
                                  tmp_path / "cut")
     assert_identical(resumed, final_weights(tmp_path / "whole"))
+
+
+# ----------------------------------------------------------------------------- the newer families: BicycleGAN, CUT, volumes
+
+NEWER_FAMILIES = ["bicycle_gan", "cut", pytest.param("cycle_gan_3d", marks=needs_nibabel)]
+TRAINING_DATA = {"bicycle_gan": "paired_root", "cut": "unpaired_root", "cycle_gan_3d": "volumes"}  # fixtures
+
+
+def newer_family_args(family: str, request: pytest.FixtureRequest, ckpt: Path, name: str, epochs: int = 1
+                      ) -> list[str]:
+    """Each family's small CPU-suite run (tests/test_bicyclegan.py, test_cut.py, test_volumes.py),
+    `epochs` + `epochs` long, on the device under test; a checkpoint and a loss line every 2 images."""
+    root = request.getfixturevalue(TRAINING_DATA[family])
+    schedule = ["--n_epochs", str(epochs), "--n_epochs_decay", str(epochs), "--print_freq", "2",
+                "--save_latest_freq", "2"]
+    if family == "bicycle_gan":  # batch 2: one encoded and one random half
+        args = bicycle_args(root, ckpt, name, "--max_dataset_size", "4")
+    elif family == "cut":
+        args = cut_args(root, ckpt, name, "--max_dataset_size", "4", "--nce_idt")
+    else:  # patches of 8^3 at random places, 2 per volume
+        args = ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "cycle_gan",
+                "--dataset_mode", "unaligned_volume", "--data_range", "-1", "1", "--patch_size", "8",
+                "--patches_per_volume", "2", "--batch_size", "1", *VOLUME_NETS]
+    return [*args, *schedule, *ON_DEVICE]
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory) -> Path:
+    return synthetic_volumes(tmp_path_factory.mktemp("volumes"))
+
+
+@pytest.mark.parametrize("precision", [[], ["--amp", "bf16"], ["--amp", "fp16"]], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+def test_the_newer_families_train_on_the_gpu_in_each_precision_and_their_checkpoints_load_on_a_cpu(
+        family, precision, request, tmp_path):
+    if "fp16" in precision and DEVICE != "cuda":
+        pytest.skip("--amp fp16 needs CUDA (skipped in the IMG2IMG_GPU_TESTS_ON_CPU dry run)")
+    run(train_command(newer_family_args(family, request, tmp_path, "run") + precision))
+    log = tmp_path / "run" / "loss_log.txt"
+    assert f"processes) on {DEVICE}" in log.read_text()
+    records = [r for section in parse_loss_log(str(log)) for r in section.records]
+    assert len(records) >= 2 and all(math.isfinite(v) for r in records for v in r.losses.values())
+    checkpoints = sorted((tmp_path / "run").glob("latest_net_*.pth"))
+    assert len(checkpoints) >= 3  # G and D at least, and E, D2 / F / the second pair
+    for path in checkpoints:  # the reference's format, on the CPU
+        state = torch.load(path, weights_only=True)
+        assert all(t.device.type == "cpu" for t in state.values()), path
+        assert not any(k.startswith(("module.", "_orig_mod.")) for k in state), path
+
+
+def bicycle_test_py(paired_root: Path, run_dir: Path, results: Path, *where: str, env: dict) -> list[Path]:
+    """test.py of BicycleGAN over 2 test pairs, 2 samples each from seed 4: the encoded output and the samples."""
+    result = run_script("test.py", "--dataroot", str(paired_root), "--name", run_dir.name, "--checkpoints_dir",
+                        str(run_dir.parent), "--results_dir", str(results), *BICYCLE_TINY, "--phase", "test",
+                        "--num_test", "2", "--n_samples", "2", "--seed", "4", *where, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return sorted((results / run_dir.name / "test_latest" / "images").glob("*_fake_B*.png"))
+
+
+def test_bicycle_gan_on_the_gpu_gives_test_py_on_the_cpus_encoded_outputs_and_samples(paired_root, request, tmp_path):
+    run(train_command(newer_family_args("bicycle_gan", request, tmp_path, "run")))
+    on_device = bicycle_test_py(paired_root, tmp_path / "run", tmp_path / "gpu", *ON_DEVICE, env=EXACT_FP32)
+    on_cpu = bicycle_test_py(paired_root, tmp_path / "run", tmp_path / "cpu", "--device", "cpu", env=CPU_ONLY)
+    assert [p.name for p in on_device] == [p.name for p in on_cpu] and len(on_device) == 2 * 3
+    for gpu_image, cpu_image in zip(on_device, on_cpu):  # the same codes: drawn on the CPU from the seed
+        difference = np.abs(np.asarray(Image.open(gpu_image), dtype=int) - np.asarray(Image.open(cpu_image), dtype=int))
+        assert difference.max() <= 1, gpu_image.name
+
+
+@needs_nibabel
+def test_a_3d_generator_on_the_gpu_translates_a_volume_by_windows_as_on_the_cpu(real_scan_pairs, tmp_path):  # noqa: F811
+    run(train_command(volume_pix2pix_args(real_scan_pairs, tmp_path, "run", "--n_epochs", "1", "--n_epochs_decay", "0",
+                                          *ON_DEVICE)))
+    outputs = {}
+    for results, where, env in (("gpu", ON_DEVICE, EXACT_FP32), ("cpu", ["--device", "cpu"], CPU_ONLY)):
+        result = run_script("test.py", *volume_pix2pix_args(real_scan_pairs, tmp_path, "run", "--results_dir",
+                                                            str(tmp_path / results), *where, networks=VOLUME_GENERATOR),
+                            env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        volume = nib.load(str(tmp_path / results / "run" / "test_latest" / "volumes" / "scan_fake_B.nii.gz"))
+        outputs[results] = np.asarray(volume.dataobj, dtype=np.float64)
+    on_device, on_cpu = outputs["gpu"], outputs["cpu"]
+    assert on_device.shape == (33, 20, 25)
+    # fp32 with TF32 off: the two devices' rounding only, well under a level of an 8-bit picture of the
+    # window (0..20000: 78 units)
+    assert np.abs(on_device - on_cpu).max() <= 20, np.abs(on_device - on_cpu).max()
+
+
+@pytest.mark.parametrize("family", NEWER_FAMILIES)
+def test_a_deterministic_gpu_run_of_a_newer_family_killed_and_resumed_is_bit_identical(family, request, tmp_path):
+    """Every random stream (BicycleGAN's codes, CUT's patches, the volumes' patch positions) resumes."""
+    def args(name: str) -> list[str]:
+        return newer_family_args(family, request, tmp_path, name, 10) + ["--deterministic"]
+    run(train_command(args("whole")))
+    cut = args("cut")
+    killed = interrupt_when_logged(train_command(cut), tmp_path / "cut" / "loss_log.txt", "(epoch: 2, iters: 2,")
+    assert killed.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert "resuming from" in run(train_command(cut + ["--continue_train"])).stdout
+    assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
+def test_two_processes_on_the_gpu_train_the_same_bicycle_gan_as_one_process_with_the_global_batch(paired_root,
+                                                                                                  tmp_path):
+    """float64, gloo (2 processes share the GPU): the codes of the step are drawn for the global batch."""
+    equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches", "--no_flip",
+                   "--max_dataset_size", "4", *ON_DEVICE, "--ddp_backend", "gloo"]
+    # the sampler deals p0 p2 to rank 0 and p1 p3 to rank 1, each encodes its first and draws a code for its
+    # second: the encoded p0 p1 and the random p2 p3 of one process's batch of 4
+    ok(single("train.py", *bicycle_args(paired_root, tmp_path, "one", "--batch_size", "4", *equivalence)))
+    ok(torchrun("train.py", *bicycle_args(paired_root, tmp_path, "two", "--batch_size", "2", *equivalence)))
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
+    assert_same_weights(one, two)
 
 
 # ----------------------------------------------------------------------------- several processes on the GPU
