@@ -17,7 +17,7 @@ seconds to import).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -35,18 +35,30 @@ class SlidingWindow(GeneratorWrapper):
 
     def __init__(self, net: nn.Module, window: Sequence[int], overlap: float = 0.5, batch: int = 4) -> None:
         super().__init__()
+        monai_sliding_window_inference()  # a missing MONAI is told before any volume is read or written
         self.net = net
         self.window = tuple(int(side) for side in window)
         self.overlap = float(overlap)
         self.batch = max(int(batch), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from monai.inferers import sliding_window_inference
-
+        sliding_window_inference = monai_sliding_window_inference()
         weights = window_weights(self.window, x.dtype, x.device)
         return sliding_window_inference(x, self.window, self.batch, self.net, overlap=self.overlap, mode="gaussian",
                                         sigma_scale=WINDOW_SIGMA, padding_mode="replicate", progress=False,
                                         roi_weight_map=weights)
+
+
+def monai_sliding_window_inference() -> Callable[..., torch.Tensor]:
+    """MONAI's `sliding_window_inference`, imported on first use; a UserError naming the package where
+    it is not installed (a GPU machine with PyTorch but not requirements.txt, say)."""
+    try:
+        from monai.inferers import sliding_window_inference
+    except ImportError as err:
+        raise UserError("whole volumes are translated in windows by MONAI (the monai package), which is not "
+                        "installed: pip install monai (requirements.txt; bash scripts/setup.sh installs it), "
+                        "then run again.") from err
+    return sliding_window_inference
 
 
 def window_weights(window: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

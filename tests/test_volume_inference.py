@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,20 @@ def one_paragraph(err: pytest.ExceptionInfo) -> str:
     text = str(err.value)
     assert "\n" not in text.strip() and "Traceback" not in text
     return text
+
+
+def test_without_monai_test_py_exits_2_naming_the_package_before_writing_anything(run, tmp_path, monkeypatch,
+                                                                                  capsys):
+    monkeypatch.setitem(sys.modules, "monai.inferers", None)  # as where monai is not installed
+    results = tmp_path / "results"
+    test = load_script("test.py")
+    assert test.main(["--dataroot", str(run / "data"), "--name", "run", "--checkpoints_dir", str(run / "checkpoints"),
+                      *FLAGS, "--results_dir", str(results)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "pip install monai" in message and "Traceback" not in message and "\n" not in message
+    assert not list(results.rglob("*.nii.gz"))
+    with pytest.raises(UserError, match="pip install monai"):  # the Translator's windows likewise
+        SlidingWindow(networks.define_G(1, 1, 4, "resnet_6blocks_3d"), WINDOW)
 
 
 # ------------------------------------------------------------------------------------------ the Translator
