@@ -204,7 +204,7 @@ class TrainingEngine:
             if self.opt.channels_last:
                 networks.make_instance_norm_channels_last_safe(net)
             if self.opt.deterministic:
-                networks.pad_with_slices(net)
+                networks.pad_reflections_with_slices(net)
             if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
                 enable_activation_checkpointing(net, networks.checkpointed_blocks(self.opt))
 

@@ -203,7 +203,7 @@ def test_checkpointed_3d_blocks_give_the_same_outputs_gradients_and_statistics(n
 def test_deterministic_runs_pad_volumes_with_slices_giving_the_same_output_and_gradients():
     plain = generator("resnet_6blocks_3d", norm="instance")
     sliced = copy.deepcopy(plain)
-    networks.pad_with_slices(sliced)
+    networks.pad_reflections_with_slices(sliced)
     assert not any(type(m) is nn.ReflectionPad3d for m in sliced.modules())
     x = volume(8, 12, 16)
     grads = []

@@ -21,8 +21,8 @@ from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFa
                                     recognise_network, volume_counterpart)
 from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
                                     CompileFriendlyReflectionPad2d, Identity, SlicedReflectionPad2d,
-                                    SlicedReplicationPad2d, apply_spectral_norm, compile_network, get_norm_layer,
-                                    init_weights, make_instance_norm_channels_last_safe, pad_with_slices,
+                                    apply_spectral_norm, compile_network, get_norm_layer, init_weights,
+                                    make_instance_norm_channels_last_safe, pad_reflections_with_slices,
                                     use_resize_convolutions, uses_bias)
 from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
 from models.networks.patchgan import DEFAULT as DEFAULT_DISCRIMINATOR  # noqa: F401

@@ -113,7 +113,7 @@ def make_instance_norm_channels_last_safe(net: nn.Module) -> None:
 
 class SlicedReflectionPad2d(nn.ReflectionPad2d):
     """ReflectionPad2d built from slices, flips and a concatenation, for compiled networks and
-    deterministic GPU runs (see `pad_with_slices`).
+    deterministic GPU runs (see `pad_reflections_with_slices`).
 
     With --compile and bf16 autocast on the CPU (torch 2.14), inductor assumes that the
     reflection_pad2d_backward kernel returns a contiguous gradient; it returns a channels-last one
@@ -141,21 +141,6 @@ class SlicedReflectionPad3d(nn.ReflectionPad3d):
         return x
 
 
-class SlicedReplicationPad2d(nn.ReplicationPad2d):
-    """ReplicationPad2d built from the edge rows and columns, broadcast, for --deterministic runs: CUDA
-    has no deterministic kernel for replication_pad2d's backward (CUT's antialiased upsampling pads
-    this way); a broadcast's backward is a sum. Same output and gradient as ReplicationPad2d."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        left, right, top, bottom = self.padding
-        rows, columns = x.shape[-2], x.shape[-1]
-        x = torch.cat([x[..., :1].expand(*x.shape[:-1], left), x,
-                       x[..., columns - 1:].expand(*x.shape[:-1], right)], dim=-1)
-        width = x.shape[-1]
-        return torch.cat([x[..., :1, :].expand(*x.shape[:-2], top, width), x,
-                          x[..., rows - 1:, :].expand(*x.shape[:-2], bottom, width)], dim=-2)
-
-
 class CompileFriendlyReflectionPad2d(SlicedReflectionPad2d):
     """SlicedReflectionPad2d while inductor traces the network, the native kernel when it runs
     eagerly: under --compile the same modules also run uncompiled (the compile probe's eager
@@ -181,17 +166,16 @@ def compile_network(net: nn.Module, name: str) -> nn.Module:
     return torch.compile(net)
 
 
-SLICED_PADS = {nn.ReflectionPad2d: SlicedReflectionPad2d, nn.ReflectionPad3d: SlicedReflectionPad3d,
-               nn.ReplicationPad2d: SlicedReplicationPad2d}
-
-
-def pad_with_slices(net: nn.Module) -> None:
-    """Swap every reflection and replication pad in `net` for its sliced twin (SLICED_PADS), in place
-    (same parameters: they have none). For --deterministic: CUDA has no deterministic kernel for
-    these pads' backward; the slices' backward is deterministic everywhere."""
+def pad_reflections_with_slices(net: nn.Module) -> None:
+    """Swap every ReflectionPad2d in `net` for SlicedReflectionPad2d, in place (same parameters:
+    it has none). For --compile, and for --deterministic: CUDA has no deterministic kernel for
+    reflection padding's backward; the slices' backward is deterministic everywhere. The 3-D
+    families' ReflectionPad3d likewise (SlicedReflectionPad3d)."""
     for module in net.modules():
-        if type(module) in SLICED_PADS:
-            module.__class__ = SLICED_PADS[type(module)]
+        if type(module) is nn.ReflectionPad2d:
+            module.__class__ = SlicedReflectionPad2d
+        elif type(module) is nn.ReflectionPad3d:
+            module.__class__ = SlicedReflectionPad3d
 
 
 def use_resize_convolutions(net: nn.Module, upsample: str = "resize") -> None:
