@@ -16,6 +16,7 @@ are skipped): a check of this file on a machine without a GPU, which proves noth
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -58,6 +59,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason=(
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (skipped in the IMG2IMG_GPU_TESTS_ON_CPU dry run)")
 needs_nibabel = pytest.mark.skipif(nib is None, reason=(
     "the volume checks need nibabel (requirements.txt): install it, or pass scripts/gpu_check.sh --wheels with its wheel"))
+needs_monai = pytest.mark.skipif(importlib.util.find_spec("monai") is None, reason=(
+    "whole volumes are translated by MONAI's sliding windows (requirements.txt): install monai, or pass "
+    "scripts/gpu_check.sh --wheels with its wheel"))
 two_gpus = pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2,
                               reason=f"NCCL needs a GPU per process: PyTorch sees {torch.cuda.device_count()} GPU(s)")
 ON_DEVICE = ["--device", DEVICE or "cuda"]
@@ -255,6 +259,7 @@ def test_bicycle_gan_on_the_gpu_gives_test_py_on_the_cpus_encoded_outputs_and_sa
 
 
 @needs_nibabel
+@needs_monai
 def test_a_3d_generator_on_the_gpu_translates_a_volume_by_windows_as_on_the_cpu(real_scan_pairs, tmp_path):  # noqa: F811
     run(train_command(volume_pix2pix_args(real_scan_pairs, tmp_path, "run", "--n_epochs", "1", "--n_epochs_decay", "0",
                                           *ON_DEVICE)))
