@@ -1,6 +1,7 @@
 """Where one training step's time goes: `model.optimize_parameters()` under torch.profiler.
 
     python dev/profile_step.py --model cycle_gan --size 256 --device cuda --trace step.json.gz
+    python dev/profile_step.py --model pix2pix --batch 4 --ngf 32     # other flags are train.py's
 
 Builds the model and synthetic batch as the benchmark's step section does (dev/bench/training.py),
 runs warm-up steps, then profiles --steps steps and prints PyTorch's table of the operators with
@@ -88,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=25, help="operators in the table")
     parser.add_argument("--trace", help="write the profiler's trace here (.json or .json.gz)")
     parser.add_argument("--summary", help="write the summary here (JSON)")
-    args = parser.parse_args(argv)
+    args, train_flags = parser.parse_known_args(argv)  # the rest are train.py's (e.g. --ngf 32 --norm batch)
 
     spec = {"model": args.model, "size": args.size, "batch": args.batch, "device": args.device, "amp": args.amp,
-            "channels_last": args.channels_last, "checkpoints_dir": tempfile.mkdtemp(prefix="profile_ckpt_")}
+            "channels_last": args.channels_last, "checkpoints_dir": tempfile.mkdtemp(prefix="profile_ckpt_"),
+            "extra_args": train_flags}
     opt = build_options(spec)
     ctx = make_context(args.device)
     model = build_model(opt, ctx)

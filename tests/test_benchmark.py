@@ -426,9 +426,12 @@ def test_the_step_profile_counts_gpu_busy_time_once_where_streams_overlap_and_so
 def test_the_step_profile_runs_on_the_cpu_and_writes_its_summary(tmp_path, capsys):
     profile_step = load_script("dev/profile_step.py")
     summary = tmp_path / "summary.json"
-    assert profile_step.main(["--model", "cycle_gan", "--size", "32", "--device", "cpu", "--warmup", "1",
-                              "--steps", "1", "--rows", "5", "--summary", str(summary)]) == 0
-    assert "aten::" in capsys.readouterr().out  # PyTorch's table of operators
+    assert profile_step.main(["--model", "cycle_gan", "--size", "32", "--device", "cpu", "--warmup", "0",
+                              "--steps", "1", "--rows", "5", "--summary", str(summary),
+                              "--ngf", "4", "--ndf", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "aten::" in out  # PyTorch's table of operators
+    assert "[Network G_A] Total number of parameters : 0.0" in out  # train.py's --ngf 4 reached the model
     written = json.loads(summary.read_text())
     assert written["wall_ms_per_step"] > 0 and written["device"] == "cpu"
     assert written["gpu_busy_fraction"] is None  # no GPU, no kernels

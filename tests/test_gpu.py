@@ -58,7 +58,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE is None, reason=(
     "no CUDA GPU: torch.cuda.is_available() is False (scripts/gpu_check.sh runs these on a GPU machine)"))]
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (skipped in the IMG2IMG_GPU_TESTS_ON_CPU dry run)")
 needs_nibabel = pytest.mark.skipif(nib is None, reason=(
-    "the volume checks need nibabel (requirements.txt): install it, or pass scripts/gpu_check.sh --wheels with its wheel"))
+    "the volume checks need nibabel (requirements.txt): install it, or pass scripts/gpu_check.sh --wheels with "
+    "its wheel"))
 needs_monai = pytest.mark.skipif(importlib.util.find_spec("monai") is None, reason=(
     "whole volumes are translated by MONAI's sliding windows (requirements.txt): install monai, or pass "
     "scripts/gpu_check.sh --wheels with its wheel"))
@@ -191,7 +192,7 @@ def test_fp16_gradient_scaler_state_is_saved_and_resumed(unpaired_root, paired_r
     assert_identical(resumed, final_weights(tmp_path / "whole"))
 
 
-# ----------------------------------------------------------------------------- the newer families: BicycleGAN, CUT, volumes
+# ----------------------------------------------------------------------- the newer families: BicycleGAN, CUT, volumes
 
 NEWER_FAMILIES = ["bicycle_gan", "cut", pytest.param("cycle_gan_3d", marks=needs_nibabel)]
 TRAINING_DATA = {"bicycle_gan": "paired_root", "cut": "unpaired_root", "cycle_gan_3d": "volumes"}  # fixtures
@@ -260,7 +261,8 @@ def test_bicycle_gan_on_the_gpu_gives_test_py_on_the_cpus_encoded_outputs_and_sa
 
 @needs_nibabel
 @needs_monai
-def test_a_3d_generator_on_the_gpu_translates_a_volume_by_windows_as_on_the_cpu(real_scan_pairs, tmp_path):  # noqa: F811
+def test_a_3d_generator_on_the_gpu_translates_a_volume_by_windows_as_on_the_cpu(
+        real_scan_pairs, tmp_path):  # noqa: F811
     run(train_command(volume_pix2pix_args(real_scan_pairs, tmp_path, "run", "--n_epochs", "1", "--n_epochs_decay", "0",
                                           *ON_DEVICE)))
     outputs = {}
