@@ -18,7 +18,7 @@ import torch
 # In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
 from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
                          pytest_sessionfinish, pytest_terminal_summary)
-from torchrun_agent import run_torchrun
+from forked_processes import run_forked, run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -82,8 +82,7 @@ def run_script(script: str, *args: str, timeout: float = 300, env: dict | None =
                cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `python <script> args...` from the repository root, as a user would; capture output."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_forked([sys.executable, str(ROOT / script), *args], cwd or ROOT, full_env, timeout)
 
 
 _script_modules: dict[str, ModuleType] = {}
@@ -141,7 +140,7 @@ def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (
              env: dict | None = None) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
     `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
-    code, forked from a process that imported it once (tests/torchrun_agent.py); the workers are
+    code, forked from a process that imported it once (tests/forked_processes.py); the workers are
     new interpreters, as under the torchrun command."""
     arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
     code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, torchrun
+from forked_processes import run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +30,8 @@ def train() -> ModuleType:
 
 def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """`python script args` in a process of its own (tests/test_gpu.py's one-process runs on a GPU)."""
-    return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return run_forked([sys.executable, str(ROOT / script), *args], ROOT, {**os.environ, "OMP_NUM_THREADS": "1"},
+                      timeout)
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_in_process, torchrun_command
+from forked_processes import ForkedProcess, run_forked
 from models import networks
 from util.errors import UserError
 from util.training import resume_flags
@@ -51,8 +52,7 @@ def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) 
 
 
 def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return succeeded(subprocess.run(command, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True,
-                                    timeout=300))
+    return succeeded(run_forked(command, ROOT, {**ENV, **(env or {})}, timeout=300))
 
 
 def run_here(args: list[str]) -> subprocess.CompletedProcess:
@@ -72,14 +72,13 @@ def children(pid: int) -> list[int]:
 
 
 def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int = signal.SIGKILL,
-                          victim: str = "process", env: dict | None = None) -> subprocess.Popen:
+                          victim: str = "process", env: dict | None = None) -> ForkedProcess:
     """Start `command`, wait until `marker` appears in `log`, then send `sig` to the process
     (or, with victim="worker", to the last torchrun worker). Returns the finished process."""
-    proc = subprocess.Popen(command, cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = ForkedProcess(command, ROOT, {**ENV, **(env or {})}, merge_stderr=True)
     deadline = time.time() + 240
     while not (log.exists() and marker in log.read_text()):
-        assert proc.poll() is None, f"finished before {marker!r}:\n{proc.stdout.read()[-3000:]}"
+        assert proc.poll() is None, f"finished before {marker!r}:\n{proc.output_so_far()[0][-3000:]}"
         assert time.time() < deadline, f"{marker!r} never logged"
         time.sleep(0.01)
     os.kill(children(proc.pid)[-1] if victim == "worker" else proc.pid, sig)

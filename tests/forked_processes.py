@@ -1,0 +1,159 @@
+"""The suite's processes, forked from a server that has imported PyTorch once.
+
+A test that needs a process of its own (one it kills, one beside another, a run whose exit status is
+the point) starts `python train.py ...` or `torchrun ...` as a user does. Started as a new
+interpreter, each spends ~2.5 CPU-s importing torch, torchvision and torch._dynamo before its first
+line of work, and the suite starts about a hundred. Here each is a fork of a forkserver (one per test
+process) that imported them once: the same script or module run as `__main__` with the same command
+line, environment, working folder and `sys.path` as `python script args` or `python -m module args`
+gives, in a process and session of its own (a pid to kill, an exit status, -9 when killed), minus the
+import. What a new interpreter takes from its environment at start-up is redone in the fork:
+`sys.path` from PYTHONPATH, the compute threads from OMP_NUM_THREADS, fresh seeds for numpy's global
+generator (Python's `random` reseeds itself after a fork). The server is single-threaded, so forking it
+is safe (forking the test process itself is not: pytest-xdist keeps threads in it). torchrun's workers
+are still new interpreters, started by the forked agent as torchrun starts them.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+_forkserver = multiprocessing.get_context("forkserver")
+_forkserver.set_forkserver_preload(["torch", "torchvision", "torch._dynamo", "torch.distributed.run"])
+
+
+def _interpreter_path() -> list[str]:
+    """`sys.path` of a new interpreter without PYTHONPATH, after its first entry (the script's folder):
+    the standard library and site-packages, read once from such an interpreter."""
+    if not hasattr(_interpreter_path, "cached"):
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        listed = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                                env=env, capture_output=True, text=True, check=True).stdout
+        _interpreter_path.cached = json.loads(listed)
+    return _interpreter_path.cached
+
+
+def _main(command: list[str], env: dict[str, str], cwd: str, base_path: list[str], out_path: str,
+          err_path: str) -> None:
+    """The forked process: a session of its own (so that a timeout can end it with its children), its
+    output to the files, the caller's environment and folder, then `command` ([python, script, args]
+    or [python, -m, module, args]) as `__main__`, ending as the interpreter would."""
+    os.setsid()
+    for fd, path in ((1, out_path), (2, err_path)):
+        target = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    module = command[2] if command[1] == "-m" else None
+    sys.argv = [module or command[1], *command[3 if module else 2:]]
+    first = os.getcwd() if module else str(Path(command[1]).resolve().parent)
+    extra = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[:] = [first, *extra, *base_path]
+    import numpy
+    import torch
+    numpy.random.seed()  # a new interpreter's global numpy generator starts from fresh entropy
+    if env.get("OMP_NUM_THREADS"):  # read by torch at import, in the server: apply the caller's
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    status = 0
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(command[1], run_name="__main__")
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 (as the interpreter: the traceback, then status 1)
+        traceback.print_exc()
+        status = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def is_python_command(command: list[str]) -> bool:
+    """Whether `command` is `python script.py ...` or `python -m module ...` with this interpreter."""
+    return len(command) >= 2 and command[0] == sys.executable and (
+        command[1] == "-m" and len(command) >= 3 or command[1].endswith(".py"))
+
+
+class ForkedProcess:
+    """`command` (see is_python_command) forked from the server: what subprocess.Popen gives for it
+    (pid, poll, wait, communicate, kill, returncode), stdout and stderr read from files when it ends
+    (stderr into stdout with `merge_stderr`)."""
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], merge_stderr: bool = False) -> None:
+        self.args = command
+        self._folder = tempfile.TemporaryDirectory(prefix="forked_")
+        self._out = os.path.join(self._folder.name, "out")
+        self._err = self._out if merge_stderr else os.path.join(self._folder.name, "err")
+        for path in {self._out, self._err}:
+            Path(path).touch()
+        self._process = _forkserver.Process(target=_main, args=(command, env, str(cwd), _interpreter_path(),
+                                                                self._out, self._err))
+        self._process.start()
+        self.pid = self._process.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        self.returncode = self._process.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def output_so_far(self) -> tuple[str, str]:
+        """Its stdout and stderr so far ("" for stderr merged into stdout)."""
+        out = Path(self._out).read_text()
+        return out, ("" if self._err == self._out else Path(self._err).read_text())
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output_so_far()
+
+    def kill(self) -> None:
+        """SIGKILL to it and everything it started (its session)."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._process.join()
+        self.poll()
+
+
+def run_forked(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """What subprocess.run(command, cwd, env, capture_output=True, text=True, timeout) gives, forked;
+    past `timeout` the process and its children are killed (then TimeoutExpired)."""
+    process = ForkedProcess(command, cwd, env)
+    try:
+        out, err = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def run_torchrun(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, str, str]:
+    """torchrun `argv` (its own flags, the script, the script's flags) in `cwd` with `env`: exit status,
+    stdout and stderr of the agent and its workers. Past `timeout` the agent and its workers are killed
+    (then subprocess.TimeoutExpired)."""
+    result = run_forked([sys.executable, "-m", "torch.distributed.run", *argv], cwd, env, timeout)
+    return result.returncode, result.stdout, result.stderr
