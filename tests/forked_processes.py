@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def _main(command: list[str], env: dict[str, str], cwd: str, base_path: list[str
     except BaseException:  # noqa: BLE001 (as the interpreter: the traceback, then status 1)
         traceback.print_exc()
         status = 1
+    threading._shutdown()  # the interpreter's exit: wait for threads that are not daemons, then atexit
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
