@@ -131,6 +131,11 @@ class ForkedProcess:
         self.wait(timeout)
         return self.output_so_far()
 
+    def send_signal(self, sig: int) -> None:
+        """`sig` to the process alone (as Popen.send_signal), unless it has ended."""
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
     def kill(self) -> None:
         """SIGKILL to it and everything it started (its session)."""
         try:

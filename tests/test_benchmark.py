@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
+import os
 import sys
 import time
 
@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from conftest import ROOT, load_script
+from forked_processes import run_forked
 from models import networks
 
 benchmark = load_script("dev/benchmark.py")
@@ -273,8 +274,8 @@ def test_resume_keeps_finished_measurements(tmp_path):
 def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("benchmark")
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    proc = run_forked([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)], ROOT,
+                      dict(os.environ), timeout=3600)
     runtime = time.perf_counter() - started
     assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-5000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
     print(f"benchmark --quick took {runtime:.0f} s")

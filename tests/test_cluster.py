@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import ROOT, free_port, run_in_process
+from forked_processes import ForkedProcess
 from options.train_options import TrainOptions
 from test_resume import ENV, assert_identical, cycle_gan, final_weights, run, train_command
 from util import distributed
@@ -191,8 +192,8 @@ def torchrun_weights(unpaired_root, tmp_path_factory) -> dict:
 def test_srun_tasks_without_torchrun_train_the_same_model_as_torchrun(torchrun_weights, unpaired_root, tmp_path):
     command = [sys.executable, str(ROOT / "train.py"), *two_rank_args(unpaired_root, tmp_path, "srun")]
     step = {**slurm_job_env(tmp_path), "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost"}
-    tasks = [subprocess.Popen(command, cwd=ROOT, env={**step, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    tasks = [ForkedProcess(command, ROOT, {**step, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
+                           merge_stderr=True) for rank in range(2)]
     try:
         outputs = [task.communicate(timeout=240)[0] for task in tasks]
     finally:

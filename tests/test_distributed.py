@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, torchrun
-from forked_processes import run_forked
+from forked_processes import ForkedProcess, run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -157,8 +157,7 @@ def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, un
     # only for several per node), and two 2-thread processes on 2 cores wait for each other's
     # cores at every parallel region (60 s instead of 15).
     one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
-    agents = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=one_thread) for _ in range(2)]
+    agents = [ForkedProcess(command, ROOT, one_thread, merge_stderr=True) for _ in range(2)]
     outputs = [agent.communicate(timeout=240)[0] for agent in agents]
     assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
     for epoch in ("1", "2", "latest"):
