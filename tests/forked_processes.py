@@ -2,7 +2,7 @@
 
 A test that needs a process of its own (one it kills, one beside another, a run whose exit status is
 the point) starts `python train.py ...` or `torchrun ...` as a user does. Started as a new
-interpreter, each spends ~2.5 CPU-s importing torch, torchvision and torch._dynamo before its first
+interpreter, each spends ~3 CPU-s importing torch, torchvision and torch._dynamo before its first
 line of work, and the suite starts about a hundred. Here each is a fork of a forkserver (one per test
 process) that imported them once: the same script or module run as `__main__` with the same command
 line, environment, working folder and `sys.path` as `python script args` or `python -m module args`
@@ -16,6 +16,7 @@ are still new interpreters, started by the forked agent as torchrun starts them.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import multiprocessing
 import os
@@ -32,18 +33,17 @@ _forkserver = multiprocessing.get_context("forkserver")
 _forkserver.set_forkserver_preload(["torch", "torchvision", "torch._dynamo", "torch.distributed.run"])
 
 
-def _interpreter_path() -> list[str]:
+@functools.cache
+def _interpreter_path() -> tuple[str, ...]:
     """`sys.path` of a new interpreter without PYTHONPATH, after its first entry (the script's folder):
     the standard library and site-packages, read once from such an interpreter."""
-    if not hasattr(_interpreter_path, "cached"):
-        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-        listed = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                                env=env, capture_output=True, text=True, check=True).stdout
-        _interpreter_path.cached = json.loads(listed)
-    return _interpreter_path.cached
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    listed = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                            env=env, capture_output=True, text=True, check=True).stdout
+    return tuple(json.loads(listed))
 
 
-def _main(command: list[str], env: dict[str, str], cwd: str, base_path: list[str], out_path: str,
+def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[str, ...], out_path: str,
           err_path: str) -> None:
     """The forked process: a session of its own (so that a timeout can end it with its children), its
     output to the files, the caller's environment and folder, then `command` ([python, script, args]
@@ -100,6 +100,9 @@ class ForkedProcess:
     (stderr into stdout with `merge_stderr`)."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str], merge_stderr: bool = False) -> None:
+        if not is_python_command(command):
+            raise ValueError(f"not `{sys.executable} script.py ...` or `... -m module ...`: {command[:3]}; "
+                             f"start other programs with subprocess")
         self.args = command
         self._folder = tempfile.TemporaryDirectory(prefix="forked_")
         self._out = os.path.join(self._folder.name, "out")

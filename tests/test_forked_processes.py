@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from forked_processes import ForkedProcess, run_forked
 
 REPORT = '''
@@ -59,3 +61,8 @@ def test_an_uncaught_exception_ends_a_forked_script_with_status_1_and_its_traceb
     result = run_forked([sys.executable, str(script)], Path(tmp_path), dict(os.environ), timeout=60)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "ValueError: broken on purpose" in result.stderr
+
+
+def test_only_python_scripts_and_modules_are_forked(tmp_path):
+    with pytest.raises(ValueError, match="start other programs with subprocess"):
+        ForkedProcess(["bash", "scripts/demo.sh"], tmp_path, dict(os.environ))
