@@ -35,18 +35,16 @@ class SlidingWindow(GeneratorWrapper):
 
     def __init__(self, net: nn.Module, window: Sequence[int], overlap: float = 0.5, batch: int = 4) -> None:
         super().__init__()
-        monai_sliding_window_inference()  # a missing MONAI is told before any volume is read or written
+        self.infer = monai_sliding_window_inference()  # a missing MONAI is told before any volume is read
         self.net = net
         self.window = tuple(int(side) for side in window)
         self.overlap = float(overlap)
         self.batch = max(int(batch), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sliding_window_inference = monai_sliding_window_inference()
         weights = window_weights(self.window, x.dtype, x.device)
-        return sliding_window_inference(x, self.window, self.batch, self.net, overlap=self.overlap, mode="gaussian",
-                                        sigma_scale=WINDOW_SIGMA, padding_mode="replicate", progress=False,
-                                        roi_weight_map=weights)
+        return self.infer(x, self.window, self.batch, self.net, overlap=self.overlap, mode="gaussian",
+                          sigma_scale=WINDOW_SIGMA, padding_mode="replicate", progress=False, roi_weight_map=weights)
 
 
 def monai_sliding_window_inference() -> Callable[..., torch.Tensor]:
