@@ -140,8 +140,8 @@ def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (
              env: dict | None = None) -> subprocess.CompletedProcess:
     """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
     `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
-    code, forked from a process that imported it once (tests/forked_processes.py); the workers are
-    new interpreters, as under the torchrun command."""
+    code, forked from a process that imported it once, and so are the workers it starts
+    (tests/forked_processes.py)."""
     arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
     code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
     return subprocess.CompletedProcess(["torchrun", *arguments], code, out, err)

@@ -10,15 +10,19 @@ gives, in a process and session of its own (a pid to kill, an exit status, -9 wh
 import. What a new interpreter takes from its environment at start-up is redone in the fork:
 `sys.path` from PYTHONPATH, the compute threads from OMP_NUM_THREADS, fresh seeds for numpy's global
 generator (Python's `random` reseeds itself after a fork). The server is single-threaded, so forking it
-is safe (forking the test process itself is not: pytest-xdist keeps threads in it). torchrun's workers
-are still new interpreters, started by the forked agent as torchrun starts them.
+is safe (forking the test process itself is not: pytest-xdist keeps threads in it). A forked torchrun
+agent starts its workers through the same server instead of as new interpreters (its own threads make
+forking the agent unsafe): the same command, environment, folder, output and session as torchrun's
+Popen gives them, but the server is their parent, so `ForkedProcess.torchrun_workers()` lists them.
 """
 from __future__ import annotations
 
 import atexit
 import functools
+import io
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import runpy
 import signal
@@ -33,6 +37,11 @@ _forkserver = multiprocessing.get_context("forkserver")
 _forkserver.set_forkserver_preload(["torch", "torchvision", "torch._dynamo", "torch.distributed.run"])
 
 
+# Set in a forked process, for a torchrun agent's workers: where its output goes, the server's socket,
+# the file listing the workers, the base of `sys.path`.
+_this_process: dict[str, object] = {}
+
+
 @functools.cache
 def _interpreter_path() -> tuple[str, ...]:
     """`sys.path` of a new interpreter without PYTHONPATH, after its first entry (the script's folder):
@@ -44,20 +53,24 @@ def _interpreter_path() -> tuple[str, ...]:
 
 
 def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[str, ...], out_path: str,
-          err_path: str) -> None:
+          err_path: str, server_address: str, workers_path: str) -> None:
     """The forked process: a session of its own (so that a timeout can end it with its children), its
-    output to the files, the caller's environment and folder, then `command` ([python, script, args]
-    or [python, -m, module, args]) as `__main__`, ending as the interpreter would."""
+    output to the files, the caller's environment and folder, then `command` (see is_python_command)
+    as `__main__`, ending as the interpreter would."""
     os.setsid()
     for fd, path in ((1, out_path), (2, err_path)):
         target = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(target, fd)
         os.close(target)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    # Unbuffered, as `python -u` (torchrun's workers) and as a killed process's last lines need.
+    sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), write_through=True)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    _this_process.update(out=out_path, err=err_path, server=server_address, workers=workers_path,
+                         base_path=base_path)
+    command = _without_unbuffered_flag(command)
     module = command[2] if command[1] == "-m" else None
     sys.argv = [module or command[1], *command[3 if module else 2:]]
     first = os.getcwd() if module else str(Path(command[1]).resolve().parent)
@@ -68,6 +81,8 @@ def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[st
     numpy.random.seed()  # a new interpreter's global numpy generator starts from fresh entropy
     if env.get("OMP_NUM_THREADS"):  # read by torch at import, in the server: apply the caller's
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    if module == "torch.distributed.run":
+        _fork_the_workers_of_this_agent()
     status = 0
     try:
         if module:
@@ -88,10 +103,49 @@ def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[st
     os._exit(status)
 
 
+def _without_unbuffered_flag(command: list[str]) -> list[str]:
+    """`command` without python's `-u`, which torchrun gives its workers: a forked process's stdout and
+    stderr are unbuffered anyway (_main)."""
+    return [command[0], *command[2:]] if command[1:2] == ["-u"] else command
+
+
 def is_python_command(command: list[str]) -> bool:
-    """Whether `command` is `python script.py ...` or `python -m module ...` with this interpreter."""
+    """Whether `command` is `python [-u] script.py ...` or `python [-u] -m module ...` with this
+    interpreter."""
+    command = _without_unbuffered_flag(command) if command else command
     return len(command) >= 2 and command[0] == sys.executable and (
         command[1] == "-m" and len(command) >= 3 or command[1].endswith(".py"))
+
+
+def _fork_the_workers_of_this_agent() -> None:
+    """In a forked torchrun agent: its workers are forked from the server that forked it (through the
+    server's socket and the liveness pipe it inherited) instead of started as new interpreters. Left as
+    torchrun does it where this Python's forkserver is not the one this was written against (3.11-3.13:
+    no authentication key, a child keeps the server's liveness pipe)."""
+    from multiprocessing import forkserver
+
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+
+    server = forkserver._forkserver
+    if hasattr(server, "_forkserver_authkey") or server._forkserver_alive_fd is None:
+        return
+    server._forkserver_address = _this_process["server"]
+    # A forkserver's child does not know its server's pid, so ensure_running would start a second server.
+    server.ensure_running = lambda: None
+
+    def fork_worker(handler: subprocess_handler.SubprocessHandler, args: tuple, env: dict[str, str]) -> ForkedProcess:
+        out = handler._stdout.name if handler._stdout else _this_process["out"]
+        err = handler._stderr.name if handler._stderr else _this_process["err"]
+        sys.path.append(str(Path(__file__).parent))  # for the server's child to find _main, then the script's
+        try:
+            worker = ForkedProcess(list(args), Path.cwd(), env, output_files=(out, err))
+        finally:
+            sys.path.pop()
+        with open(_this_process["workers"], "a") as workers:
+            workers.write(f"{worker.pid}\n")
+        return worker
+
+    subprocess_handler.SubprocessHandler._popen = fork_worker
 
 
 class ForkedProcess:
@@ -99,21 +153,36 @@ class ForkedProcess:
     (pid, poll, wait, communicate, kill, returncode), stdout and stderr read from files when it ends
     (stderr into stdout with `merge_stderr`)."""
 
-    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], merge_stderr: bool = False) -> None:
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], merge_stderr: bool = False,
+                 output_files: tuple[str, str] | None = None) -> None:
         if not is_python_command(command):
             raise ValueError(f"not `{sys.executable} script.py ...` or `... -m module ...`: {command[:3]}; "
                              f"start other programs with subprocess")
         self.args = command
         self._folder = tempfile.TemporaryDirectory(prefix="forked_")
-        self._out = os.path.join(self._folder.name, "out")
-        self._err = self._out if merge_stderr else os.path.join(self._folder.name, "err")
-        for path in {self._out, self._err}:
-            Path(path).touch()
-        self._process = _forkserver.Process(target=_main, args=(command, env, str(cwd), _interpreter_path(),
-                                                                self._out, self._err))
+        self._workers = os.path.join(self._folder.name, "workers")
+        if output_files:  # a torchrun worker: where the agent's output goes, or torchrun's redirection
+            self._out, self._err = output_files
+        else:
+            self._out = os.path.join(self._folder.name, "out")
+            self._err = self._out if merge_stderr else os.path.join(self._folder.name, "err")
+            for path in {self._out, self._err}:
+                Path(path).touch()
+        server = multiprocessing.forkserver._forkserver
+        server.ensure_running()
+        base_path = _this_process.get("base_path") or _interpreter_path()
+        self._process = _forkserver.Process(target=_main, args=(command, env, str(cwd), base_path, self._out,
+                                                                self._err, server._forkserver_address,
+                                                                self._workers))
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
+
+    def torchrun_workers(self) -> list[int]:
+        """The pids of the workers this torchrun agent has started, in order (forked by the server,
+        they are not its children)."""
+        path = Path(self._workers)
+        return [int(pid) for pid in path.read_text().split()] if path.exists() else []
 
     def poll(self) -> int | None:
         self.returncode = self._process.exitcode
@@ -140,11 +209,12 @@ class ForkedProcess:
             os.kill(self.pid, sig)
 
     def kill(self) -> None:
-        """SIGKILL to it and everything it started (its session)."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL to it and everything it started (its session, and a torchrun agent's workers')."""
+        for session in (self.pid, *self.torchrun_workers()):
+            try:
+                os.killpg(session, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._process.join()
         self.poll()
 

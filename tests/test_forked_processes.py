@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from forked_processes import ForkedProcess, run_forked
 
 REPORT = '''
-import json, os, sys, numpy, torch
+import sys
+preloaded = "torch._dynamo" in sys.modules
+import json, os, numpy, torch
 print(json.dumps({"name": __name__, "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(),
                   "threads": torch.get_num_threads(), "variable": os.environ.get("FORK_TEST_VARIABLE"),
-                  "numpy": int(numpy.random.randint(2**31))}))
+                  "numpy": int(numpy.random.randint(2**31)), "pid": os.getpid(), "preloaded": preloaded,
+                  "rank": os.environ.get("RANK"), "world": os.environ.get("WORLD_SIZE")}))
 sys.exit(int(sys.argv[1]))
 '''
 
@@ -38,8 +42,43 @@ def test_a_forked_script_sees_what_a_new_interpreter_gives_it(tmp_path):
     assert fresh.returncode == forked.returncode == 3, forked.stderr
     seen_fresh, seen_forked = json.loads(fresh.stdout), json.loads(forked.stdout)
     numbers = {seen_fresh.pop("numpy"), seen_forked.pop("numpy"), json.loads(again.stdout)["numpy"]}
+    assert (seen_fresh.pop("preloaded"), seen_forked.pop("preloaded")) == (False, True)
+    assert seen_fresh.pop("pid") != seen_forked.pop("pid")
     assert seen_forked == seen_fresh  # __main__, argv, sys.path (PYTHONPATH too), folder, threads, environment
     assert len(numbers) == 3  # numpy's global generator freshly seeded in each, not copied from the server
+
+
+def reports(output: str) -> list[dict]:
+    """The JSON lines REPORT printed, by rank, without what differs between any two processes."""
+    found = sorted((json.loads(line) for line in output.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    return [{key: value for key, value in report.items() if key not in ("numpy", "pid", "preloaded")}
+            for report in found]
+
+
+def test_torchrun_workers_are_forked_too_and_see_what_new_interpreters_give_them(tmp_path):
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FORK_TEST_VARIABLE": "seen", "PYTHONPATH": str(tmp_path / "extra")}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port={port}",
+              str(script), "0", "--flag"]
+    fresh = subprocess.run([part.format(port=free_port()) for part in launch], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    agent = ForkedProcess([part.format(port=free_port()) for part in launch], tmp_path, env)
+    out, err = agent.communicate(timeout=120)
+    assert fresh.returncode == agent.returncode == 0, err[-3000:]
+    forked = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sorted(report["pid"] for report in forked) == sorted(agent.torchrun_workers())
+    assert all(report["preloaded"] for report in forked)  # not new interpreters: nothing to import
+    assert reports(out) == reports(fresh.stdout) and [r["rank"] for r in reports(out)] == ["0", "1"]
+
+
+def test_a_failing_forked_torchrun_worker_fails_the_run_as_a_new_one_does(tmp_path):
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    agent = ForkedProcess([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", str(script), "3"], tmp_path, dict(os.environ))
+    _, err = agent.communicate(timeout=120)
+    assert agent.returncode == 1 and "exitcode  : 3" in err, err[-3000:]
 
 
 def test_a_forked_process_can_be_killed_and_says_so_as_a_popen_does(tmp_path):

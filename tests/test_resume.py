@@ -66,11 +66,6 @@ def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProces
     return result
 
 
-def children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
-
-
 def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int = signal.SIGKILL,
                           victim: str = "process", env: dict | None = None) -> ForkedProcess:
     """Start `command`, wait until `marker` appears in `log`, then send `sig` to the process
@@ -81,7 +76,7 @@ def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int =
         assert proc.poll() is None, f"finished before {marker!r}:\n{proc.output_so_far()[0][-3000:]}"
         assert time.time() < deadline, f"{marker!r} never logged"
         time.sleep(0.01)
-    os.kill(children(proc.pid)[-1] if victim == "worker" else proc.pid, sig)
+    os.kill(proc.torchrun_workers()[-1] if victim == "worker" else proc.pid, sig)
     proc.output = proc.communicate(timeout=240)[0]
     return proc
 
