@@ -18,11 +18,11 @@ Popen gives them, but the server is their parent, so `ForkedProcess.torchrun_wor
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import io
 import json
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import runpy
 import signal
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -37,9 +38,17 @@ _forkserver = multiprocessing.get_context("forkserver")
 _forkserver.set_forkserver_preload(["torch", "torchvision", "torch._dynamo", "torch.distributed.run"])
 
 
-# Set in a forked process, for a torchrun agent's workers: where its output goes, the server's socket,
-# the file listing the workers, the base of `sys.path`.
-_this_process: dict[str, object] = {}
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """What a forked process was given that it passes on to the torchrun workers it starts, if it is
+    torchrun's agent."""
+    out_path: str  # its stdout, and a worker's unless torchrun redirects it
+    err_path: str
+    base_path: tuple[str, ...]  # _interpreter_path(), read once by the test process
+    workers_path: str  # where it lists its workers' pids, for ForkedProcess.torchrun_workers()
+
+
+_this_launch: _Launch | None = None  # set in a forked process
 
 
 @functools.cache
@@ -52,13 +61,13 @@ def _interpreter_path() -> tuple[str, ...]:
     return tuple(json.loads(listed))
 
 
-def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[str, ...], out_path: str,
-          err_path: str, server_address: str, workers_path: str) -> None:
+def _main(command: list[str], env: dict[str, str], cwd: str, launch: _Launch) -> None:
     """The forked process: a session of its own (so that a timeout can end it with its children), its
     output to the files, the caller's environment and folder, then `command` (see is_python_command)
     as `__main__`, ending as the interpreter would."""
+    global _this_launch
     os.setsid()
-    for fd, path in ((1, out_path), (2, err_path)):
+    for fd, path in ((1, launch.out_path), (2, launch.err_path)):
         target = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(target, fd)
         os.close(target)
@@ -68,14 +77,14 @@ def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[st
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    _this_process.update(out=out_path, err=err_path, server=server_address, workers=workers_path,
-                         base_path=base_path)
+    _this_launch = launch
+    multiprocessing.set_start_method(None, force=True)  # unset, as in a new interpreter (the server's is forkserver)
     command = _without_unbuffered_flag(command)
     module = command[2] if command[1] == "-m" else None
     sys.argv = [module or command[1], *command[3 if module else 2:]]
     first = os.getcwd() if module else str(Path(command[1]).resolve().parent)
     extra = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[:] = [first, *extra, *base_path]
+    sys.path[:] = [first, *extra, *launch.base_path]
     import numpy
     import torch
     numpy.random.seed()  # a new interpreter's global numpy generator starts from fresh entropy
@@ -86,6 +95,9 @@ def _main(command: list[str], env: dict[str, str], cwd: str, base_path: tuple[st
     status = 0
     try:
         if module:
+            # As `python -m` in a new interpreter: the module's code runs once, as __main__ (the server
+            # imported torchrun's; runpy warns about a module imported before).
+            sys.modules.pop(module, None)
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(command[1], run_name="__main__")
@@ -118,40 +130,49 @@ def is_python_command(command: list[str]) -> bool:
 
 
 def _fork_the_workers_of_this_agent() -> None:
-    """In a forked torchrun agent: its workers are forked from the server that forked it (through the
-    server's socket and the liveness pipe it inherited) instead of started as new interpreters. Left as
-    torchrun does it where this Python's forkserver is not the one this was written against (3.11-3.13:
-    no authentication key, a child keeps the server's liveness pipe)."""
-    from multiprocessing import forkserver
+    """In a forked torchrun agent: each worker that is a Python script or module is forked from the
+    server that forked the agent (its socket and liveness pipe are inherited) instead of started as a
+    new interpreter; anything else (`--no-python`, a Python whose forkserver authenticates its clients,
+    3.14 on) is started by torchrun's Popen as before. Either way its pid is listed for the tests."""
+    from multiprocessing import forkserver, process, spawn
 
     from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
 
     server = forkserver._forkserver
-    if hasattr(server, "_forkserver_authkey") or server._forkserver_alive_fd is None:
-        return
-    server._forkserver_address = _this_process["server"]
-    # A forkserver's child does not know its server's pid, so ensure_running would start a second server.
+    can_fork = not hasattr(server, "_forkserver_authkey")
+    # The server's child does not know the server's pid, so ensure_running would start a second server.
     server.ensure_running = lambda: None
+    preparation_data = spawn.get_preparation_data
 
-    def fork_worker(handler: subprocess_handler.SubprocessHandler, args: tuple, env: dict[str, str]) -> ForkedProcess:
-        out = handler._stdout.name if handler._stdout else _this_process["out"]
-        err = handler._stderr.name if handler._stderr else _this_process["err"]
-        sys.path.append(str(Path(__file__).parent))  # for the server's child to find _main, then the script's
-        try:
+    def what_a_worker_needs(name: str) -> dict:
+        """The server's child finds _main in this folder; it must not run the agent's __main__ (torchrun)
+        again, as spawn does by default."""
+        data = {key: value for key, value in preparation_data(name).items() if not key.startswith("init_main_from")}
+        return {**data, "sys_path": [*data["sys_path"], str(Path(__file__).parent)]}
+
+    spawn.get_preparation_data = what_a_worker_needs
+    start_with_popen = subprocess_handler.SubprocessHandler._popen
+
+    def start_worker(handler: subprocess_handler.SubprocessHandler, args: tuple,
+                     env: dict[str, str]) -> ForkedProcess | subprocess.Popen:
+        if can_fork and is_python_command(list(args)):
+            out = handler._stdout.name if handler._stdout else _this_launch.out_path
+            err = handler._stderr.name if handler._stderr else _this_launch.err_path
             worker = ForkedProcess(list(args), Path.cwd(), env, output_files=(out, err))
-        finally:
-            sys.path.pop()
-        with open(_this_process["workers"], "a") as workers:
+            process._children.discard(worker._process)  # as a Popen's child: not waited for at the agent's exit
+        else:
+            worker = start_with_popen(handler, args, env)
+        with open(_this_launch.workers_path, "a") as workers:
             workers.write(f"{worker.pid}\n")
         return worker
 
-    subprocess_handler.SubprocessHandler._popen = fork_worker
+    subprocess_handler.SubprocessHandler._popen = start_worker
 
 
 class ForkedProcess:
     """`command` (see is_python_command) forked from the server: what subprocess.Popen gives for it
     (pid, poll, wait, communicate, kill, returncode), stdout and stderr read from files when it ends
-    (stderr into stdout with `merge_stderr`)."""
+    (stderr into stdout with `merge_stderr`), or written to `output_files` (a torchrun worker's)."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str], merge_stderr: bool = False,
                  output_files: tuple[str, str] | None = None) -> None:
@@ -159,24 +180,35 @@ class ForkedProcess:
             raise ValueError(f"not `{sys.executable} script.py ...` or `... -m module ...`: {command[:3]}; "
                              f"start other programs with subprocess")
         self.args = command
-        self._folder = tempfile.TemporaryDirectory(prefix="forked_")
-        self._workers = os.path.join(self._folder.name, "workers")
-        if output_files:  # a torchrun worker: where the agent's output goes, or torchrun's redirection
+        if output_files:
+            self._folder = None
             self._out, self._err = output_files
+            self._workers = os.devnull
         else:
+            self._folder = tempfile.TemporaryDirectory(prefix="forked_")
             self._out = os.path.join(self._folder.name, "out")
             self._err = self._out if merge_stderr else os.path.join(self._folder.name, "err")
             for path in {self._out, self._err}:
                 Path(path).touch()
-        server = multiprocessing.forkserver._forkserver
-        server.ensure_running()
-        base_path = _this_process.get("base_path") or _interpreter_path()
-        self._process = _forkserver.Process(target=_main, args=(command, env, str(cwd), base_path, self._out,
-                                                                self._err, server._forkserver_address,
-                                                                self._workers))
+            self._workers = os.path.join(self._folder.name, "workers")
+        base_path = _this_launch.base_path if _this_launch else _interpreter_path()
+        launch = _Launch(self._out, self._err, base_path, self._workers)
+        self._process = _forkserver.Process(target=_main, args=(command, env, str(cwd), launch))
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
+        self._wait_for_its_session()
+
+    def _wait_for_its_session(self) -> None:
+        """Return once it leads a session of its own, as Popen(start_new_session=True) does, so that
+        os.killpg(pid) (torchrun's way of ending a worker, and kill()) reaches it from the start."""
+        while self._process.exitcode is None:
+            try:
+                if os.getpgid(self.pid) == self.pid:
+                    return
+            except ProcessLookupError:
+                return
+            time.sleep(0.001)
 
     def torchrun_workers(self) -> list[int]:
         """The pids of the workers this torchrun agent has started, in order (forked by the server,
