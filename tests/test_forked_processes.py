@@ -22,11 +22,12 @@ REPORT = '''
 import sys
 preloaded = "torch._dynamo" in sys.modules
 import json, os, numpy, torch
+multiprocessing_main = getattr(sys.modules.get("__mp_main__"), "__spec__", None)  # torchrun's, if it ran again
 print(json.dumps({"name": __name__, "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(),
                   "threads": torch.get_num_threads(), "variable": os.environ.get("FORK_TEST_VARIABLE"),
                   "numpy": int(numpy.random.randint(2**31)), "pid": os.getpid(), "preloaded": preloaded,
                   "rank": os.environ.get("RANK"), "world": os.environ.get("WORLD_SIZE"),
-                  "multiprocessing_main": getattr(getattr(sys.modules.get("__mp_main__"), "__spec__", None), "name", None)}))
+                  "multiprocessing_main": getattr(multiprocessing_main, "name", None)}))
 sys.exit(int(sys.argv[1]))
 '''
 
