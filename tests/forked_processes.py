@@ -9,11 +9,12 @@ line, environment, working folder and `sys.path` as `python script args` or `pyt
 gives, in a process and session of its own (a pid to kill, an exit status, -9 when killed), minus the
 import. What a new interpreter takes from its environment at start-up is redone in the fork:
 `sys.path` from PYTHONPATH, the compute threads from OMP_NUM_THREADS, fresh seeds for numpy's global
-generator (Python's `random` reseeds itself after a fork). The server is single-threaded, so forking it
-is safe (forking the test process itself is not: pytest-xdist keeps threads in it). A forked torchrun
-agent starts its workers through the same server instead of as new interpreters (its own threads make
-forking the agent unsafe): the same command, environment, folder, output and session as torchrun's
-Popen gives them, but the server is their parent, so `ForkedProcess.torchrun_workers()` lists them.
+generator (Python's `random` reseeds itself after a fork), multiprocessing's start method unset. The
+server is single-threaded, so forking it is safe (forking the test process itself is not: pytest-xdist
+keeps threads in it). A forked torchrun agent starts its workers through the same server instead of
+as new interpreters (its own threads make forking the agent unsafe): the same command, environment,
+folder, output and session as torchrun's Popen gives them, but the server is their parent, so
+`ForkedProcess.torchrun_workers()` lists them.
 """
 from __future__ import annotations
 
