@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, torchrun
-from forked_processes import ForkedProcess, run_forked
+from forked_processes import ForkedProcess
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def train() -> ModuleType:
     return load_script("train.py")
-
-
-def single(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`python script args` in a process of its own (tests/test_gpu.py's one-process runs on a GPU)."""
-    return run_forked([sys.executable, str(ROOT / script), *args], ROOT, {**os.environ, "OMP_NUM_THREADS": "1"},
-                      timeout)
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -36,7 +36,7 @@ from test_bicyclegan import TINY as BICYCLE_TINY
 from test_bicyclegan import args as bicycle_args
 from test_cut import args as cut_args
 from test_distributed import (assert_a_failing_rank_ends_every_rank_quickly, assert_same_weights, cycle_gan_args, ok,
-                              pix2pix_args, single, torchrun, weights)
+                              pix2pix_args, torchrun, weights)
 from test_fast_path import EVERY_SPEED_FLAG
 from test_resume import ENV, assert_identical, cycle_gan, final_weights, interrupt_when_logged, pix2pix, run, train_command
 from test_tiling import resnet_checkpoint, run_test_py, smooth_image  # noqa: F401 (resnet_checkpoint: a fixture)
@@ -300,7 +300,8 @@ def test_two_processes_on_the_gpu_train_the_same_bicycle_gan_as_one_process_with
                    "--max_dataset_size", "4", *ON_DEVICE, "--ddp_backend", "gloo"]
     # the sampler deals p0 p2 to rank 0 and p1 p3 to rank 1, each encodes its first and draws a code for its
     # second: the encoded p0 p1 and the random p2 p3 of one process's batch of 4
-    ok(single("train.py", *bicycle_args(paired_root, tmp_path, "one", "--batch_size", "4", *equivalence)))
+    ok(run_script("train.py", *bicycle_args(paired_root, tmp_path, "one", "--batch_size", "4", *equivalence),
+                  timeout=240))
     ok(torchrun("train.py", *bicycle_args(paired_root, tmp_path, "two", "--batch_size", "2", *equivalence)))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
@@ -317,7 +318,7 @@ BACKENDS = [pytest.param("gloo"), pytest.param("nccl", marks=two_gpus)]
 def test_two_processes_on_the_gpu_train_the_same_cycle_gan_as_one_process_with_double_batch(backend, unpaired_root,
                                                                                             tmp_path):
     on_gpu = [*ON_DEVICE, "--ddp_backend", backend]
-    ok(single("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2), *on_gpu))
+    ok(run_script("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2), *on_gpu, timeout=240))
     ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1), *on_gpu))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
@@ -325,7 +326,7 @@ def test_two_processes_on_the_gpu_train_the_same_cycle_gan_as_one_process_with_d
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pytorch_sync_batch_norm_on_the_gpu_matches_batch_norm_of_the_whole_batch(backend, paired_root, tmp_path):
     on_gpu = [*ON_DEVICE, "--ddp_backend", backend]
-    ok(single("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch"), *on_gpu))
+    ok(run_script("train.py", *pix2pix_args(paired_root, tmp_path, "one", 2, "batch"), *on_gpu, timeout=240))
     ok(torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "two", 1, "syncbatch"), *on_gpu))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
