@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# The Python the project needs (README, environment.yml say the same): checked before anything is made.
+PYTHON_FLOOR=3.10
+interpreter=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo "$PYTHON")
+if ! "$interpreter" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$PYTHON_FLOOR'.split('.'))))" 2>/dev/null; then
+  echo "setup: this project needs Python $PYTHON_FLOOR or newer, and $interpreter is $("$interpreter" --version 2>&1 || echo missing); run with PYTHON=python3.11 (or another $PYTHON_FLOOR+) after removing .venv if it is older." >&2
+  exit 2
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv

@@ -71,6 +71,104 @@ def test_an_upward_import_is_found_wherever_it_hides(tmp_path, layer, statement,
     assert upward_imports(tmp_path) == [f"{layer}/helper.py:{line} imports {module}"]
 
 
+def product_modules(root: Path) -> dict[str, Path]:
+    """Every module of util/, data/, models/, options/ and the entry points (train.py, test.py), by name."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] not in LAYERS and len(relative.parts) > 1:
+            continue
+        if len(relative.parts) == 1 and relative.stem not in ("train", "test"):
+            continue
+        name = ".".join(relative.with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the product modules it imports (`from package import module` names the module; a
+    name that is not a module names its package)."""
+    modules = product_modules(root)
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                _, base = imported_modules(ast.unparse(node), package)[0] if node.level else (0, node.module or "")
+                wanted = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            else:
+                continue
+            for module in wanted:
+                while module and module not in modules and "." in module:
+                    module = module.rpartition(".")[0]
+                if module in modules and module != name:
+                    targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """The groups of product modules that import each other, directly or through others (the strongly
+    connected components of the import graph with more than one module)."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_product_modules_import_each_other_in_a_circle():
+    """One training step is followed from train.py down without climbing back: no module imports
+    one that imports it, however many modules lie between."""
+    assert import_cycles(ROOT) == []
+
+
+def test_a_circle_of_imports_is_found_through_other_modules(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "engine.py").write_text("from models import step\n")
+    (tmp_path / "models" / "step.py").write_text("from models.model import Model\n")
+    (tmp_path / "models" / "model.py").write_text("def late():\n    from .engine import run\n")
+    (tmp_path / "models" / "leaf.py").write_text("from models import engine\n")
+    assert import_cycles(tmp_path) == [["models.engine", "models.model", "models.step"]]
+
+
+LONGEST_MODELS_MODULE = 350  # lines: a module of models/ is read whole
+
+
+def test_every_module_of_models_is_short_enough_to_read_whole():
+    long = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+            for path in sorted((ROOT / "models").rglob("*.py"))}
+    assert {path: lines for path, lines in long.items() if lines > LONGEST_MODELS_MODULE} == {}
+
+
 def test_the_reference_module_paths_users_import_still_work():
     import importlib
 
@@ -106,3 +204,40 @@ def test_a_long_function_is_found(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_module.py").write_text("def test_long():\n" + "    x = 1\n" * 100)
     assert long_functions(tmp_path) == [f"module.py:1 long ({LONGEST_FUNCTION + 1} lines)"]
+
+
+# ---------------------------------------------------------------------------- the Python floor
+PYTHON_FLOOR = (3, 10)  # zip(strict=True), among others; README, environment.yml and setup.sh say it
+
+
+def test_the_python_floor_is_stated_alike_in_readme_environment_and_setup():
+    floor = ".".join(map(str, PYTHON_FLOOR))
+    assert f"Python {floor}+" in (ROOT / "README.md").read_text()
+    assert f"python>={floor}" in (ROOT / "environment.yml").read_text()
+    assert f"PYTHON_FLOOR={floor}\n" in (ROOT / "scripts" / "setup.sh").read_text()
+
+
+def test_the_product_code_parses_as_the_floor_python_does():
+    """The grammar of every product module is the floor's (ast checks syntax newer than it)."""
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] == ".venv" or relative.parts[0].startswith("."):
+            continue
+        ast.parse(path.read_text(), filename=str(relative), feature_version=PYTHON_FLOOR)
+
+
+def test_setup_refuses_an_older_python_in_one_line_before_making_anything(tmp_path):
+    import shutil
+    import subprocess
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    old = tmp_path / "python3.9"
+    old.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "Python 3.9.18" && exit 0\nexit 1\n')  # too old
+    old.chmod(0o755)
+    result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHON": str(old)},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "needs Python 3.10 or newer" in result.stderr
+    assert "Python 3.9.18" in result.stderr
+    assert not (tmp_path / ".venv").exists()
