@@ -12,7 +12,8 @@ docs/evaluation.md).
 
 With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
 size the generator takes and the output cropped back. --tile N translates large images in blended
-N x N tiles (models/tiling.py, docs/evaluation.md).
+N x N tiles, and volumes in sliding windows of --patch_size (models/inference.py, models/windows.py: the way
+the Translator and validation apply a generator too; docs/evaluation.md).
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from data import create_dataset, spatial_dims
 from data.image_folder import image_batches, list_images
 from data.output_files import FOLDER as FULL_PRECISION_FOLDER, VOLUME_FOLDER, write_full_precision, write_volume_outputs
 from models import create_model, networks
+from models.inference import inference_views
 from models.latent_codes import draw_latent_codes
-from models.sliding_window import adapt_generators_to_volumes, check_window
-from models.tiling import adapt_generators, check_tiling, receptive_radius
+from models.network_views import NetworkViews
+from models.windows import Windows, check_tiling, check_window, receptive_radius
 from options.test_options import TestOptions
 from util import distributed, html
 from util.console import print0
@@ -56,14 +58,14 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
                         f"answers per input, whose generator takes a code).")
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     volumes = spatial_dims(opt) == 3
-    # Any image size works once the generators pad and crop back. Other preprocess modes give the
-    # --crop_size/--load_size the user chose, which stays checked below so that a bad size is named.
-    # Whole volumes of any size are translated in sliding windows of --patch_size.
+    # Any image size works: the generators pad and crop back (models/inference.py). Other preprocess
+    # modes give the --crop_size/--load_size the user chose, which stays checked below so that a bad
+    # size is named. Whole volumes of any size are translated in sliding windows of --patch_size.
     any_size = opt.preprocess == "none" or opt.tile > 0 or volumes
     if volumes:
-        adapt_generators_to_volumes(model, opt.patch_size, opt.window_overlap, opt.window_batch)
-    elif any_size:
-        adapt_generators(model, opt.netG, opt.tile, opt.tile_overlap, opt)
+        windows = Windows.for_volumes(opt.patch_size, opt.window_overlap, opt.window_batch)
+    else:
+        windows = Windows.for_tiles(opt.tile, opt.tile_overlap) if opt.tile else None
         if opt.tile:
             print0(tiling_note(opt))
     web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
@@ -74,12 +76,13 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     print0(f"creating web directory {web_dir}")
     if opt.eval:
         model.eval()  # batch norm uses running statistics, dropout is off
+    nets = inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows)
     paired = dataset.dataset.paired
     pairs = model.scored_pairs(paired)
     metrics = InferenceMetrics(opt, pairs, model.input_visual, ctx.device, paired,
                                model.sample_visuals[0] if opt.n_samples else None,
                                volume_units=volume_units(dataset.dataset, pairs, model.visual_domains(opt)))
-    rows = translate_all(opt, model, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
+    rows = translate_all(opt, model, nets, dataset, web_dir, metrics, display_channels, check_sizes=not any_size)
     # every rank takes part, with its share of the reference images: the metrics gather all ranks' images
     summary = metrics.compute(image_batches(reference[ctx.rank::ctx.world_size], 1))
     all_rows = sorted(row for rank_rows in distributed.gather_objects(rows) for row in rank_rows)
@@ -88,11 +91,11 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     return write_results(opt, web_dir, summary, all_rows)
 
 
-def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, display_channels,
-                  check_sizes: bool) -> list[tuple]:
-    """Translate this rank's images, saving the first of each batch (like the reference) as 8-bit
-    previews in web_dir/images and, where the data need it, at full precision; returns a
-    (dataset index, name, files, labels) row for each."""
+def translate_all(opt, model, nets: NetworkViews, dataset, web_dir: str, metrics: InferenceMetrics,
+                  display_channels, check_sizes: bool) -> list[tuple]:
+    """Translate this rank's images with the model's networks as `nets` runs them, saving the first of
+    each batch (like the reference) as 8-bit previews in web_dir/images and, where the data need it,
+    at full precision; returns a (dataset index, name, files, labels) row for each."""
     image_dir = os.path.join(web_dir, "images")
     full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
     domains = model.visual_domains(opt)  # which input files' format each visual is written in
@@ -101,12 +104,12 @@ def translate_all(opt, model, dataset, web_dir: str, metrics: InferenceMetrics, 
         if check_sizes:
             networks.check_image_size(opt, *data["A"].shape[-2:], discriminator=False)
         model.set_input(data)
-        model.test()  # forward under torch.no_grad
+        model.test(nets)  # forward under torch.no_grad
         img_path = model.get_image_paths()
         if index % 5 == 0:
             print(f"processing ({index:04d})-th image... {img_path}")
         visuals = model.get_current_visuals()
-        visuals.update(sampled_visuals(model, opt, index, len(data["A"])))  # --n_samples: N more answers
+        visuals.update(sampled_visuals(model, nets, opt, index, len(data["A"])))  # --n_samples: N more answers
         if data["A"].ndim == 5:  # volumes: NIfTI (or .npy) over the inputs; images/ shows their middle slices
             write_volume_outputs(os.path.join(web_dir, VOLUME_FOLDER), visuals, data, opt, domains)
         else:
@@ -126,7 +129,7 @@ def check_volume_options(opt) -> None:
     check_window(opt, opt.patch_size)
 
 
-def sampled_visuals(model, opt, index: int, batch_size: int) -> dict:
+def sampled_visuals(model, nets: NetworkViews, opt, index: int, batch_size: int) -> dict:
     """--n_samples N: the model's `sample_visuals` for N latent codes, named `<visual>_random<k>`. The
     codes are drawn from --seed (default 0): with --sync the same for every input, otherwise from the
     input's position in the dataset, so each output can be made again alone."""
@@ -137,7 +140,7 @@ def sampled_visuals(model, opt, index: int, batch_size: int) -> dict:
     samples = {}
     for k, code in enumerate(codes):
         model.set_latent(code.expand(batch_size, -1))
-        model.test()
+        model.test(nets)
         samples.update({f"{name}_random{k}": getattr(model, name) for name in model.sample_visuals})
     model.set_latent(None)  # the model's own code again (e.g. the one it encodes)
     return samples

@@ -31,7 +31,6 @@ from util.console import print0
 from util.errors import UserError, exits_on_user_error, exit_with_status
 from util.seeding import enable_determinism, seed_everything
 from util.training.checkpointer import Checkpointer, StartPoint
-from util.training.compile_probe import CompileProbe
 from util.training.position import Position
 from util.training.run_control import RunLock, StopRequest
 from util.training.validator import Validator, make_validator
@@ -58,13 +57,12 @@ class Run:
     opt: argparse.Namespace
     ctx: distributed.DistContext
     dataset: DatasetLoader        # the training images, a sampler per rank
-    model: BaseModel
-    engine: TrainingEngine        # how the model's steps run: precision, accumulation, compile, DDP
+    model: BaseModel              # the networks (plain modules), losses, optimizers
+    engine: TrainingEngine        # how its steps run: DDP, --compile, accumulation, scaling, EMA; what is saved
     validator: Validator | None   # held-out metrics (--val_freq); None without
     visualizer: Visualizer | NullVisualizer  # the null one, doing nothing, on non-main ranks
     checkpointer: Checkpointer    # every save, resume and best file
     stop: StopRequest             # SIGTERM / Ctrl-C: save, then stop
-    compile_probe: CompileProbe   # --compile: times the first steps both ways, keeps the faster
 
     @property
     def global_batch(self) -> int:  # images per optimizer step
@@ -121,13 +119,16 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     networks.check_image_size(opt, *first.shape[1:])  # what the generator and discriminator families take
     model = create_model(opt, ctx, start.seed)  # networks, losses, optimizers
     check_accumulation(model, opt.accum_steps)  # --accum_steps needs the model's phases
-    # the model may build data-dependent parts from the first batch; then schedulers, loading, DDP wrapping
+    # the model may build data-dependent parts from the first batch; then schedulers, loading
     model.setup(opt, start.state, start.rank_state, first_batch=default_collate([first_sample]))
     held_out = create_held_out_dataset(opt, ctx, size_rule) if opt.val_freq > 0 else None
     validator = make_validator(opt, ctx, model, held_out)  # checks --save_best against what it reports
     checkpointer.track_best(opt.save_best, start)  # --save_best: best_net_*.pth, best.json
     # --display_channels and the optional packages of the displays are checked before their first write
     visualizer = make_visualizer(opt, ctx.is_main)
+    # DDP-wrapped and compiled networks beside the model's, gradient scalers, moving averages, the
+    # compile probe (its one message to the visualizer), and the engine's part of a continued run
+    engine = TrainingEngine(model, opt, ctx, start.state, start.rank_state, report=visualizer.message)
     # Every check is done: from here on the run writes (a refused run overwrites nothing).
     checkpointer.remove_stale_temporary_files()  # a killed run's; this run holds the run lock
     print0(format_options(opt))
@@ -136,16 +137,14 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
     visualizer.message(f"The number of training images = {len(dataset)}; {batch_description(opt, ctx)} on {ctx.device}")
     stop = StopRequest().install()
-    compile_probe = CompileProbe.for_model(model.engine, opt.compile, opt.compile_probe, visualizer.message)
-    return (Run(opt, ctx, dataset, model, model.engine, validator, visualizer, checkpointer, stop, compile_probe),
-            start.position)
+    return Run(opt, ctx, dataset, model, engine, validator, visualizer, checkpointer, stop), start.position
 
 
 def train_one_epoch(run: Run, progress: Position) -> bool:
     """Train on the rest of epoch `progress.epoch` from `progress` (advanced in place, step by step),
     logging and saving as the flags say. Returns False if a stop signal ended it early (after
     saving `latest`), True when the epoch's images are done."""
-    opt, model, visualizer, global_batch = run.opt, run.model, run.visualizer, run.global_batch
+    opt, model, engine, visualizer, global_batch = run.opt, run.model, run.engine, run.visualizer, run.global_batch
     epoch = progress.epoch
     run.dataset.set_epoch(epoch, progress.images_done)  # this epoch's shuffle, from where we are
     visualizer.begin_epoch(progress, len(run.dataset))
@@ -157,9 +156,8 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
         progress.total_iters += global_batch
         progress.images_done += global_batch
 
-        with run.compile_probe.timing(run.engine):  # --compile: the first steps measure whether it pays
-            run.engine.train_step(micro_batches)    # onto the device; losses, gradients, weight updates
-        model.update_ema()             # --ema_decay: the generators' moving averages
+        # onto the device; losses, gradients, weight updates, the moving averages (--ema_decay)
+        engine.train_step(micro_batches)
 
         total_iters = progress.total_iters
         if crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML
@@ -167,18 +165,18 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
             visualizer.log_images(progress, model.get_current_visuals(),
                                   crossed(total_iters, global_batch, opt.update_html_freq))
         if crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
-            model.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
+            engine.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
             losses = model.get_current_losses()
             t_comp = (time.time() - iter_start_time) / global_batch
             visualizer.log_step(progress, losses, model.current_lr(), t_comp, t_data)
         if stop_requested(run, total_iters // global_batch):
-            run.checkpointer.save_latest(model, progress)
+            run.checkpointer.save_latest(engine, progress)
             visualizer.message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "
                                f"it; saved. Continue with --continue_train.")
             return False
         if crossed(total_iters, global_batch, opt.save_latest_freq):
             visualizer.message(f"saving the latest model (epoch {epoch}, total_iters {total_iters})")
-            run.checkpointer.save_progress(model, progress)
+            run.checkpointer.save_progress(engine, progress)
         visualizer.advance(progress)  # the progress bar
         iter_data_time = time.time()
     return True
@@ -193,24 +191,24 @@ def stop_requested(run: Run, step: int) -> bool:
 def end_of_epoch(run: Run, progress: Position, epoch_start_time: float) -> Position:
     """After epoch `progress.epoch`: validation (--val_freq), best-keeping (--save_best), the
     learning rate, the end-of-epoch saves. Returns where the next epoch starts."""
-    opt, model, visualizer, checkpointer = run.opt, run.model, run.visualizer, run.checkpointer
+    opt, engine, visualizer, checkpointer = run.opt, run.engine, run.visualizer, run.checkpointer
     epoch, total_iters = progress.epoch, progress.total_iters
-    model.check_finite(epoch, total_iters, run.global_batch, weights=True)
+    engine.check_finite(epoch, total_iters, run.global_batch, weights=True)
     validator = run.validator
-    validation = validator.run(model) if validator and validator.due(epoch) else None  # each rank its share
+    validation = validator.run(engine) if validator and validator.due(epoch) else None  # each rank its share
     if validation is not None:
         visualizer.log_validation(progress, validation, time.time() - epoch_start_time)
-        new_best = checkpointer.keep_best(model, validation.scores, epoch, total_iters)
+        new_best = checkpointer.keep_best(engine, validation.scores, epoch, total_iters)
         if new_best is not None:
             visualizer.message(f"new best {opt.save_best} {new_best:.4f}: saved best_net_*.pth")
     plateau = validator.plateau_signal(validation) if validator else {}  # what --lr_policy plateau watches
-    old_lr, new_lr = model.update_learning_rate(**plateau)  # the schedule counts whole epochs
+    old_lr, new_lr = engine.update_learning_rate(**plateau)  # the schedule counts whole epochs
     next_epoch = Position(epoch=epoch + 1, images_done=0, total_iters=total_iters)
     if epoch % opt.save_epoch_freq == 0 or epoch == run.last_epoch:
         visualizer.message(f"saving the model at the end of epoch {epoch}, iters {total_iters}")
-        checkpointer.save_latest(model, next_epoch)
+        checkpointer.save_latest(engine, next_epoch)
         if epoch % opt.save_epoch_freq == 0:
-            checkpointer.save_epoch(model, epoch, next_epoch)
+            checkpointer.save_epoch(engine, epoch, next_epoch)
     visualizer.message(f"End of epoch {epoch} / {run.last_epoch} \t Time Taken: "
                        f"{time.time() - epoch_start_time:.0f} sec \t learning rate {old_lr:.7f} -> {new_lr:.7f}")
     return next_epoch

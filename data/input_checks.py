@@ -97,7 +97,7 @@ class _Problem:
 
 
 def _test_time_any_size(opt: argparse.Namespace) -> bool:
-    """At test time --preprocess none and --tile take images of any size (see models/tiling.py)."""
+    """At test time --preprocess none and --tile take images of any size (see models/inference.py)."""
     return not getattr(opt, "isTrain", True) and (opt.preprocess == "none" or getattr(opt, "tile", 0) > 0)
 
 

@@ -1,4 +1,4 @@
-"""Where one training step's time goes: `model.optimize_parameters()` under torch.profiler.
+"""Where one training step's time goes: the training engine's step under torch.profiler.
 
     python dev/profile_step.py --model cycle_gan --size 256 --device cuda --trace step.json.gz
     python dev/profile_step.py --model pix2pix --batch 4 --ngf 32     # other flags are train.py's
@@ -96,19 +96,19 @@ def main(argv: list[str] | None = None) -> int:
             "extra_args": train_flags}
     opt = build_options(spec)
     ctx = make_context(args.device)
-    model = build_model(opt, ctx)
-    model.set_input(synthetic_batch(opt, args.batch, seed=1))
+    trainee = build_model(opt, ctx)
+    batch = synthetic_batch(opt, args.batch, seed=1)
     on_gpu = ctx.device.type == "cuda"
     synchronize = torch.cuda.synchronize if on_gpu else (lambda: None)
     for _ in range(args.warmup):
-        model.optimize_parameters()
+        trainee.step(batch)
     synchronize()
 
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
     with torch.profiler.profile(activities=activities) as profiler:
         started = time.perf_counter()
         for _ in range(args.steps):
-            model.optimize_parameters()
+            trainee.step(batch)
         synchronize()
         wall_s = time.perf_counter() - started
     sort_by = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"

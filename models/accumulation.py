@@ -1,10 +1,11 @@
 """--accum_steps K: K micro-batches per optimizer step, so that the global batch (micro-batch x K x
-processes) can be chosen independently of memory and of the number of GPUs.
+processes) can be chosen independently of memory and of the number of GPUs. The pieces the training
+engine (models/training_engine.py) builds an accumulated step from; nothing here calls a model.
 
 The contract a model follows (docs/extending.md, "Gradient accumulation"):
 
-  - `optimize_parameters()` is one training step on the current input, each loss applied with
-    `self.update_weights(optimizer, loss)` (unchanged: with K = 1 nothing here runs);
+  - `optimize_parameters(step)` is one training step on the current input, each loss applied with
+    `step.update_weights(optimizer, loss)` (unchanged: with K = 1 nothing here runs);
   - the model lists, in `accumulation_phases`, the methods that together make that step, split
     where a loss needs an optimizer's step taken earlier in the same step. pix2pix updates D, then
     judges G's output with the updated D: ("accumulate_D", "accumulate_G"). CycleGAN's losses all
@@ -12,31 +13,27 @@ The contract a model follows (docs/extending.md, "Gradient accumulation"):
     ("optimize_parameters",). A model that declares none is refused with --accum_steps > 1;
   - each phase starts from `set_input` (it runs its own forward pass).
 
-`accumulated_step` runs every phase over all micro-batches in turn. Within a phase, `update_weights`
-clears the gradients at the first micro-batch, back-propagates each micro-batch's loss weighted by
-its share of the step's images (so the gradient is that of the mean over all of them: per-image
-mean losses make K micro-batches of b equal one batch of K*b), and steps the optimizer at the last.
-Under DDP every micro-batch but the last runs in `no_sync` (no all-reduce of gradients that are not
-complete yet); the last one's backward all-reduces the accumulated sum once.
+The engine runs every phase over all micro-batches in turn. Within a phase, `update_weights` clears
+the gradients at the first micro-batch, back-propagates each micro-batch's loss weighted by its share
+of the step's images (`MicroStep.weight`: the gradient is then that of the mean over all of them, so
+K micro-batches of b equal one batch of K*b for per-image mean losses), and steps the optimizer at the
+last. Under DDP every micro-batch but the last runs in `no_sync` (no all-reduce of gradients that are
+not complete yet); the last one's backward all-reduces the accumulated sum once.
 
 A later phase repeats the forward pass of an earlier one on the same micro-batch: it replays the
-random draws (dropout) the first phase made for that micro-batch, so both see the same output.
-Batch-dependent normalisation (batch norm, syncbatch) normalises each micro-batch by its own
-statistics: only instance norm (or none) makes K x b exactly a batch of K*b.
+random draws (dropout) the first phase made for that micro-batch (`random_state`), so both see the
+same output. Batch-dependent normalisation (batch norm, syncbatch) normalises each micro-batch by its
+own statistics: only instance norm (or none) makes K x b exactly a batch of K*b.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
-from util import distributed
 from util.errors import UserError
-
-if TYPE_CHECKING:  # only for the annotations: base_model imports this module
-    from models.base_model import BaseModel
 
 
 @dataclass(frozen=True)
@@ -70,22 +67,29 @@ def micro_batch_groups(batches: Iterable[dict], accum_steps: int) -> Iterator[li
         yield group
 
 
+def micro_steps(micro_batches: Sequence[dict]) -> list[MicroStep]:
+    """One MicroStep per micro-batch, each weighted by its share of the step's images."""
+    sizes = [_batch_size(batch) for batch in micro_batches]
+    return [MicroStep(index, len(sizes), size / sum(sizes)) for index, size in enumerate(sizes)]
+
+
 def _batch_size(batch: dict) -> int:
     return next(len(value) for value in batch.values() if isinstance(value, (torch.Tensor, list)))
 
 
-def _rng_state(device: torch.device) -> tuple:
+def random_state(device: torch.device) -> tuple:
+    """The global random state (and `device`'s, on CUDA): what a repeated forward pass replays."""
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     return torch.get_rng_state(), cuda
 
 
-def _set_rng_state(state: tuple, device: torch.device) -> None:
+def set_random_state(state: tuple, device: torch.device) -> None:
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-def check_accumulation(model: "BaseModel", accum_steps: int) -> None:
+def check_accumulation(model: Any, accum_steps: int) -> None:
     """UserError when --accum_steps > 1 and the model has not split its step into phases."""
     if accum_steps > 1 and not model.accumulation_phases:
         raise UserError(f"--accum_steps {accum_steps}: --model {model.opt.model} ({type(model).__name__}) does not "
@@ -94,37 +98,16 @@ def check_accumulation(model: "BaseModel", accum_steps: int) -> None:
                         f"\"Gradient accumulation\").")
 
 
-def accumulated_step(model: "BaseModel", micro_batches: list[dict]) -> None:
-    """One optimizer step over `micro_batches` (see the module docstring): for each phase, every
-    micro-batch in turn. The logged losses are the means over the micro-batches, weighted as the
-    gradients are."""
-    sizes = [_batch_size(batch) for batch in micro_batches]
-    steps = [MicroStep(i, len(sizes), size / sum(sizes)) for i, size in enumerate(sizes)]
-    rng_states = []
-    networks = list(model.named_networks().values())
-    for number, phase in enumerate(model.accumulation_phases):
-        seen: dict[str, list] = {name: [] for name in model.loss_names}
-        for step, batch in zip(steps, micro_batches):
-            if number == 0:
-                rng_states.append(_rng_state(model.device))
-            else:  # the random draws of the first phase's pass over this micro-batch
-                _set_rng_state(rng_states[step.index], model.device)
-            sync = nullcontext() if step.last else distributed.no_gradient_sync(networks)
-            with sync, model.engine.micro_step(step):
-                model.set_input(batch)
-                getattr(model, phase)()
-            for name in seen:
-                seen[name].append(getattr(model, "loss_" + name, 0.0))
-        _average_losses(model, seen, steps)
-
-
-def _average_losses(model: "BaseModel", seen: dict[str, list], steps: list[MicroStep]) -> None:
-    """Set each loss that this phase computed (a new value at every micro-batch) to its weighted mean."""
+def weighted_means(seen: dict[str, list], steps: Sequence[MicroStep]) -> dict[str, torch.Tensor]:
+    """Of the values each loss took over a phase's micro-batches (`seen`: name -> one value per
+    micro-batch), the weighted mean of those the phase computed (a new value at every micro-batch);
+    losses computed in another phase (or constants) are left out."""
+    means = {}
     for name, values in seen.items():
         if all(value is values[0] for value in values):
-            continue  # computed in another phase (or a constant)
-        mean = sum(torch.as_tensor(value).detach() * step.weight for value, step in zip(values, steps))
-        setattr(model, "loss_" + name, mean)
+            continue
+        means[name] = sum(torch.as_tensor(value).detach() * step.weight for value, step in zip(values, steps))
+    return means
 
 
 @contextmanager

@@ -1,31 +1,34 @@
 """The contract every model follows, and what they share: setup, schedules, reporting.
 
-How a step runs (precision, gradient scaling, accumulation, compile, DDP) is the model's training
-engine (models/training_engine.py, `model.engine`); saving and loading is models/model_state.py.
+A model's attributes hold the networks it built (`netG`, `netD_A`, ...): plain modules, always the
+same objects. How they are called is the caller's: the training engine (models/training_engine.py)
+hands `optimize_parameters` a `TrainingStep` whose `nets` are DDP-wrapped and compiled as the run
+needs, inference (models/inference.py) hands `forward` its `NetworkViews`. Saving and loading is
+models/model_state.py.
 
 A model is one file: a BaseModel subclass in models/<name>_model.py named <Name>Model (found by
 `--model <name>`, models/__init__.py), or in a module of your own (`--model mypackage.my_model`).
 It
   - names its networks in `model_names` (attribute `net<name>`), its losses in `loss_names`
     (attribute `loss_<name>`) and its images in `visual_names`;
-  - implements `set_input(batch)`, `forward()` and, when training, `optimize_parameters()`,
-    which computes each loss under `self.autocast()` and applies it with
-    `self.update_weights(optimizer, loss)` - the one place where gradients are made, scaled for
-    fp16, stepped and cleared - and judges generator outputs through `self.frozen(netD)`;
+  - implements `set_input(batch)`, `forward(nets)` (calling each network as `nets.<name>(...)`)
+    and, when training, `optimize_parameters(step)`, which runs `self.forward(step.nets)`, computes
+    each loss under `self.autocast()` and applies it with `step.update_weights(optimizer, loss)` -
+    the one place where gradients are made, scaled for fp16, accumulated, stepped and cleared - and
+    judges generator outputs through `with step.frozen("D") as netD:`;
   - calls its discriminators on `self.diff_augment(x)` (a conditional pair: one call with both
     halves) in both players' steps, and reports D's verdicts on real images to
     `self.diff_augment.observe_real(pred)` (--diff_augment, --ada_target; the identity when off);
     --D_spectral reaches every network of role discriminator by itself;
   - may add flags in `modify_commandline_options(parser, is_train)`;
-  - to train with --accum_steps, lists in `accumulation_phases` the methods that make one step,
-    split where a loss needs an optimizer step taken before it in the same step
+  - to train with --accum_steps, lists in `accumulation_phases` the methods (each taking the step)
+    that make one step, split where a loss needs an optimizer step taken before it in the same step
     (models/accumulation.py; the training engine runs them over the micro-batches);
-  - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own
-    random streams;
+  - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own streams;
   - may build more of itself from the first training batch in `data_dependent_initialize(batch)`
     (e.g. a projection head sized by the generator's features, and its optimizer): `setup` calls
-    it before it makes the schedulers, loads weights or a training state and wraps the networks
-    for DDP, so what it adds is scheduled, resumed and synchronised like the rest;
+    it before it makes the schedulers and loads weights or a training state, so what it adds is
+    scheduled, resumed and synchronised like the rest;
   - declares once, on the class, what the code around it must know (nothing elsewhere lists
     models or visual names):
       `network_roles`     what each network of `model_names` does: generator, encoder (used at
@@ -40,9 +43,7 @@ It
                           and scripts/export.py (`translator_refusal`: why the Translator cannot);
       `scored_pairs(paired)`  which (output, target) visuals validation and test.py score;
       `input_visual`      the visual holding the input, for test.py's do-nothing baseline.
-`setup()` loads weights, then wraps every trainable network in DistributedDataParallel when the
-run is distributed. Checkpoints are written from the unwrapped module, one plain state_dict per
-network (`<epoch>_net_<name>.pth`, the reference's format), so they load anywhere.
+Checkpoints are one plain state_dict per network (`<epoch>_net_<name>.pth`, the reference's format).
 """
 from __future__ import annotations
 
@@ -57,10 +58,12 @@ from torch import nn
 from data import find_dataset_using_name
 from models import networks
 from models.batch_entries import paired_batch
+from models import precision
+from models.activation_checkpointing import enable_activation_checkpointing
 from models.diff_augment import DiscriminatorAugment
-from models.ema import GeneratorEMA
 from models.model_state import ModelState
-from models.training_engine import TrainingEngine
+from models.network_views import NetworkViews
+from models.training_step import TrainingStep
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
@@ -122,9 +125,8 @@ class BaseModel(ModelState, ABC):
         self.ctx = ctx
         self.isTrain = opt.isTrain
         self.device = ctx.device
-        # precision, gradient scaling, accumulation, compile and DDP: what train.py's loop drives
-        self.engine = TrainingEngine(self, opt, self.device)
-        self.dtype, self.memory_format = self.engine.dtype, self.engine.memory_format
+        precision.check_amp(opt, self.device)
+        self.dtype, self.memory_format = precision.weight_dtype(opt), precision.memory_format(opt)
         self.save_dir = os.path.join(opt.checkpoints_dir, opt.name)
         self.loss_names: list[str] = []
         self.model_names: list[str] = []
@@ -132,7 +134,6 @@ class BaseModel(ModelState, ABC):
         self.optimizers: list[torch.optim.Optimizer] = []
         self.schedulers: list = []
         self.image_paths: list[str] = []
-        self.ema: GeneratorEMA | None = None  # --ema_decay: moving averages of the generators
         # --diff_augment: every discriminator input goes through it (`netD(self.diff_augment(x))`);
         # the identity when off. Seeded in `setup`, saved with the training state.
         self.diff_augment = DiscriminatorAugment.from_options(opt)
@@ -147,11 +148,12 @@ class BaseModel(ModelState, ABC):
         """Unpack a batch from the data loader onto the device."""
 
     @abstractmethod
-    def forward(self) -> None:
-        """Run the generator(s); called by `optimize_parameters()` and `test()`."""
+    def forward(self, nets: NetworkViews) -> None:
+        """Run the generator(s), each called as `nets.<name>(...)` (the networks as the caller runs
+        them); called by `optimize_parameters(step)` with `step.nets` and by `test(nets)`."""
 
-    def optimize_parameters(self) -> None:
-        """One training step: losses, gradients, optimizer steps."""
+    def optimize_parameters(self, step: TrainingStep) -> None:
+        """One training step on the current input: losses, each applied with `step.update_weights`."""
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
 
     def _check_reads(self, batch: dict) -> None:
@@ -199,33 +201,9 @@ class BaseModel(ModelState, ABC):
         return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
                                 fused=True if self.opt.fused_adam else None)
 
-    # ------------------------------------------------------------------ one training step (models call these)
     def autocast(self):
         """The context in which forward passes and losses run (bf16/fp16 autocast with --amp)."""
-        return self.engine.autocast()
-
-    def update_weights(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        """Apply `loss` to the parameters of `optimizer`: clear their gradients, back-propagate,
-        step, once per optimizer and iteration; gradient scaling (--amp fp16) and accumulation
-        (--accum_steps) happen there too (models/training_engine.py), so no model can forget them."""
-        self.engine.update_weights(optimizer, loss)
-
-    def frozen(self, *nets: nn.Module):
-        """Discriminators for judging generator outputs: within the block their weights get no
-        gradient (gradients still flow through them to the generator), and the networks yielded
-        are not DDP-wrapped (a DDP replica would wait for weight gradients that never come) but
-        stay compiled under --compile. Yields one network, or a tuple for several.
-
-            with self.frozen(self.netD) as netD:
-                loss_G = self.criterionGAN(netD(fake), True) + ...
-                self.update_weights(self.optimizer_G, loss_G)
-        """
-        return self.engine.frozen(self.named_networks(), nets)
-
-    def check_finite(self, epoch: int, total_iters: int, images_per_step: int, weights: bool = False) -> None:
-        """Raise `TrainingDiverged` on every rank if any rank stepped on a non-finite loss since the
-        last check (or, with `weights`, holds non-finite weights): `TrainingEngine.check_finite`."""
-        self.engine.check_finite(epoch, total_iters, images_per_step, weights)
+        return precision.autocast(self.device, self.opt.amp)
 
     # ------------------------------------------------------------------ setup
     def named_networks(self) -> dict[str, nn.Module]:
@@ -248,39 +226,26 @@ class BaseModel(ModelState, ABC):
                             f"{', '.join(ROLES)} (e.g. network_roles = {{'G': 'generator', 'D': "
                             f"'discriminator'}}; docs/extending.md).")
 
-    def update_ema(self) -> None:
-        """After a training step: move the generators' moving averages (nothing without --ema_decay)."""
-        if self.ema is not None:
-            self.ema.update(self.generators())
-
-    def inference_networks(self, eval_mode: bool = True, ema: bool = False):
-        """A block in which the model translates as test.py does, for validation (eval mode, or
-        training mode with buffers restored; `ema`: the generators' moving averages; no DDP, no
-        gradients): `TrainingEngine.inference_networks`."""
-        return self.engine.inference_networks(eval_mode, ema)
-
     def setup(self, opt, resume_state: dict | None = None, rank_state: dict | None = None,
               first_batch: dict | None = None) -> None:
         """Let the model see `first_batch` (`data_dependent_initialize`; train.py passes it), create
-        schedulers; load weights (testing, --continue_train) or a whole training state (exact
-        resume: `resume_state` from util.training.training_state, `rank_state` this rank's part);
-        then wrap the networks for DDP."""
+        schedulers; load weights (testing, --continue_train) or the model's part of a whole training
+        state (exact resume: `resume_state` from util.training.training_state, `rank_state` this
+        rank's part; the training engine loads its own part). The networks stay the model's plain
+        modules: whoever runs them wraps them (DDP, compiled, in windows) in objects of its own."""
         self.check_network_roles()
         self._add_stabilisers()
-        self.engine.set_precision(self.named_networks())
+        self._set_precision(self.named_networks())
         if first_batch is not None:
             self._check_reads(first_batch)
             known = set(self.model_names)
             self.data_dependent_initialize(first_batch)
             self.check_network_roles()  # of what it added too
-            self.engine.set_precision({name: net for name, net in self.named_networks().items() if name not in known})
+            self._set_precision({name: net for name, net in self.named_networks().items() if name not in known})
         saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
         if self.isTrain:  # a continued run's linear schedule counts from the epoch the run started at
             first_epoch = saved_options.get("epoch_count") if saved_options else None
             self.schedulers = [networks.get_scheduler(optimizer, opt, first_epoch) for optimizer in self.optimizers]
-        self.engine.make_grad_scalers()
-        if self.isTrain and getattr(opt, "ema_decay", 0.0) > 0:  # the parser keeps it in [0, 1)
-            self.ema = GeneratorEMA(self.generators(), opt.ema_decay)
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
             if saved_options:  # changed --lr, --n_epochs, ...: the loaded states would keep the old ones
@@ -292,16 +257,29 @@ class BaseModel(ModelState, ABC):
             load_suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
             self.load_networks(load_suffix)
         self.print_networks(opt.verbose)
-        for name, net in self.named_networks().items():
-            setattr(self, "net" + name, self.engine.prepare_for_run(name, net))
+
+    def _set_precision(self, nets: dict[str, nn.Module]) -> None:
+        """The networks' dtype and memory format, in place (the optimizers keep the same parameter
+        objects), and the kernel choices --channels_last, --deterministic and --checkpoint_activations need."""
+        for net in nets.values():
+            net.to(dtype=self.dtype, memory_format=self.memory_format)
+            if self.opt.channels_last:
+                networks.make_instance_norm_channels_last_safe(net)
+            if self.opt.deterministic:
+                networks.pad_reflections_with_slices(net)
+            if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
+                enable_activation_checkpointing(net, networks.checkpointed_blocks(self.opt))
 
     def _add_stabilisers(self) -> None:
         """--D_spectral on every discriminator (by its declared role) and the first draw of
         --diff_augment, for every model alike. Both draw from the global generator, which is seeded
-        the same on every rank here, and only when asked for: without them nothing changes."""
+        the same on every rank here, and only when asked for: without them nothing changes. The
+        discriminators `networks.build_discriminator` builds have their spectral norm from the start;
+        one a model built otherwise gets it here."""
         if self.isTrain and getattr(self.opt, "D_spectral", False):
             for net in self.networks_with_role(DISCRIMINATOR).values():
-                networks.apply_spectral_norm(net)
+                if not networks.has_spectral_norm(net):
+                    networks.apply_spectral_norm(net)
         if self.diff_augment.enabled:
             self.diff_augment.seed(int(torch.randint(2**62, ())))
 
@@ -309,10 +287,11 @@ class BaseModel(ModelState, ABC):
         for net in self.named_networks().values():
             net.eval()
 
-    def test(self) -> None:
-        """Forward without gradients, for inference."""
+    def test(self, nets: NetworkViews) -> None:
+        """Forward without gradients, for inference, with the networks as the caller runs them
+        (models/inference.py `inference_views`)."""
         with torch.no_grad():
-            self.forward()
+            self.forward(nets)
             self.compute_visuals()
 
     def compute_visuals(self) -> None:
@@ -322,21 +301,17 @@ class BaseModel(ModelState, ABC):
         return self.image_paths
 
     # ------------------------------------------------------------------ schedules and reporting
-    def update_learning_rate(self, plateau_metric: float | None = None, plateau_step: bool = True) -> tuple[float, float]:
+    def update_learning_rate(self, plateau_metric: float | None = None) -> tuple[float, float]:
         """Step every scheduler once (at the end of an epoch, on every rank); returns (old lr, new lr).
-
-        The plateau policy lowers the rate when its metric stops falling: `plateau_metric` (the
-        validation metric, lower is better) when given, else the epoch's mean generator loss (the
-        loss of the first optimizer, averaged over the epoch's steps and all ranks); with
-        `plateau_step` false (an epoch without validation) it waits.
-        """
+        The plateau policy lowers the rate when `plateau_metric` (lower is better: the validation
+        metric, or the epoch's mean generator loss; `TrainingEngine.update_learning_rate` picks) stops
+        falling, and waits while it is None (an epoch without validation)."""
         old_lr = self.optimizers[0].param_groups[0]["lr"]
-        epoch_loss = self.engine.loss_watch.end_epoch()  # every rank, every epoch: it is a collective
         for scheduler in self.schedulers:
             if self.opt.lr_policy != "plateau":
                 scheduler.step()
-            elif plateau_step:
-                scheduler.step(plateau_metric if plateau_metric is not None else epoch_loss)
+            elif plateau_metric is not None:
+                scheduler.step(plateau_metric)
         return old_lr, self.optimizers[0].param_groups[0]["lr"]
 
     def current_lr(self) -> float:
@@ -367,10 +342,7 @@ class BaseModel(ModelState, ABC):
 
     @staticmethod
     def set_requires_grad(nets, requires_grad: bool = False) -> None:
-        """Switch gradients of `nets` on or off (to skip computing D's weight gradients in G's step)."""
-        if not isinstance(nets, (list, tuple)):
-            nets = [nets]
-        for net in nets:
-            if net is not None:
-                for param in net.parameters():
-                    param.requires_grad = requires_grad
+        """The reference's: switch gradients of `nets` on or off (models here use `step.frozen`)."""
+        for net in nets if isinstance(nets, (list, tuple)) else [nets]:
+            for param in (net.parameters() if net is not None else ()):
+                param.requires_grad = requires_grad

@@ -38,7 +38,9 @@ from torch import nn
 from models import networks
 from models.base_model import BaseModel
 from models.networks import encoder, patchgan_bicycle, unet
+from models.network_views import NetworkViews
 from models.networks.unet_latent import BASIC_UPSAMPLING, NONLINEARITIES, UPSAMPLINGS, WHERE_ADD
+from models.training_step import TrainingStep
 from util import distributed
 from util.errors import UserError
 from util.flag_types import non_negative_float, non_negative_int
@@ -135,15 +137,15 @@ class BicycleGANModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
+    def forward(self, nets: NetworkViews) -> None:
         if self.codes is not None:
             codes = self.codes
         elif self.encodes:
             check_encoder_input(self.opt, self.real_B)
-            codes, _ = self.netE(self.real_B)  # the mean of E's Gaussian
+            codes, _ = nets.E(self.real_B)  # the mean of E's Gaussian
         else:
             codes = torch.zeros(self.real_A.shape[0], self.nz, device=self.device, dtype=self.dtype)
-        self.fake_B = self.netG(self.real_A, codes)
+        self.fake_B = nets.G(self.real_A, codes)
 
     # ------------------------------------------------------------------ training
     def data_dependent_initialize(self, first_batch: dict) -> None:
@@ -153,11 +155,11 @@ class BicycleGANModel(BaseModel):
         if "D2" in self.model_names:
             networks.family_of(self.opt.netD2, networks.DISCRIMINATOR).check_input_size(self.opt, *target.shape[2:])
 
-    def draw_codes(self, pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw_codes(self, step: TrainingStep, pairs: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(eps for the encoded half's reparameterisation, the random half's z): this rank's rows of
         the codes drawn for every pair of the global batch (of every micro-batch of the step, at its
         first: with --accum_steps, micro-batch k takes the k-th block)."""
-        micro = self.engine.micro
+        micro = step.micro
         index, count = (micro.index, micro.count) if micro is not None else (0, 1)
         block = pairs * distributed.world_size()
         if index == 0:
@@ -167,25 +169,27 @@ class BicycleGANModel(BaseModel):
         eps, random = self.step_codes
         return eps[rows].to(self.device, self.dtype), random[rows].to(self.device, self.dtype)
 
-    def summed_loss_scale(self) -> int:
+    def summed_loss_scale(self, step: TrainingStep) -> int:
         """The scale of a loss BicycleGAN sums over the images of a batch: the number of processes
         and micro-batches, so that each process's micro-batch sum adds up to the global step's."""
-        micro = self.engine.micro
-        return distributed.world_size() * (micro.count if micro is not None else 1)
+        return distributed.world_size() * (step.micro.count if step.micro is not None else 1)
 
-    def adversarial_loss(self, predictions, target_is_real: bool, for_discriminator: bool = True) -> torch.Tensor:
+    def adversarial_loss(self, step: TrainingStep, predictions, target_is_real: bool,
+                         for_discriminator: bool = True) -> torch.Tensor:
         """BicycleGAN's GAN loss: the sum over D's scales of each scale's loss. With one scale its
         loss iterates the grid's images, so it sums them: scaled to the global batch's half."""
         if isinstance(predictions, (list, tuple)):
             return sum(self.criterionGAN(p, target_is_real, for_discriminator) for p in predictions)
-        images = predictions.shape[0] * self.summed_loss_scale()
+        images = predictions.shape[0] * self.summed_loss_scale(step)
         return self.criterionGAN(predictions, target_is_real, for_discriminator) * images
 
-    def encode_judging(self, image: torch.Tensor) -> torch.Tensor:
-        """E's mean code of `image` with E's weights held (its gradient reaches G only)."""
-        plain = distributed.unwrap(self.netE)
-        held = {name: value.detach() for name, value in itertools.chain(plain.named_parameters(), plain.named_buffers())}
-        return torch.func.functional_call(plain, held, (image,))[0]
+    def encode_judging(self, step: TrainingStep, image: torch.Tensor) -> torch.Tensor:
+        """E's mean code of `image` with E's weights held (its gradient reaches G only): E as the step
+        runs it, called with detached copies of its weights."""
+        encoder = step.module("E")
+        held = {name: value.detach() for name, value in itertools.chain(encoder.named_parameters(),
+                                                                        encoder.named_buffers())}
+        return torch.func.functional_call(encoder, held, (image,))[0]
 
     def pairs_to_judge(self, fake: torch.Tensor, real: torch.Tensor, real_A_fake: torch.Tensor,
                        real_A_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,59 +197,61 @@ class BicycleGANModel(BaseModel):
             return fake, real
         return torch.cat([real_A_fake, fake], 1), torch.cat([real_A_real, real], 1)
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step: TrainingStep) -> None:
         count = self.real_A.shape[0]
         if count != self.opt.batch_size:  # an epoch's incomplete last batch: not trained on, as in BicycleGAN
             return  # (the last micro-batch of its step: no optimizer steps, the gradients are cleared at the next)
         half = count // 2
         self.real_A_encoded, self.real_B_encoded = self.real_A[:half], self.real_B[:half]
         real_A_random, real_B_random = self.real_A[half:], self.real_B[half:]
-        eps, self.z_random = self.draw_codes(half)
-        opt = self.opt
+        eps, self.z_random = self.draw_codes(step, half)
+        opt, nets = self.opt, step.nets
         with self.autocast():
-            mu, logvar = self.netE(self.real_B_encoded)
+            mu, logvar = nets.E(self.real_B_encoded)
             z_encoded = eps * torch.exp(0.5 * logvar) + mu
-            self.fake_B_encoded = self.netG(self.real_A_encoded, z_encoded)
-            self.fake_B_random = self.netG(self.real_A_encoded, self.z_random)
+            self.fake_B_encoded = nets.G(self.real_A_encoded, z_encoded)
+            self.fake_B_random = nets.G(self.real_A_encoded, self.z_random)
         fake_encoded, real_encoded = self.pairs_to_judge(self.fake_B_encoded, self.real_B_encoded,
                                                          self.real_A_encoded, self.real_A_encoded)
         fake_random, real_random = self.pairs_to_judge(self.fake_B_random, real_B_random,
                                                        self.real_A_encoded, real_A_random)
-        judges = {name: getattr(self, "net" + name) for name in ("D", "D2") if name in self.model_names}
-        with self.frozen(*judges.values()) if judges else _nothing() as held:  # G and E's step: D, D2 judge only
+        judges = [name for name in ("D", "D2") if name in self.model_names]
+        with step.frozen(*judges) if judges else _nothing() as held:  # G and E's step: D, D2 judge only
             held = dict(zip(judges, held if len(judges) > 1 else [held]))
             with self.autocast():
-                self.loss_G_GAN = (self.adversarial_loss(held["D"](fake_encoded), True, False) * opt.lambda_GAN
+                self.loss_G_GAN = (self.adversarial_loss(step, held["D"](fake_encoded), True, False) * opt.lambda_GAN
                                    if self.judges_encoded else 0.0)
-                self.loss_G_GAN2 = (self.adversarial_loss(held["D" if opt.use_same_D else "D2"](fake_random), True,
-                                                          False) * opt.lambda_GAN2 if self.judges_random else 0.0)
+                self.loss_G_GAN2 = (self.adversarial_loss(step, held["D" if opt.use_same_D else "D2"](fake_random),
+                                                          True, False) * opt.lambda_GAN2 if self.judges_random else 0.0)
                 # KL(N(mu, sigma) || N(0, I)), summed over the images (of the global batch) and the code
-                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * self.summed_loss_scale()
+                kl = torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) * self.summed_loss_scale(step)
                 self.loss_kl = kl * (-0.5 * opt.lambda_kl)
                 self.loss_G_L1 = nn.functional.l1_loss(self.fake_B_encoded, self.real_B_encoded) * opt.lambda_L1
-                self.loss_z_L1 = (nn.functional.l1_loss(self.encode_judging(self.fake_B_random), self.z_random)
+                self.loss_z_L1 = (nn.functional.l1_loss(self.encode_judging(step, self.fake_B_random), self.z_random)
                                   * opt.lambda_z if opt.lambda_z > 0 else 0.0)
                 loss = self.loss_G_GAN + self.loss_G_GAN2 + self.loss_kl + self.loss_G_L1 + self.loss_z_L1
-            self.update_weights(self.optimizer_G, loss)
-        self.update_discriminators(fake_encoded.detach(), real_encoded, fake_random.detach(), real_random)
+            step.update_weights(self.optimizer_G, loss)
+        self.update_discriminators(step, fake_encoded.detach(), real_encoded, fake_random.detach(), real_random)
 
-    def discriminator_loss(self, netD: nn.Module, fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    def discriminator_loss(self, step: TrainingStep, netD: nn.Module, fake: torch.Tensor,
+                           real: torch.Tensor) -> torch.Tensor:
         with self.autocast():
-            return self.adversarial_loss(netD(fake), False) + self.adversarial_loss(netD(real), True)
+            return self.adversarial_loss(step, netD(fake), False) + self.adversarial_loss(step, netD(real), True)
 
-    def update_discriminators(self, fake_encoded, real_encoded, fake_random, real_random) -> None:
+    def update_discriminators(self, step: TrainingStep, fake_encoded, real_encoded, fake_random, real_random) -> None:
         """D on the encoded half (and, with --use_same_D, on the random half too), D2 on the random half."""
         self.loss_D = self.loss_D2 = 0.0
+        nets = step.nets
         if self.judges_encoded:
-            self.loss_D = self.discriminator_loss(self.netD, fake_encoded, real_encoded)
+            self.loss_D = self.discriminator_loss(step, nets.D, fake_encoded, real_encoded)
             loss = self.loss_D
             if self.opt.use_same_D and self.judges_random:
-                self.loss_D2 = self.discriminator_loss(self.netD, fake_random, real_random)
+                self.loss_D2 = self.discriminator_loss(step, nets.D, fake_random, real_random)
                 loss = loss + self.loss_D2
-            self.update_weights(self.optimizer_D, loss)
+            step.update_weights(self.optimizer_D, loss)
         if self.judges_random and not self.opt.use_same_D:
-            self.loss_D2 = self.discriminator_loss(self.netD2, fake_random, real_random)
-            self.update_weights(self.optimizer_D2, self.loss_D2)
+            self.loss_D2 = self.discriminator_loss(step, nets.D2, fake_random, real_random)
+            step.update_weights(self.optimizer_D2, self.loss_D2)
 
     def shared_training_state(self) -> dict:
         return {**super().shared_training_state(), "code_rng": self.code_rng.get_state()}

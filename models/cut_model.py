@@ -22,6 +22,8 @@ import torch
 from models import cut_networks, networks
 from models.base_model import BaseModel
 from models.multiscale import MultiscaleGANLoss
+from models.network_views import NetworkViews
+from models.training_step import TrainingStep
 from util import distributed
 from util.errors import UserError
 from util.flag_types import non_negative_float, norm_name, positive_float, positive_int
@@ -184,24 +186,25 @@ class CUTModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        self.fake_B = self.netG(self.real_A)
+    def forward(self, nets: NetworkViews) -> None:
+        self.fake_B = nets.G(self.real_A)
 
     # ------------------------------------------------------------------ training
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step: TrainingStep) -> None:
         # FastCUT's coin: flip this step's inputs (and flip G's features back for PatchNCE)
         flipped = bool(torch.rand((), generator=self.patch_rng) < 0.5) if self.opt.flip_equivariance else False
+        nets = step.nets
         with self.autocast():
             real = torch.cat((self.real_A, self.real_B)) if self.opt.nce_idt else self.real_A
-            fake = self.netG(torch.flip(real, [3]) if flipped else real)
+            fake = nets.G(torch.flip(real, [3]) if flipped else real)
             self.fake_B = fake[:self.real_A.shape[0]]
             if self.opt.nce_idt:
                 self.idt_B = fake[self.real_A.shape[0]:]
-        self.loss_D = self.discriminator_loss()
-        self.update_weights(self.optimizer_D, self.loss_D)
-        with self.frozen(self.netD) as netD:  # G's step: D judges only
-            self.loss_G = self.generator_loss(netD, flipped)
-            self.update_weights(self.optimizer_G, self.loss_G)
+        self.loss_D = self.discriminator_loss(nets)
+        step.update_weights(self.optimizer_D, self.loss_D)
+        with step.frozen("D") as netD:  # G's step: D judges only
+            self.loss_G = self.generator_loss(nets, netD, flipped)
+            step.update_weights(self.optimizer_G, self.loss_G)
 
     def draw_patch_ids(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per NCE layer, --num_patches positions for each of this rank's images (all positions of a
@@ -217,48 +220,49 @@ class CUTModel(BaseModel):
             ids.append(drawn[rows].to(self.device))
         return ids
 
-    def discriminator_loss(self) -> torch.Tensor:
+    def discriminator_loss(self, nets: NetworkViews) -> torch.Tensor:
         """D's loss: real B is real, G(A) fake (detached: D's step does not train G), on images
         through --diff_augment (the identity without)."""
         real, fake = self.diff_augment(self.real_B), self.diff_augment(self.fake_B.detach())
         with self.autocast():
-            self.loss_D_fake = self.criterionGAN(self.netD(fake), False)
-            pred_real = self.netD(real)
+            self.loss_D_fake = self.criterionGAN(nets.D(fake), False)
+            pred_real = nets.D(real)
             self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
             self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real, fake)
+            penalty, _ = networks.cal_gradient_penalty(self.netD, real, fake)
             loss_D = loss_D + penalty
         return loss_D
 
-    def generator_loss(self, netD, flipped: bool) -> torch.Tensor:
+    def generator_loss(self, nets: NetworkViews, netD, flipped: bool) -> torch.Tensor:
         """G's loss: fool D, and PatchNCE between A and G(A) (and, with --nce_idt, B and G(B))."""
         opt = self.opt
         with self.autocast():
             self.loss_G_GAN = self.criterionGAN(netD(self.diff_augment(self.fake_B)), True,
                                                  for_discriminator=False) * opt.lambda_GAN if opt.lambda_GAN > 0 else 0.0
-            self.loss_NCE = self.nce_loss(self.real_A, self.fake_B, flipped) if opt.lambda_NCE > 0 else 0.0
+            self.loss_NCE = self.nce_loss(nets, self.real_A, self.fake_B, flipped) if opt.lambda_NCE > 0 else 0.0
             if opt.nce_idt and opt.lambda_NCE > 0:
-                self.loss_NCE_Y = self.nce_loss(self.real_B, self.idt_B, flipped)
+                self.loss_NCE_Y = self.nce_loss(nets, self.real_B, self.idt_B, flipped)
                 loss_NCE_both = (self.loss_NCE + self.loss_NCE_Y) * 0.5
             else:
                 self.loss_NCE_Y, loss_NCE_both = 0.0, self.loss_NCE
             return self.loss_G_GAN + loss_NCE_both
 
-    def nce_loss(self, source: torch.Tensor, output: torch.Tensor, flipped: bool) -> torch.Tensor:
+    def nce_loss(self, nets: NetworkViews, source: torch.Tensor, output: torch.Tensor, flipped: bool) -> torch.Tensor:
         """PatchNCE between G's features of `output` (queries) and of `source` (keys) at the same
         fresh random positions, averaged over the NCE layers, as CUT's calculate_NCE_loss; a flipped
-        output's features are flipped back."""
-        feat_q = self.netG(output, self.nce_layers, encode_only=True)
+        output's features are flipped back. G and F are called as training runs them (`nets`):
+        their gradients from this loss are synchronised like the others'."""
+        feat_q = nets.G(output, self.nce_layers, encode_only=True)
         if flipped:
             feat_q = [torch.flip(feat, [3]) for feat in feat_q]
         with torch.no_grad():  # keys get no gradient in PatchNCE: no graph for them
-            feat_k = self.netG(source, self.nce_layers, encode_only=True)
+            feat_k = nets.G(source, self.nce_layers, encode_only=True)
             patch_ids = self.draw_patch_ids(feat_k)
-            feat_k = self.netF(feat_k, patch_ids)
-        feat_q = self.netF(feat_q, patch_ids)
+            feat_k = nets.F(feat_k, patch_ids)
+        feat_q = nets.F(feat_q, patch_ids)
         images = source.shape[0]
         total = 0.0
         for query, key in zip(feat_q, feat_k):

@@ -13,8 +13,9 @@ import torch
 from models import networks
 from models.base_model import BaseModel
 from models.multiscale import MultiscaleGANLoss
+from models.network_views import NetworkViews
+from models.training_step import TrainingStep
 from util.flag_types import non_negative_float
-from util import distributed
 from util.errors import UserError
 from util.image_pool import ImagePool
 
@@ -109,15 +110,16 @@ class CycleGANModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        self.fake_B = self.netG_A(self.real_A)  # G_A(A)
-        self.rec_A = self.netG_B(self.fake_B)   # G_B(G_A(A))
-        self.fake_A = self.netG_B(self.real_B)  # G_B(B)
-        self.rec_B = self.netG_A(self.fake_A)   # G_A(G_B(B))
+    def forward(self, nets: NetworkViews) -> None:
+        self.fake_B = nets.G_A(self.real_A)  # G_A(A)
+        self.rec_A = nets.G_B(self.fake_B)   # G_B(G_A(A))
+        self.fake_A = nets.G_B(self.real_B)  # G_B(B)
+        self.rec_B = nets.G_A(self.fake_A)   # G_A(G_B(B))
 
-    def discriminator_loss(self, netD, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
-        """Real-vs-fake loss of one discriminator (fake detached: D's step does not train G), on
+    def discriminator_loss(self, nets: NetworkViews, name: str, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        """Real-vs-fake loss of discriminator `name` (fake detached: D's step does not train G), on
         images through --diff_augment (the identity without)."""
+        netD = nets[name]
         real, fake = self.diff_augment(real), self.diff_augment(fake.detach())
         with self.autocast():
             pred_real = netD(real)
@@ -127,11 +129,12 @@ class CycleGANModel(BaseModel):
             loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(netD), real, fake.detach())
+            # double backward: through the plain module, neither compiled nor DDP-wrapped
+            penalty, _ = networks.cal_gradient_penalty(self.named_networks()[name], real, fake.detach())
             loss_D = loss_D + penalty
         return loss_D
 
-    def generator_loss(self, netD_A, netD_B) -> torch.Tensor:
+    def generator_loss(self, nets: NetworkViews, netD_A, netD_B) -> torch.Tensor:
         """The generators' loss: fool both discriminators, reconstruct, and (optionally) keep
         images of the target domain unchanged."""
         lambda_idt = self.opt.lambda_identity
@@ -139,9 +142,9 @@ class CycleGANModel(BaseModel):
         lambda_B = self.opt.lambda_B
         with self.autocast():
             if lambda_idt > 0:
-                self.idt_A = self.netG_A(self.real_B)
+                self.idt_A = nets.G_A(self.real_B)
                 self.loss_idt_A = self.criterionIdt(self.idt_A, self.real_B) * lambda_B * lambda_idt
-                self.idt_B = self.netG_B(self.real_A)
+                self.idt_B = nets.G_B(self.real_A)
                 self.loss_idt_B = self.criterionIdt(self.idt_B, self.real_A) * lambda_A * lambda_idt
             else:
                 self.loss_idt_A = 0
@@ -153,12 +156,12 @@ class CycleGANModel(BaseModel):
             return (self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B
                     + self.loss_idt_A + self.loss_idt_B)
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():
-            self.forward()
-        with self.frozen(self.netD_A, self.netD_B) as (netD_A, netD_B):  # G's step: D judges only
-            self.loss_G = self.generator_loss(netD_A, netD_B)
-            self.update_weights(self.optimizer_G, self.loss_G)
-        self.loss_D_A = self.discriminator_loss(self.netD_A, self.real_B, self.fake_B_pool.query(self.fake_B))
-        self.loss_D_B = self.discriminator_loss(self.netD_B, self.real_A, self.fake_A_pool.query(self.fake_A))
-        self.update_weights(self.optimizer_D, self.loss_D_A + self.loss_D_B)
+            self.forward(step.nets)
+        with step.frozen("D_A", "D_B") as (netD_A, netD_B):  # G's step: D judges only
+            self.loss_G = self.generator_loss(step.nets, netD_A, netD_B)
+            step.update_weights(self.optimizer_G, self.loss_G)
+        self.loss_D_A = self.discriminator_loss(step.nets, "D_A", self.real_B, self.fake_B_pool.query(self.fake_B))
+        self.loss_D_B = self.discriminator_loss(step.nets, "D_B", self.real_A, self.fake_A_pool.query(self.fake_A))
+        step.update_weights(self.optimizer_D, self.loss_D_A + self.loss_D_B)

@@ -1,7 +1,8 @@
-"""What a model saves and loads: its networks' checkpoint files in the reference's format, and the
-whole training state that an exact resume restores (weights, optimizers, schedulers, gradient
-scalers, moving averages, the augmentation's and the compile probe's state; per rank: the epoch's
-losses). A part of `BaseModel` (models/base_model.py), in a file of its own."""
+"""What a model saves and loads: its networks' checkpoint files in the reference's format, and its part
+of the training state that an exact resume restores (weights, optimizers, schedulers, the
+augmentation's state and the model's own random streams; the training engine adds the gradient
+scalers, moving averages, the compile choice and the epoch's losses). A part of `BaseModel`
+(models/base_model.py), in a file of its own."""
 from __future__ import annotations
 
 import os
@@ -16,19 +17,17 @@ from util.training.training_state import STATE_SUFFIX
 
 
 class ModelState:
-    """Saving and loading for BaseModel (which provides named_networks, optimizers, schedulers, engine,
-    ema, diff_augment, opt, ctx and save_dir)."""
+    """Saving and loading for BaseModel (which provides named_networks, optimizers, schedulers,
+    diff_augment, opt, ctx and save_dir)."""
 
     def shared_training_state(self) -> dict:
-        """What all ranks share: weights, optimizer and scheduler states (plain tensors/containers)."""
+        """What all ranks share: weights, optimizer and scheduler states (plain tensors/containers);
+        subclasses add theirs (e.g. image pools) to `super().shared_training_state()`."""
         return {
-            "networks": {name: {k: v.detach().cpu() for k, v in distributed.unwrap(net).state_dict().items()}
+            "networks": {name: {k: v.detach().cpu() for k, v in net.state_dict().items()}
                          for name, net in self.named_networks().items()},
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
             "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
-            "grad_scalers": [scaler.state_dict() for scaler in self.engine.grad_scalers],
-            "ema": self.ema.state_dict() if self.ema is not None else None,
-            "compile_choice": self.engine.compile_choice,
             "diff_augment": self.diff_augment.state_dict() if self.diff_augment.enabled else None,
         }
 
@@ -50,63 +49,44 @@ class ModelState:
                                 f"--continue_train --epoch_count N (weights only).")
         for name, net in self.named_networks().items():
             try:
-                distributed.unwrap(net).load_state_dict(saved_networks[name])
+                net.load_state_dict(saved_networks[name])
             except RuntimeError as err:
                 raise UserError(checkpoint_files.mismatch_message(where, err, self.opt, self.save_dir)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             optimizer.load_state_dict(saved)
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
-        for scaler, saved in zip(self.engine.grad_scalers, state.get("grad_scalers", [])):
-            if saved:  # a disabled scaler saves an empty state
-                scaler.load_state_dict(saved)
-        if self.ema is not None and state.get("ema"):
-            self.ema.load_state_dict(state["ema"])
-        elif self.ema is not None:
-            print0("note: the run being continued kept no moving averages; --ema_decay starts them from "
-                   "the current weights.")
-        self.engine.compile_choice = state.get("compile_choice")  # --compile: as the continued run chose
         if self.diff_augment.enabled and state.get("diff_augment"):  # a run that augmented goes on drawing
             self.diff_augment.load_state_dict(state["diff_augment"])
 
     def rank_training_state(self) -> dict:
-        """State that differs between ranks: this rank's share of the epoch's losses; subclasses
-        add theirs (e.g. image pools) to `super().rank_training_state()`."""
-        state = {"loss_watch": self.engine.loss_watch.state_dict()}
+        """State that differs between ranks; subclasses add theirs to `super().rank_training_state()`."""
+        state = {}
         if self.diff_augment.enabled:
             state["diff_augment"] = self.diff_augment.rank_state_dict()
         return state
 
     def load_rank_training_state(self, state: dict) -> None:
         """Restore what `rank_training_state` returned."""
-        if "loss_watch" in state:
-            self.engine.loss_watch.load_state_dict(state["loss_watch"])
         if self.diff_augment.enabled and "diff_augment" in state:
             self.diff_augment.load_rank_state_dict(state["diff_augment"])
 
     # ------------------------------------------------------------------ checkpoints
-    def save_networks(self, epoch, include_ema: bool = True) -> None:
-        """Write `<epoch>_net_<name>.pth` for every network and, with --ema_decay (unless
-        `include_ema` is false), `<epoch>_ema_net_<name>.pth` for every averaged generator
-        (main process writes; all ranks must call)."""
-        self._save(epoch, self.named_networks())
-        if include_ema and self.ema is not None:
-            self.save_ema_networks(epoch)
+    def save_networks(self, epoch) -> None:
+        """Write `<epoch>_net_<name>.pth` for every network (main process writes; all ranks must call)."""
+        self.write_networks(epoch, self.named_networks())
 
-    def save_ema_networks(self, epoch) -> None:
-        """Write `<epoch>_ema_net_<name>.pth` for every averaged generator (all ranks must call)."""
-        self._save(f"{epoch}_ema", self.ema.networks())
-
-    def _save(self, label: str, nets: dict[str, nn.Module]) -> None:
+    def write_networks(self, label: str, nets: dict[str, nn.Module]) -> None:
+        """Write `<label>_net_<name>.pth` for each of `nets` (e.g. the moving averages, label
+        "latest_ema"), after checking that every rank holds the same weights (all ranks must call)."""
         for name, net in nets.items():
             distributed.check_in_sync(name, net)
         if self.ctx.is_main:
-            plain = {name: distributed.unwrap(net) for name, net in nets.items()}
-            checkpoint_files.write_networks(self.save_dir, label, plain, self.opt)
+            checkpoint_files.write_networks(self.save_dir, label, nets, self.opt)
 
     def load_networks(self, epoch) -> None:
         """Load `<epoch>_net_<name>.pth` into each network, with a clear message on mismatch."""
         for name, net in self.named_networks().items():
             path = os.path.join(self.save_dir, f"{epoch}_net_{name}.pth")
-            checkpoint_files.read_network(path, distributed.unwrap(net), self.device, self.opt, self.save_dir)
+            checkpoint_files.read_network(path, net, self.device, self.opt, self.save_dir)
             print0(f"loaded the model from {path}")

@@ -8,8 +8,9 @@ from models.networks import unet
 from models.accumulation import buffers_kept
 from models.base_model import BaseModel
 from models.multiscale import MultiscaleGANLoss, feature_matching_loss
+from models.network_views import NetworkViews
+from models.training_step import TrainingStep
 from util.flag_types import non_negative_float
-from util import distributed
 
 
 class Pix2PixModel(BaseModel):
@@ -57,24 +58,25 @@ class Pix2PixModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        self.fake_B = self.netG(self.real_A)
+    def forward(self, nets: NetworkViews) -> None:
+        self.fake_B = nets.G(self.real_A)
 
-    def discriminator_loss(self) -> torch.Tensor:
+    def discriminator_loss(self, nets: NetworkViews) -> torch.Tensor:
         """D's loss: (A, real B) pairs are real, (A, G(A)) pairs fake (detached: D's step does not train G).
         With --diff_augment each pair goes through one transform, the same for both its halves."""
         with self.autocast():
             fake_AB = torch.cat(self.diff_augment(self.real_A, self.fake_B), 1)
-            pred_fake = self.netD(fake_AB.detach())
+            pred_fake = nets.D(fake_AB.detach())
             self.loss_D_fake = self.criterionGAN(pred_fake, False)
             real_AB = torch.cat(self.diff_augment(self.real_A, self.real_B), 1)
-            pred_real = self.netD(real_AB)
+            pred_real = nets.D(real_AB)
             self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
             self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            penalty, _ = networks.cal_gradient_penalty(distributed.unwrap(self.netD), real_AB, fake_AB.detach())
+            # double backward: through the plain module, neither compiled nor DDP-wrapped
+            penalty, _ = networks.cal_gradient_penalty(self.netD, real_AB, fake_AB.detach())
             loss_D = loss_D + penalty
         return loss_D
 
@@ -94,29 +96,29 @@ class Pix2PixModel(BaseModel):
             loss_G = self.loss_G_GAN + self.loss_G_L1
             return loss_G + self.loss_G_feat if self.opt.lambda_feat > 0 else loss_G
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():
-            self.forward()
-        self.loss_D = self.discriminator_loss()
-        self.update_weights(self.optimizer_D, self.loss_D)
-        with self.frozen(self.netD) as netD:  # G's step: D judges only
+            self.forward(step.nets)
+        self.loss_D = self.discriminator_loss(step.nets)
+        step.update_weights(self.optimizer_D, self.loss_D)
+        with step.frozen("D") as netD:  # G's step: D judges only
             self.loss_G = self.generator_loss(netD)
-            self.update_weights(self.optimizer_G, self.loss_G)
+            step.update_weights(self.optimizer_G, self.loss_G)
 
-    def accumulate_D(self) -> None:
+    def accumulate_D(self, step: TrainingStep) -> None:
         """--accum_steps, first phase, on one micro-batch: D's gradient. D judges G's output
         detached, so G runs without a graph here, and its batch-norm statistics are left to the
         second phase's pass over the same micro-batch (with the same dropout draws), as without
         accumulation G's one pass updates them once."""
         with torch.no_grad(), buffers_kept(self.netG), self.autocast():
-            self.forward()
-        self.loss_D = self.discriminator_loss()
-        self.update_weights(self.optimizer_D, self.loss_D)
+            self.forward(step.nets)
+        self.loss_D = self.discriminator_loss(step.nets)
+        step.update_weights(self.optimizer_D, self.loss_D)
 
-    def accumulate_G(self) -> None:
+    def accumulate_G(self, step: TrainingStep) -> None:
         """Second phase, after D's step: G's gradient on one micro-batch, judged by the stepped D."""
         with self.autocast():
-            self.forward()
-        with self.frozen(self.netD) as netD:
+            self.forward(step.nets)
+        with step.frozen("D") as netD:
             self.loss_G = self.generator_loss(netD)
-            self.update_weights(self.optimizer_G, self.loss_G)
+            step.update_weights(self.optimizer_G, self.loss_G)

@@ -14,8 +14,11 @@ project, e.g. mypackage/dummy_model.py, and pass `--model mypackage.dummy_model`
   - `__init__(opt, ctx)` (add a `seed` parameter for random streams of your own): `loss_names`,
     `visual_names`, `model_names`, the networks, losses, optimizers;
   - `set_input`: move the batch to `self.device`;
-  - `forward`: produce the outputs named in `visual_names`;
-  - `optimize_parameters`: compute losses, gradients and optimizer steps;
+  - `forward(nets)`: produce the outputs named in `visual_names`, calling each network as
+    `nets.<name>(...)` (`self.net<name>` is the plain module: its weights; `nets` runs it as the
+    caller needs, e.g. DDP-wrapped in training, padded to any image size at test time);
+  - `optimize_parameters(step)`: compute losses with `step.nets` and apply each with
+    `step.update_weights(optimizer, loss)`;
   - optionally `data_dependent_initialize(first_batch)`: build what needs to see data first.
 DDP wrapping, checkpoints, schedules, logging and test-time loading come from BaseModel.
 Train it with: python train.py --dataroot ./datasets/facades --name template --model template
@@ -26,6 +29,8 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
+from models.network_views import NetworkViews
+from models.training_step import TrainingStep
 from util.flag_types import non_negative_float
 
 
@@ -66,11 +71,11 @@ class TemplateModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.data_A, self.data_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        self.output = self.netG(self.data_A)
+    def forward(self, nets: NetworkViews) -> None:
+        self.output = nets.G(self.data_A)  # netG as the caller runs it (DDP-wrapped in training, padded at test)
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():  # mixed precision with --amp
-            self.forward()
+            self.forward(step.nets)
             self.loss_G = self.criterionLoss(self.output, self.data_B) * self.opt.lambda_regression
-        self.update_weights(self.optimizer, self.loss_G)  # gradients, fp16 scaling, the step
+        step.update_weights(self.optimizer, self.loss_G)  # gradients, fp16 scaling, accumulation, the step

@@ -8,6 +8,7 @@ import os
 
 from models import networks
 from models.base_model import BaseModel
+from models.network_views import NetworkViews
 from util.training.checkpoint_io import load_state_dict_file
 
 
@@ -54,5 +55,5 @@ class TestModel(BaseModel):
         self.real = self.to_device(input["A"])
         self.image_paths = input["A_paths"]
 
-    def forward(self) -> None:
-        self.fake = self.netG(self.real)
+    def forward(self, nets: NetworkViews) -> None:
+        self.fake = nets[self.model_names[0]](self.real)

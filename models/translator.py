@@ -11,7 +11,7 @@ trained with comes from its `train_opt.json`. `translate` computes what `test.py
 --eval` computes for the same image: the same decoding at the file's precision (data/image_io.read_image),
 the same conversion to the network's [-1, 1] (data/image_folder.network_input: 8-bit by x / 127.5 - 1,
 16-bit by its full range, float data by the data range; gray <-> RGB and alpha as the datasets convert
-them), the same padding to the generator's size multiple and cropping back (models/tiling.SizeAdapter),
+them), the same padding to the generator's size multiple and cropping back (models/inference.InferenceGenerator),
 and the same mapping back (image_io.from_network, as test.py's full-precision outputs).
 What it accepts and returns (docs/inference.md has the full table):
 
@@ -25,7 +25,7 @@ What it accepts and returns (docs/inference.md has the full table):
   device, in [-1, 1];
 - a list of any of these -> a list (each item translated on its own, so sizes may differ).
 
-Any height and width; `tile` > 0 translates large images in blended tiles (models/tiling.py).
+Any height and width; `tile` > 0 translates large images in blended tiles (models/windows.py).
 
 A run whose generator is a 3-D family (`translator.volumes`: trained on volume patches, docs/volumes.md)
 translates volumes instead, whole, in Gaussian-blended sliding windows of the --patch_size it trained on
@@ -62,30 +62,22 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 
 from data.base_dataset import parse_data_range
-from data.image_folder import DomainSpec, network_input
-from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, match_channels, probe_image,
-                           layout_hint, read_image, require_finite, write_image)
-from data.volume_io import NIFTI_EXTENSIONS
+from models.inference import InferenceGenerator
+from models.latent_codes import checked_latent_codes, draw_latent_codes
+from models.networks import family_of
+from models.picture_translation import DataRange, PictureTranslation, describe_range, sample_paths  # noqa: F401
+from models.reference_encoder import ReferenceEncoder, find_encoder, reference_picture
 from models.saved_generator import find_generator, load_generator
+from models.volume_translation import VolumeTranslation, WindowSettings, window_settings
+from models.windows import Windows, check_tiling
 from util.distributed import pick_device
 from util.errors import UserError
-from models.latent_codes import checked_latent_codes, draw_latent_codes
-from models.reference_encoder import ReferenceEncoder, find_encoder, reference_picture
-from models.networks import family_of
-from models.tiling import SizeAdapter, check_tiling
-from models.volume_translation import VolumeTranslation, WindowSettings, window_settings
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# The array dtypes `translate` takes: integers by their full range, floats by the data range.
-ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
-
-DataRange = tuple[float, float]
 # The latent code of the translation under way in this thread (a latent generator's; None otherwise):
 # set around one call by `translate`, read by `_forward`, so that concurrent calls keep their own.
 _LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
@@ -119,6 +111,7 @@ class Translator:
         self.netG = netG
         self.architecture = SimpleNamespace(**(architecture or {"netG": netG}))
         self.latent_size = family_of(netG).latent_size(self.architecture)  # 0: one answer per input
+        self.size_rule = family_of(netG).size_rule(self.architecture)
         self.input_nc = input_nc
         self.output_nc = output_nc
         self.eval_mode = eval_mode
@@ -128,14 +121,18 @@ class Translator:
         self.output_range = output_range
         # Volumes: the sliding window whole volumes are translated in (None for a picture generator),
         # and what volumes go in and come out as (models/volume_translation.py).
-        self.volumes = family_of(netG).size_rule(self.architecture).dims == 3
+        self.volumes = self.size_rule.dims == 3
         self.window: WindowSettings | None = None
+        self._pictures: PictureTranslation | None = None
+        self._volumes: VolumeTranslation | None = None
         if self.volumes:
             self.window = window_settings(self.architecture, source or netG, patch_size, window_overlap, window_batch)
             self._volumes = VolumeTranslation(f"the generator of {source or netG} ({netG}, a 3-D network)", input_nc,
                                               output_nc, input_range, output_range,
                                               lambda batch: self._forward(batch, 0, 0))
         else:
+            self._pictures = PictureTranslation(f"the generator of {source or netG} ({netG}, a 2-D network)",
+                                                input_nc, output_nc, input_range, output_range, self._forward)
             given = [name for name, value in (("patch_size", patch_size), ("window_overlap", window_overlap),
                                               ("window_batch", window_batch)) if value is not None]
             if given:
@@ -200,7 +197,7 @@ class Translator:
     def __repr__(self) -> str:
         mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
         ranges = "" if self.input_range is None and self.output_range is None else \
-            f", float data {_describe(self.input_range)} -> {_describe(self.output_range)}"
+            f", float data {describe_range(self.input_range)} -> {describe_range(self.output_range)}"
         window = f", volumes in {self.window.describe()}" if self.window else ""
         return (f"Translator({self.source or self.netG}: {self.netG}, {self.input_nc} -> {self.output_nc} channels"
                 f"{ranges}{window}, {self.device}, {self.precision}, {mode} mode)")
@@ -266,20 +263,7 @@ class Translator:
             return [self._translate(item, tile, tile_overlap) for item in image]
         if self.volumes:
             return self._volumes.translate(image)
-        if isinstance(image, (str, os.PathLike)) and os.fspath(image).lower().endswith(NIFTI_EXTENSIONS):
-            raise self._volume_error(f"{os.fspath(image)} is a volume")
-        if isinstance(image, (str, os.PathLike)):
-            path = os.fspath(image)
-            return self._translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
-                                          tile, tile_overlap, path=path)[0]
-        if isinstance(image, Image.Image):
-            return self._translate_pil(image, tile, tile_overlap)
-        if isinstance(image, np.ndarray):
-            return self._translate_array(image, tile, tile_overlap)
-        if isinstance(image, torch.Tensor):
-            return self._translate_tensor(image, tile, tile_overlap)
-        raise UserError(f"cannot translate a {type(image).__name__}: pass a file path, a PIL image, a NumPy array, "
-                        f"a tensor, or a list of them.")
+        return self._pictures.translate(image, tile, tile_overlap)
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
                        tile_overlap: int = 64, **answers: Any) -> list[str]:
@@ -298,106 +282,19 @@ class Translator:
             output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
             return self._volumes.write(output_path, output, input_path)
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
-        info = probe_image(input_path)
-        outputs = {output_path: output} if not isinstance(output, list) else \
-            dict(zip(sample_paths(output_path, len(output)), output))
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-            for path, image in outputs.items():
-                # An alpha channel stays marked as alpha where the output has the input's channels (as test.py).
-                write_image(path, image, alpha=info.alpha and image.shape[-1] == info.channels)
-        except (OSError, ValueError, ImportError) as err:
-            raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
-        return list(outputs)
+        return self._pictures.write(output_path, output, input_path)
 
     # ------------------------------------------------------------------ one kind each
-    def _translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,
-                          out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
-        """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
-        (default: the input's dtype), values mapped as test.py maps a dataset's."""
-        dtype = np.dtype(out_dtype or batch.dtype)
-        if len(batch) == 0:  # an empty batch translates to an empty batch, as a tensor's does
-            return np.zeros((0, *batch.shape[1:3], self.output_nc), dtype)
-        require_finite(batch, what, "then translate it")
-        spec = DomainSpec(self.input_nc, "input_nc", self.input_range)
-        inputs = [network_input(image, alpha, spec) for image in batch]
-        if inputs[0] is None:
-            hint = layout_hint(path, probe_image(path)) if path else ""
-            raise self._channel_error(what, batch.shape[-1], alpha, hint)
-        out = self._forward(torch.stack(inputs), tile, tile_overlap)
-        value_range = ValueRange.for_dtype(dtype, self.output_range)
-        return np.stack([from_network(image, value_range, dtype) for image in out])
-
-    def _translate_pil(self, image: Image.Image, tile: int, tile_overlap: int) -> Image.Image:
-        _require_pixels((image.height, image.width), f"a {image.width}x{image.height} PIL image", "an image")
-        try:
-            array, alpha = array_from_pil(image)
-        except PIL_UNREADABLE as err:
-            reason = " ".join((str(err) or type(err).__name__).split())
-            raise UserError(f"cannot decode the {image.format or 'given'} image: it is damaged or truncated "
-                            f"({reason}).") from err
-        if self.output_nc > 4:
-            raise UserError(f"the generator gives {self.output_nc}-channel images, which PIL cannot hold (at most 4 "
-                            f"channels); pass np.asarray(image) to get a NumPy array back.")
-        # PIL holds 16-bit and float data only as one channel; colour from those comes back as 8 bits.
-        out_dtype = array.dtype if self.output_nc == 1 else np.dtype(np.uint8)
-        out = self._translate_images(array[None], alpha, "the image", tile, tile_overlap, out_dtype)[0]
-        return Image.fromarray(out[:, :, 0] if self.output_nc == 1 else out)
-
-    def _translate_array(self, array: np.ndarray, tile: int, tile_overlap: int) -> np.ndarray:
-        if array.ndim not in (2, 3, 4):
-            raise UserError(f"cannot translate an array of shape {array.shape}: pass HxW, HxWxC or NxHxWxC.")
-        if array.dtype not in ARRAY_DTYPES:
-            raise UserError(f"cannot translate a {array.dtype} array: pass uint8, uint16, or float values (in the "
-                            f"data range {_describe(self.input_range)}).")
-        _require_pixels(array.shape[-3:] if array.ndim == 4 else array.shape, f"an array of shape {array.shape}",
-                        "HxW, HxWxC or NxHxWxC")
-        batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
-        out = self._translate_images(batch, False, "this array", tile, tile_overlap)
-        if array.ndim == 4:
-            return out
-        return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
-
-    def _translate_tensor(self, x: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
-        if x.ndim == 5:
-            raise self._volume_error(f"a tensor of shape {tuple(x.shape)} (N x C x D x H x W) is a volume")
-        if not x.is_floating_point() or x.ndim not in (3, 4):
-            raise UserError(f"cannot translate a {x.dtype} tensor of shape {tuple(x.shape)}: pass a float tensor "
-                            f"CxHxW or NxCxHxW in [-1, 1] (e.g. rgb_uint8.float() / 127.5 - 1).")
-        _require_pixels(tuple(x.shape[-3:]), f"a tensor of shape {tuple(x.shape)}", "CxHxW or NxCxHxW")
-        batch = x if x.ndim == 4 else x[None]
-        if len(batch) == 0:
-            return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
-        if batch.shape[1] != self.input_nc:
-            matched = [match_channels(image.float().cpu(), False, self.input_nc) for image in batch]
-            if matched[0] is None:
-                raise self._channel_error("this tensor", batch.shape[1], False)
-            batch = torch.stack(matched)
-        out = self._forward(batch, tile, tile_overlap)
-        out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
-        return out if x.ndim == 4 else out[0]
-
-    def _volume_error(self, what: str) -> UserError:
-        """The refusal of a volume (`what`: e.g. "x.nii is a volume") by a picture generator."""
-        return UserError(f"the generator of {self.source or self.netG} ({self.netG}, a 2-D network) translates "
-                         f"pictures, and {what}; translate volumes with a run trained on them (a volume --dataset_mode "
-                         f"with a 3-D --netG, docs/volumes.md), or pass their slices as pictures (H x W or H x W x C "
-                         f"arrays).")
-
-    def _channel_error(self, what: str, channels: int, alpha: bool, hint: str = "") -> UserError:
-        fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
-               else f"pass images with {self.input_nc} channels (bands)")
-        return UserError(f"the generator takes {self.input_nc}-channel images, {what} has {channels} channels"
-                         f"{' (the last one alpha)' if alpha else ''}{hint}; {fix}. Gray and RGB convert into each "
-                         f"other (alpha composited on white), other channel counts do not.")
-
     # ------------------------------------------------------------------ the network
     def _forward(self, batch: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
         """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device (volumes:
         NxCxDxHxW, in the sliding window); one implementation for every kind of input, so that they all
-        give the same numbers."""
-        net = self.window.wrap(self.generator) if self.window else \
-            SizeAdapter.for_generator(self.generator, self.netG, tile, tile_overlap, self.architecture)
+        give the same numbers, and the one test.py and validation apply (models/inference.py)."""
+        if self.window is not None:
+            windows = self.window.windows()
+        else:
+            windows = Windows.for_tiles(tile, tile_overlap) if tile else None
+        net = InferenceGenerator(self.generator, self.size_rule, windows)
         amp_dtype = PRECISIONS[self.precision]
         code = _LATENT_CODE.get()  # a latent generator's code for this call, the same for every image
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
@@ -422,24 +319,6 @@ class Translator:
                 torch.default_generator.manual_seed(self.seed)
             return net(x, *codes)
 
-
-def sample_paths(output_path: str, count: int) -> list[str]:
-    """Where `translate_file` writes `count` answers for `output_path`: `<stem>_sample<k><extension>`."""
-    stem, extension = os.path.splitext(output_path)
-    return [f"{stem}_sample{k}{extension}" for k in range(count)]
-
-
-def _require_pixels(image_shape: tuple[int, ...], what: str, layout: str) -> None:
-    """Raise `UserError` naming `what` when one image's dimensions (without the batch's) include a 0:
-    there is nothing to translate, and the network's layers would fail on it."""
-    if 0 in image_shape:
-        raise UserError(f"cannot translate {what}: it holds no pixels (a height, width or channel count of 0); "
-                        f"pass {layout} with at least one pixel.")
-
-
-def _describe(data_range: DataRange | None) -> str:
-    low, high = data_range or (0.0, 1.0)
-    return f"[{low:g}, {high:g}]"
 
 
 def _resolve_device(device: str | torch.device) -> torch.device:

@@ -1,7 +1,7 @@
 """What the Translator (models/translator.py) takes and gives when its generator translates volumes.
 
 A generator of a 3-D family (`size_rule(...).dims == 3`) was trained on patches; the Translator runs it
-over whole volumes in Gaussian-blended sliding windows of the patch size (models/sliding_window.py), as
+over whole volumes in Gaussian-blended sliding windows of the patch size (models/windows.py), as
 test.py does, so `translate_file`'s output equals test.py's `volumes/<name>_fake_B.nii.gz`. Data values
 map to the network's [-1, 1] through the run's --data_range window (data/volume_io.to_network; uint8
 data without one by 0..255) and back through the output domain's window (from_network).
@@ -23,13 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from torch import nn
 
 from data.image_folder import is_image_file
 from data.volume_io import (VOLUME_EXTENSIONS, Window, from_network, is_volume_file, probe_volume, read_reference,
                             read_volume, to_network, volume_stem, write_volume)
 from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP
-from models.sliding_window import SlidingWindow, check_window
+from models.windows import Windows, check_window
 from util.errors import UserError
 from util.safe_files import atomic_write_by_name
 
@@ -47,9 +46,9 @@ class WindowSettings:
     overlap: float = WINDOW_OVERLAP
     batch: int = WINDOW_BATCH
 
-    def wrap(self, net: nn.Module) -> SlidingWindow:
-        """`net` translating whole volumes (N x C x D x H x W, any size) in these windows."""
-        return SlidingWindow(net, self.size, self.overlap, self.batch)
+    def windows(self) -> Windows:
+        """These windows, as models/inference.InferenceGenerator translates whole volumes in them."""
+        return Windows.for_volumes(self.size, self.overlap, self.batch)
 
     def describe(self) -> str:
         return f"windows of {'x'.join(map(str, self.size))} voxels, overlap {self.overlap:g}, {self.batch} at once"

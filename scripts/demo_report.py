@@ -39,7 +39,9 @@ from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa
 from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from models.base_model import BaseModel  # noqa: E402
-from models.sliding_window import adapt_generators_to_volumes  # noqa: E402
+from models.inference import inference_views  # noqa: E402
+from models.network_views import NetworkViews  # noqa: E402
+from models.windows import Windows  # noqa: E402
 from models.latent_codes import draw_latent_codes  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
@@ -67,12 +69,14 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
         for model in models.values():
             model.eval()
     names = ("identity", *models)
-    volumes = {}
+    volumes, windows = {}, None
     if spatial_dims(opt) == 3:  # whole volumes in sliding windows, as test.py; MAE in the target's units
-        for model in models.values():
-            adapt_generators_to_volumes(model, opt.patch_size, opt.window_overlap, opt.window_batch)
+        windows = Windows.for_volumes(opt.patch_size, opt.window_overlap, opt.window_batch)
         low, high = dataset.dataset.window("B" if opt.direction == "AtoB" else "A")
         volumes = {"volume_units": dict.fromkeys(names, (high - low) / 2), "mask": opt.eval_mask}
+    # each model's networks as test.py applies them (models/inference.py)
+    nets = {name: inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows)
+            for name, model in models.items()}
     scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True, **volumes)
     diversity = {name: SampleDiversity(lpips=True) for name in models} if opt.n_samples >= 2 else {}
     for i, data in enumerate(dataset):
@@ -81,8 +85,8 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
         for name, model in models.items():
             model.set_input(data)
             if name in diversity:
-                diversity[name].update(samples(model, opt.n_samples, (opt.seed or 0) * 1_000_003 + i))
-            model.test()
+                diversity[name].update(samples(model, nets[name], opt.n_samples, (opt.seed or 0) * 1_000_003 + i))
+            model.test(nets[name])
         trained = models["trained"]
         scores.update({"identity": trained.real_A, "target": trained.real_B,
                        **{name: model.fake_B for name, model in models.items()}})
@@ -98,7 +102,7 @@ def report(opt, best: dict | None) -> dict[str, dict[str, float]]:
     return table
 
 
-def samples(model: BaseModel, count: int, seed: int) -> list[torch.Tensor]:
+def samples(model: BaseModel, nets: NetworkViews, count: int, seed: int) -> list[torch.Tensor]:
     """`count` answers of `model` to its input: from `count` latent codes drawn from `seed` (as test.py
     --n_samples does) if its generator takes one, else from `count` dropout masks (seeds of their own
     for every input and answer)."""
@@ -106,13 +110,13 @@ def samples(model: BaseModel, count: int, seed: int) -> list[torch.Tensor]:
     if model.latent_size() > 0:
         for code in draw_latent_codes(count, model.latent_size(), seed):
             model.set_latent(code.expand(len(model.real_A), -1))
-            model.test()
+            model.test(nets)
             answers.append(model.fake_B[:1])
         model.set_latent(None)
         return answers
     for k in range(count):
         seed_everything(seed * count + k)  # networks in training mode (no --eval): dropout draws a new mask
-        model.test()
+        model.test(nets)
         answers.append(model.fake_B[:1])
     return answers
 

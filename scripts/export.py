@@ -23,7 +23,7 @@ float volumes in [-1, 1] of exactly the --patch_size it trained on (default: the
 train_opt.json beside the weights) and returns the same size. Whole volumes are translated in
 overlapping windows of that size, blended with Gaussian weights; that loop is not exported, so run it
 yourself around the exported network (e.g. MONAI's sliding_window_inference with mode="gaussian",
-sigma_scale=0.125 and overlap 0.5, as models/sliding_window.py does) to get test.py's outputs. It is
+sigma_scale=0.125 and overlap 0.5, as models/windows.py does) to get test.py's outputs. It is
 checked at the window size, in batches of 1 and 2; --check_sizes does not apply.
 
 Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
@@ -49,14 +49,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import data  # noqa: E402
 from models import create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
-from models.sliding_window import check_window  # noqa: E402
+from models.windows import check_window  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
-from models.tiling import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
+from models.inference import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 

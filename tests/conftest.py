@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from types import ModuleType
 
@@ -145,6 +146,32 @@ def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (
     arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
     code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
     return subprocess.CompletedProcess(["torchrun", *arguments], code, out, err)
+
+
+_engines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def training_engine(model):
+    """The training engine of a set-up `model` (models/training_engine.py), built at its first use as
+    train.py builds it: the networks as training calls them, gradient scalers, moving averages."""
+    from models.training_engine import TrainingEngine
+    from util.distributed import DistContext
+
+    if model not in _engines:
+        _engines[model] = TrainingEngine(model, model.opt, DistContext(device=model.device))
+    return _engines[model]
+
+
+def train_on(model, batch: dict) -> None:
+    """One training step of `model` on `batch`, as train.py's loop takes it (through the engine)."""
+    training_engine(model).train_step([batch])
+
+
+def inference_nets(model, windows=None):
+    """The networks of a set-up `model` as test.py applies them (models/inference.py)."""
+    from models.inference import inference_views
+
+    return inference_views(model.named_networks(), model.networks_with_role("generator"), model.opt, windows)
 
 
 # Small networks and no display, so that a few iterations take seconds on a CPU.

@@ -258,12 +258,12 @@ def test_eval_flag_puts_every_module_in_eval_mode_and_outputs_the_eval_forward(p
     from models.base_model import BaseModel
     from util.util import tensor2im
 
-    training_modules = []  # per model.test() call: the modules still in training mode
+    training_modules = []  # per model.test(nets) call: the modules still in training mode
 
-    def recording_test(model):
-        training_modules.append([f"{name}.{sub}" for name, net in model.named_networks().items()
+    def recording_test(model, nets):
+        training_modules.append([f"{name}.{sub}" for name, net in nets.items()
                                  for sub, module in net.named_modules() if module.training])
-        original_test(model)
+        original_test(model, nets)
 
     original_test = BaseModel.test
     monkeypatch.setattr(BaseModel, "test", recording_test)

@@ -14,57 +14,48 @@ from torch import nn
 
 from conftest import load_script
 from models import create_model, networks
+from models.training_engine import TrainingEngine
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.training.compile_probe import COMPILING_STEPS, CompileProbe, keep_compiled
 
 
-class FakeModel:
-    """What the probe needs of a model; records which networks each step ran on."""
-
-    def __init__(self) -> None:
-        self.compile_choice: bool | None = None
-        self.device = torch.device("cpu")
-        self.compiled = True  # as setup leaves a --compile model
-
-    def use_compiled(self, compiled: bool) -> None:
-        self.compiled = compiled
-
-
 class FakeClock:
-    """Steps take `eager` or `compiled` seconds, as the model runs."""
+    """Steps take `eager` or `compiled` seconds."""
 
-    def __init__(self, model: FakeModel, eager: float, compiled: float) -> None:
-        self.model, self.eager, self.compiled, self.now = model, eager, compiled, 0.0
+    def __init__(self, eager: float, compiled: float) -> None:
+        self.eager, self.compiled, self.now = eager, compiled, 0.0
 
     def __call__(self) -> float:
         return self.now
 
-    def step(self) -> None:
-        self.now += self.compiled if self.model.compiled else self.eager
-
 
 def probe_run(eager: float, compiled: float, probe_steps: int = 3, steps: int = 12):
-    model, messages = FakeModel(), []
-    probe = CompileProbe.for_model(model, True, probe_steps, messages.append)
-    clock = FakeClock(model, eager, compiled)
+    """`steps` training steps driven as the training engine drives the probe: each runs the networks
+    `compiled_next()` names and takes that variant's time. Returns the probe, its messages and which
+    variant each step ran."""
+    messages = []
+    clock = FakeClock(eager, compiled)
+    probe = CompileProbe.for_run(True, probe_steps, None, messages.append)
     probe.clock = clock
     ran_compiled = []
     for _ in range(steps):
-        with probe.timing(model):
-            ran_compiled.append(model.compiled)
-            clock.step()
-    return model, messages, ran_compiled
+        compiled_now = probe.compiled_next()
+        ran_compiled.append(compiled_now)
+        start = probe.clock()
+        clock.now += clock.compiled if compiled_now else clock.eager
+        probe.record(probe.clock() - start)
+    return probe, messages, ran_compiled
 
 
 def test_a_compiled_step_slower_than_eager_sends_the_run_on_eagerly_and_says_why():
-    model, messages, ran_compiled = probe_run(eager=4.67, compiled=10.6)
+    probe, messages, ran_compiled = probe_run(eager=4.67, compiled=10.6)
     first_compiled = 1 + 3
     decided_after = first_compiled + COMPILING_STEPS + 3
     assert ran_compiled[:first_compiled] == [False] * first_compiled  # one untimed step, 3 timed
     assert ran_compiled[first_compiled:decided_after] == [True] * (decided_after - first_compiled)
     assert ran_compiled[decided_after:] == [False] * (len(ran_compiled) - decided_after)
-    assert model.compile_choice is False
+    assert probe.choice is False
     assert len(messages) == 1
     assert "10.600 s against 4.670 s eager" in messages[0] and "0.44x" in messages[0]
     assert "without compiling" in messages[0] and "--compile_probe 0" in messages[0]
@@ -72,8 +63,8 @@ def test_a_compiled_step_slower_than_eager_sends_the_run_on_eagerly_and_says_why
 
 @pytest.mark.parametrize("compiled", [0.5, 1.04])
 def test_a_compiled_step_as_fast_or_faster_keeps_the_run_compiled(compiled):
-    model, messages, ran_compiled = probe_run(eager=1.0, compiled=compiled)
-    assert model.compile_choice is True
+    probe, messages, ran_compiled = probe_run(eager=1.0, compiled=compiled)
+    assert probe.choice is True
     assert all(ran_compiled[1 + 3:])
     assert "the run stays compiled" in messages[0]
 
@@ -83,13 +74,12 @@ def test_the_noise_margin_is_five_percent():
 
 
 def test_without_compile_with_probe_zero_or_a_recorded_choice_nothing_is_timed():
-    model = FakeModel()
-    assert CompileProbe.for_model(model, False, 3, print).finished
-    assert CompileProbe.for_model(model, True, 0, print).finished and model.compile_choice is True
-    continued = FakeModel()
-    continued.compile_choice = False  # loaded from the training state of the run it continues
-    assert CompileProbe.for_model(continued, True, 3, print).finished
-    assert continued.compiled is False
+    without = CompileProbe.for_run(False, 3, None, print)
+    assert without.finished and without.choice is None and not without.compiled_next()
+    at_once = CompileProbe.for_run(True, 0, None, print)
+    assert at_once.finished and at_once.choice is True and at_once.compiled_next()
+    continued = CompileProbe.for_run(True, 3, False, print)  # the choice of the training state it continues
+    assert continued.finished and not continued.compiled_next()
 
 
 class SlowWrapper(nn.Module):
@@ -107,17 +97,21 @@ class SlowWrapper(nn.Module):
 def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restored(tmp_path, monkeypatch):
     monkeypatch.setattr(networks, "compile_network", lambda net, name: SlowWrapper(net))
     opt = TrainOptions().parse(["--dataroot", "unused", "--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4",
-                                "--ndf", "4", "--compile", "--checkpoints_dir", str(tmp_path), "--name", "c"])
+                                "--ndf", "4", "--compile", "--compile_probe", "0", "--checkpoints_dir", str(tmp_path),
+                                "--name", "c"])
     model = create_model(opt, DistContext())
     model.setup(opt)
-    assert isinstance(model.netG, SlowWrapper) and isinstance(model.netD, SlowWrapper)
-    model.engine.use_compiled(False)
-    assert not isinstance(model.netG, SlowWrapper) and not isinstance(model.netD, SlowWrapper)
-    model.engine.compile_choice = False
-    state = model.shared_training_state()
+    engine = TrainingEngine(model, opt, DistContext())
+    plain = dict(model.named_networks())
+    assert all(isinstance(engine.networks.views()[name], SlowWrapper) for name in ("G", "D"))
+    engine.networks.use_compiled(False)
+    assert dict(engine.networks.views()) == plain  # eager: the model's own networks (no DDP in one process)
+    assert dict(model.named_networks()) == plain  # the model's attributes never change
+    state = {**engine.shared_training_state(), "compile_choice": False}  # as saved by a run that chose eager
     continued = create_model(opt, DistContext())
     continued.setup(opt, resume_state={"model": state, "options": None})
-    assert continued.engine.compile_choice is False
+    resumed = TrainingEngine(continued, opt, DistContext(), {"model": state, "options": None})
+    assert resumed.compile_choice is False and not resumed.probe.compiled_next()
 
 
 def test_train_py_measures_keeps_the_faster_and_a_continued_run_keeps_the_choice(paired_root, tmp_path, monkeypatch,

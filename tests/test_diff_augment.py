@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import load_script, torchrun
+from conftest import load_script, torchrun, train_on
 from models import networks
 from models.diff_augment import ADA_INTERVAL, DiscriminatorAugment, augment_policy
 from test_distributed import assert_same_weights, ok, weights
@@ -181,8 +181,7 @@ def test_with_every_option_off_a_training_step_is_the_plain_step_bit_for_bit(mod
         batch = {"A": torch.rand(1, 3, 32, 32, generator=generator) * 2 - 1,
                  "B": torch.rand(1, 3, 32, 32, generator=generator) * 2 - 1, "A_paths": ["a"], "B_paths": ["b"]}
         torch.manual_seed(step)
-        model_.set_input(batch)
-        model_.optimize_parameters()
+        train_on(model_, batch)
         torch.manual_seed(step)
         plain.set_input(batch)
         plain.optimize_parameters()

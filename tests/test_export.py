@@ -13,7 +13,7 @@ import torch
 
 from conftest import load_script, run_in_process, run_script
 from models import networks
-from models.tiling import SizeAdapter
+from models.inference import InferenceGenerator
 
 TOL = 1e-4
 # (netG, norm, sizes HxW): one size the generator takes as is, one that needs padding.
@@ -85,7 +85,7 @@ def test_exported_files_match_pytorch_at_two_sizes(exports, netG, norm, sizes):
     assert result.returncode == 0, result.stderr[-3000:]
     net = networks.define_G(3, 3, 8, netG, norm)
     net.load_state_dict(torch.load(folder.parent / "latest_net_G.pth", weights_only=True))
-    reference = SizeAdapter.for_generator(net, netG).eval()
+    reference = InferenceGenerator(net, networks.size_rule(netG)).eval()
     scripted = torch.jit.load(str(folder / "latest_net_G.pt"))
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is optional; the ONNX comparison needs it")
     session = ort.InferenceSession(str(folder / "latest_net_G.onnx"), providers=["CPUExecutionProvider"])

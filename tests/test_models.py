@@ -13,7 +13,9 @@ import torch.nn.functional as F
 
 import models
 from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
+from conftest import inference_nets, train_on, training_engine
 from models import checkpoint_files, networks
+from models.training_step import TrainingStep
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
 from util.distributed import DistContext
@@ -104,8 +106,7 @@ def test_model_learns_a_fixed_batch_and_shows_documented_visuals(model, flags, m
     batch = make_batch()
     history = []
     for _ in range(20):
-        m.set_input(batch)
-        m.optimize_parameters()
+        train_on(m, batch)
         losses = m.get_current_losses()
         assert list(losses) == LOSS_NAMES[model]
         assert all(math.isfinite(v) for v in losses.values()), losses
@@ -125,8 +126,7 @@ def test_model_learns_a_fixed_batch_and_shows_documented_visuals(model, flags, m
 def test_cycle_gan_without_identity_loss_shows_no_identity_images():
     m = build("cycle_gan", "--lambda_identity", "0")
     assert m.visual_names == ["real_A", "fake_B", "rec_A", "real_B", "fake_A", "rec_B"]
-    m.set_input(pair(S))
-    m.optimize_parameters()
+    train_on(m, pair(S))
     losses = m.get_current_losses()
     assert losses["idt_A"] == 0.0 and losses["idt_B"] == 0.0
 
@@ -156,52 +156,49 @@ def same_grads(a: list, b: list) -> bool:
                                     for x, y in zip(a, b))
 
 
-def guard_updates(model, trains: dict, calls: list) -> None:
-    """Wrap model.update_weights so that each update checks that it changed the gradients of the
-    networks its optimizer trains (`trains`: optimizer name -> networks) and of no other."""
-    original = model.update_weights
+def guard_updates(model, trains: dict, calls: list, monkeypatch) -> None:
+    """Wrap the training step's update_weights so that each update checks that it changed the
+    gradients of the networks its optimizer trains (`trains`: optimizer name -> networks) and of no other."""
+    original = TrainingStep.update_weights
     optimizers = {id(getattr(model, name)): name for name in trains}
     every_net = [net for nets in trains.values() for net in nets]
 
-    def checked(optimizer, loss):
+    def checked(step, optimizer, loss):
         name = optimizers[id(optimizer)]
         others = [net for net in every_net if not any(net is mine for mine in trains[name])]
         before_others, before_mine = grads(*others), grads(*trains[name])
-        original(optimizer, loss)
+        original(step, optimizer, loss)
         assert same_grads(grads(*others), before_others), f"the {name} update changed gradients it must not touch"
         after = grads(*trains[name])
         assert all(g is not None for g in after), f"the {name} update left a network without gradients"
         assert not same_grads(after, before_mine)
         calls.append(name)
 
-    model.update_weights = checked
+    monkeypatch.setattr(TrainingStep, "update_weights", checked)
 
 
-def test_pix2pix_steps_give_gradients_only_to_the_network_they_train():
+def test_pix2pix_steps_give_gradients_only_to_the_network_they_train(monkeypatch):
     m = build("pix2pix", "--netG", "resnet_6blocks")
     calls: list = []
-    guard_updates(m, {"optimizer_D": [m.netD], "optimizer_G": [m.netG]}, calls)
+    guard_updates(m, {"optimizer_D": [m.netD], "optimizer_G": [m.netG]}, calls, monkeypatch)
     for _ in range(2):
-        m.set_input(pair(S))
-        m.optimize_parameters()
+        train_on(m, pair(S))
     assert calls == ["optimizer_D", "optimizer_G"] * 2
 
 
-def test_cycle_gan_steps_give_gradients_only_to_the_networks_they_train():
+def test_cycle_gan_steps_give_gradients_only_to_the_networks_they_train(monkeypatch):
     m = build("cycle_gan", "--netG", "resnet_6blocks")
     calls: list = []
-    guard_updates(m, {"optimizer_G": [m.netG_A, m.netG_B], "optimizer_D": [m.netD_A, m.netD_B]}, calls)
+    guard_updates(m, {"optimizer_G": [m.netG_A, m.netG_B], "optimizer_D": [m.netD_A, m.netD_B]}, calls, monkeypatch)
     for _ in range(2):
-        m.set_input(pair(S))
-        m.optimize_parameters()
+        train_on(m, pair(S))
     assert calls == ["optimizer_G", "optimizer_D"] * 2
 
 
 def test_cycle_gan_training_step_leaves_discriminators_trainable():
     m = build("cycle_gan", "--netG", "resnet_6blocks")
     before = state(m.netD_A)
-    m.set_input(pair(S))
-    m.optimize_parameters()
+    train_on(m, pair(S))
     assert all(p.requires_grad for p in m.netD_A.parameters())
     assert not same_state(before, state(m.netD_A))  # the D step updated D_A
 
@@ -235,8 +232,7 @@ def test_pix2pix_trains_with_wgangp_and_its_d_loss_includes_the_penalty(monkeypa
     seen = record_penalties(monkeypatch)
     m = build("pix2pix", "--gan_mode", "wgangp", "--netG", "resnet_6blocks")
     for step in range(3):
-        m.set_input(pair(S))
-        m.optimize_parameters()
+        train_on(m, pair(S))
         assert len(seen) == step + 1
         assert all(math.isfinite(v) for v in m.get_current_losses().values())
         assert m.loss_D.item() == pytest.approx(0.5 * (m.loss_D_real + m.loss_D_fake).item() + seen[-1], rel=1e-5)
@@ -247,8 +243,7 @@ def test_cycle_gan_trains_with_wgangp_penalising_both_discriminators(monkeypatch
     seen = record_penalties(monkeypatch)
     m = build("cycle_gan", "--gan_mode", "wgangp", "--netG", "resnet_6blocks")
     for step in range(2):
-        m.set_input(pair(S))
-        m.optimize_parameters()
+        train_on(m, pair(S))
         assert len(seen) == 2 * (step + 1)  # D_A and D_B
         assert all(math.isfinite(v) for v in m.get_current_losses().values())
     assert all(p > 0 for p in seen)
@@ -304,8 +299,7 @@ def test_continue_train_loads_latest_or_the_given_iteration(tmp_path):
     first = build("pix2pix", "--netG", "resnet_6blocks", tmp=tmp_path, seed=1)
     first.save_networks("latest")
     latest = state(first.netG)
-    first.set_input(pair(S))
-    first.optimize_parameters()
+    train_on(first, pair(S))
     first.save_networks("iter_100")
     later = state(first.netG)
 
@@ -318,8 +312,7 @@ def test_continue_train_loads_latest_or_the_given_iteration(tmp_path):
 
 def test_test_model_loads_one_cycle_gan_generator_and_reproduces_it(tmp_path):
     trained = build("cycle_gan", tmp=tmp_path)
-    trained.set_input(pair(S))
-    trained.optimize_parameters()
+    train_on(trained, pair(S))
     trained.save_networks("latest")
     x = smooth(3, S, 9)
     for suffix, net in (("_A", trained.netG_A), ("_B", trained.netG_B)):
@@ -327,7 +320,7 @@ def test_test_model_loads_one_cycle_gan_generator_and_reproduces_it(tmp_path):
         assert m.model_names == ["G" + suffix]
         m.eval()
         m.set_input({"A": x, "A_paths": ["x.png"]})
-        m.test()
+        m.test(inference_nets(m))
         with torch.no_grad():
             expected = net(x)
         assert torch.allclose(m.fake, expected, atol=1e-6)
@@ -397,19 +390,18 @@ def test_print_networks_reports_reference_parameter_counts(capsys):
 # ---------------------------------------------------------------- moving averages (--ema_decay)
 def test_ema_generators_follow_the_moving_average_formula_and_discriminators_have_none(tmp_path):
     m = build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "0.75", tmp=tmp_path)
-    assert list(m.ema.networks()) == ["G"]  # D is not averaged
+    engine = training_engine(m)
+    assert list(engine.ema.networks()) == ["G"]  # D is not averaged
     expected = None
     for _ in range(3):
-        m.set_input(pair(S))
-        m.optimize_parameters()
-        m.update_ema()
+        train_on(m, pair(S))
         weights = {k: v.clone() for k, v in m.netG.named_parameters()}
         # The first step copies the weights; later ones move 25% of the way towards them.
         expected = weights if expected is None else {k: 0.75 * expected[k] + 0.25 * w for k, w in weights.items()}
-    averaged = dict(m.ema.networks()["G"].named_parameters())
+    averaged = dict(engine.ema.networks()["G"].named_parameters())
     assert all(torch.allclose(averaged[k], expected[k], rtol=1e-5, atol=1e-7) for k in expected)
     assert not all(torch.equal(averaged[k], w) for k, w in m.netG.named_parameters())
-    m.save_networks("latest")
+    engine.save_networks("latest")
     saved = torch.load(tmp_path / "exp" / "latest_ema_net_G.pth", weights_only=True)
     assert saved.keys() == m.netG.state_dict().keys()  # the reference's format, loadable by test.py
     assert torch.equal(saved["model.1.weight"], averaged["model.1.weight"])
@@ -419,13 +411,11 @@ def test_ema_generators_follow_the_moving_average_formula_and_discriminators_hav
 def test_test_model_applies_the_moving_average_as_epoch_latest_ema(tmp_path):
     m = build("cycle_gan", "--netG", "resnet_6blocks", "--ema_decay", "0.5", tmp=tmp_path)
     for _ in range(2):
-        m.set_input(pair(S))
-        m.optimize_parameters()
-        m.update_ema()
-    m.save_networks("latest")
+        train_on(m, pair(S))
+    training_engine(m).save_networks("latest")
     loaded = load_test_model(tmp_path, "--model_suffix", "_A", "--no_dropout", "--netG", "resnet_6blocks",
                              "--epoch", "latest_ema")
-    assert same_state(state(loaded.netG), state(m.ema.networks()["G_A"]))
+    assert same_state(state(loaded.netG), state(training_engine(m).ema.networks()["G_A"]))
 
 
 def test_ema_decay_outside_zero_to_one_is_a_user_error(capsys):

@@ -11,6 +11,7 @@ from torch import nn
 
 from models import networks
 from models.base_model import BaseModel
+from models.training_engine import TrainingEngine
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.errors import UserError
@@ -509,18 +510,24 @@ def test_gradient_penalty_is_off_for_non_positive_lambda():
 
 # ---------------------------------------------------------------- learning-rate schedules
 class TwoOptimizerModel(BaseModel):
-    """A model with a generator and a discriminator optimizer, stepped like a real model."""
+    """A model with a generator and a discriminator optimizer, stepped like a real model: its step
+    applies the losses `self.losses` (generator, discriminator)."""
 
     def __init__(self, opt):
         super().__init__(opt, DistContext())
         self.w_g, self.w_d = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
         self.optimizers = [torch.optim.Adam([self.w_g], lr=opt.lr), torch.optim.Adam([self.w_d], lr=opt.lr)]
+        self.losses = (1.0, 1.0)
 
     def set_input(self, input):
         pass
 
-    def forward(self):
+    def forward(self, nets):
         pass
+
+    def optimize_parameters(self, step):
+        step.update_weights(self.optimizers[0], self.w_g.sum() * 0 + self.losses[0])
+        step.update_weights(self.optimizers[1], self.w_d.sum() * 0 + self.losses[1])
 
 
 def lrs_per_epoch(*flags: str, validation=None, generator_loss=None) -> tuple[list[float], TwoOptimizerModel]:
@@ -530,16 +537,16 @@ def lrs_per_epoch(*flags: str, validation=None, generator_loss=None) -> tuple[li
     opt = TrainOptions().parse(["--dataroot", "unused", "--model", "template", "--lr", "0.1", *flags])
     model = TwoOptimizerModel(opt)
     model.setup(opt)
+    engine = TrainingEngine(model, opt, DistContext())
     lrs = []
     for i, epoch in enumerate(range(opt.epoch_count, opt.n_epochs + opt.n_epochs_decay + 1)):
         lr_g, lr_d = (o.param_groups[0]["lr"] for o in model.optimizers)
         assert lr_g == lr_d  # both optimizers follow the schedule
         lrs.append(lr_g / 0.1)
         for step in range(2):  # the epoch's training steps
-            g_value = generator_loss(i, step) if generator_loss else 1.0
-            model.update_weights(model.optimizers[0], model.w_g.sum() * 0 + g_value)
-            model.update_weights(model.optimizers[1], model.w_d.sum() * 0 + 1.0)
-        old, new = model.update_learning_rate(validation(i) if validation else None)
+            model.losses = (generator_loss(i, step) if generator_loss else 1.0, 1.0)
+            engine.train_step([{}])
+        old, new = engine.update_learning_rate(validation(i) if validation else None)
         assert old == pytest.approx(lr_g)
         assert new == pytest.approx(model.optimizers[0].param_groups[0]["lr"])
     return lrs, model

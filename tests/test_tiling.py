@@ -1,6 +1,7 @@
-"""Images of any size at test time (models/tiling.py): padding to the generator's multiple and back,
-tiled translation that equals whole-image translation for batch-norm (eval) and no-norm resnets,
-no visible seams for instance norm, and test.py's --preprocess none / --tile on real files."""
+"""Images of any size at test time (models/inference.py, models/windows.py): padding to the generator's
+multiple and back, tiled translation (the windowing routine volumes use too) that equals whole-image
+translation for batch-norm (eval) and no-norm resnets, no visible seams for instance norm, and
+test.py's --preprocess none / --tile on real files."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +15,8 @@ from PIL import Image
 from conftest import ROOT, run_script
 from models import networks
 from util.errors import UserError
-from models.tiling import (SizeAdapter, check_tiling, edge_ramp, receptive_radius, reflect_pad,
-                         split_padding, tile_starts)
+from models.inference import InferenceGenerator, reflect_pad, split_padding
+from models.windows import WEIGHT_FLOOR, Windows, check_tiling, in_windows, ramp_weights, receptive_radius
 
 # The tolerance docs/evaluation.md states for tiles vs. whole image (float32 rounding).
 EXACT_TOL = 1e-5
@@ -61,20 +62,38 @@ def test_reflect_pad_handles_padding_larger_than_the_image_and_keeps_it_centred(
     assert torch.equal(padded[0, 0, 100, 119:126], torch.tensor([1.0, 0, 1, 2, 3, 4, 3]))  # mirrored, not repeated
 
 
-@pytest.mark.parametrize("length, tile, overlap", [(1024, 512, 64), (768, 512, 64), (2000, 512, 128), (516, 512, 64)])
+def window_starts(height: int, width: int, windows: Windows) -> tuple[list[int], list[int]]:
+    """The rows and columns at which the windows `in_windows` visits on a height x width image start
+    (read from an image whose two channels are each pixel's row and column)."""
+    rows, cols = torch.meshgrid(torch.arange(height, dtype=torch.float64), torch.arange(width, dtype=torch.float64),
+                                indexing="ij")
+    seen = set()
+
+    def record(window: torch.Tensor) -> torch.Tensor:
+        seen.update((int(w[0, 0, 0]), int(w[1, 0, 0])) for w in window)
+        return window
+
+    in_windows(record, torch.stack([rows, cols])[None], windows)
+    return sorted({top for top, _ in seen}), sorted({left for _, left in seen})
+
+
+@pytest.mark.parametrize("length, tile, overlap", [(1024, 512, 64), (768, 512, 64), (2000, 512, 128), (516, 512, 64),
+                                                   (512, 512, 64), (1000, 256, 30)])
 def test_tiles_cover_the_image_on_the_4_pixel_grid_with_at_least_the_overlap(length, tile, overlap):
-    starts = tile_starts(length, tile, overlap)
+    starts, _ = window_starts(length, 32, Windows.for_tiles(tile, overlap))
     assert starts[0] == 0 and starts[-1] + tile == length
     assert all(s % 4 == 0 for s in starts)
     assert all(b - a <= tile - overlap for a, b in zip(starts, starts[1:]))
 
 
-def test_edge_ramps_of_neighbours_add_up_to_one_across_the_overlap():
+def test_tile_weights_of_neighbours_add_up_to_one_across_the_overlap():
     overlap = 64
-    left = edge_ramp(512, overlap, False, True)[-overlap:]
-    right = edge_ramp(512, overlap, True, False)[:overlap]
-    assert torch.allclose(left + right, torch.ones(overlap))
-    assert left[-overlap // 4:].eq(0).all() and right[:overlap // 4].eq(0).all()  # outer quarter unused
+    weights = ramp_weights((512,), overlap, torch.float64, torch.device("cpu"))
+    left, right = weights[-overlap:], weights[:overlap]  # a tile's end over its right neighbour's start
+    middle = slice(overlap // 4, overlap - overlap // 4)
+    assert torch.allclose(left[middle] + right[middle], torch.ones(overlap // 2, dtype=torch.float64))
+    assert left[-overlap // 4:].le(WEIGHT_FLOOR).all() and right[:overlap // 4].le(WEIGHT_FLOOR).all()  # unused
+    assert weights[overlap:-overlap].eq(1).all()
 
 
 def test_receptive_radius_matches_a_gradient_probe():
@@ -94,10 +113,10 @@ def test_receptive_radius_matches_a_gradient_probe():
 # ---------------------------------------------------------------------------- any size
 @pytest.mark.parametrize("netG, size", [("resnet_6blocks", (37, 53)), ("resnet_6blocks", (5, 7)),
                                         ("unet_128", (100, 211))])
-def test_size_adapter_returns_the_input_size_and_equals_the_padded_translation(netG, size):
+def test_any_size_returns_the_input_size_and_equals_the_padded_translation(netG, size):
     net = networks.define_G(3, 3, 4, netG, "batch", init_gain=0.5).eval()
     x = torch.rand(1, 3, *size) * 2 - 1
-    adapter = SizeAdapter.for_generator(net, netG)
+    adapter = InferenceGenerator(net, networks.size_rule(netG))
     with torch.no_grad():
         y = adapter(x)
         multiple, minimum = networks.size_rule(netG).multiple, networks.size_rule(netG).minimum
@@ -115,7 +134,7 @@ def test_tiled_1024x768_equals_whole_image_when_a_quarter_overlap_covers_the_rec
     image = smooth_image()
     with torch.no_grad():
         whole = net(image)
-        tiled = SizeAdapter(net, 4, tile=512, overlap=overlap)(image)
+        tiled = InferenceGenerator(net, networks.size_rule("resnet_6blocks"), Windows.for_tiles(512, overlap))(image)
     assert whole.std() > 0.1  # a real signal, not a constant
     assert (tiled - whole).abs().max().item() <= EXACT_TOL
 
@@ -136,12 +155,13 @@ def test_instance_norm_tiles_show_no_seam_where_hard_tiles_do():
     net = small_resnet("instance", n_blocks=1, seed=1)
     networks.init_weights(net, "normal", 0.02)
     image = smooth_image()
+    rule = networks.size_rule("resnet_6blocks")
     with torch.no_grad():
-        blended = SizeAdapter(net, 4, tile=512, overlap=64)(image)
-        hard = SizeAdapter(net, 4, tile=512, overlap=0)(image)
-    seam, elsewhere = border_jumps(blended, tile_starts(1024, 512, 64), 512)
+        blended = InferenceGenerator(net, rule, Windows.for_tiles(512, 64))(image)
+        hard = InferenceGenerator(net, rule, Windows.for_tiles(512, 0))(image)
+    seam, elsewhere = border_jumps(blended, window_starts(768, 1024, Windows.for_tiles(512, 64))[1], 512)
     assert seam <= elsewhere, (seam, elsewhere)  # the overlaps are as smooth as the rest
-    hard_seam, hard_elsewhere = border_jumps(hard, tile_starts(1024, 512, 0), 512)
+    hard_seam, hard_elsewhere = border_jumps(hard, window_starts(768, 1024, Windows.for_tiles(512, 0))[1], 512)
     assert hard_seam > 1.2 * hard_elsewhere, (hard_seam, hard_elsewhere)  # the measure does see seams
 
 
@@ -201,7 +221,7 @@ def test_test_py_keeps_image_sizes_with_preprocess_none_and_tiles_large_images(r
     net.load_state_dict(torch.load(resnet_checkpoint / "r" / "latest_net_G.pth", weights_only=True))
     with torch.no_grad():
         x = torch.from_numpy(picture).permute(2, 0, 1)[None].float() / 127.5 - 1
-        whole = SizeAdapter.for_generator(net.eval(), "resnet_6blocks")(x)[0].permute(1, 2, 0).numpy()
+        whole = InferenceGenerator(net.eval(), networks.size_rule("resnet_6blocks"))(x)[0].permute(1, 2, 0).numpy()
     tiled = np.asarray(Image.open(out / "big_fake.png"), dtype=float) / 127.5 - 1
     assert np.abs(tiled - whole).mean() < 0.05
 

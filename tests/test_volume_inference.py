@@ -18,7 +18,8 @@ from PIL import Image
 from conftest import load_script
 from data.volume_io import from_network, to_network
 from models import networks
-from models.sliding_window import SlidingWindow
+from models.inference import InferenceGenerator
+from models.windows import Windows
 from models.translator import Translator
 from util.errors import UserError
 
@@ -95,7 +96,8 @@ def test_without_monai_test_py_exits_2_naming_the_package_before_writing_anythin
     assert "pip install monai" in message and "Traceback" not in message and "\n" not in message
     assert not list(results.rglob("*.nii.gz"))
     with pytest.raises(UserError, match="pip install monai"):  # the Translator's windows likewise
-        SlidingWindow(networks.define_G(1, 1, 4, "resnet_6blocks_3d"), WINDOW)
+        InferenceGenerator(networks.define_G(1, 1, 4, "resnet_6blocks_3d"), networks.size_rule("resnet_6blocks_3d"),
+                           Windows.for_volumes(WINDOW, 0.5, 4))
 
 
 # ------------------------------------------------------------------------------------------ the Translator
@@ -142,9 +144,9 @@ def test_a_tensor_in_network_range_gives_the_same_shape_in_network_range(transla
     one = translator.translate(x[1])  # (C, D, H, W)
     assert one.shape == x[1].shape
     torch.testing.assert_close(one, batch[1], rtol=0, atol=1e-6)  # a volume's output does not depend on its batch
-    # exactly the run's generator in Gaussian-blended windows of its patch size (models/sliding_window.py)
+    # exactly the run's generator in Gaussian-blended windows of its patch size (models/windows.py)
     with torch.no_grad():
-        expected = SlidingWindow(translator.generator, WINDOW, 0.5, 4)(x)
+        expected = InferenceGenerator(translator.generator, translator.size_rule, Windows.for_volumes(WINDOW, 0.5, 4))(x)
     torch.testing.assert_close(batch, expected, rtol=0, atol=1e-6)
 
 
@@ -154,7 +156,7 @@ def test_patch_size_and_window_keywords_replace_the_runs_and_a_picture_generator
                              window_batch=1)
     assert (larger.window.size, larger.window.overlap, larger.window.batch) == ((12, 12, 12), 0.25, 1)
     with torch.no_grad():
-        expected = SlidingWindow(larger.generator, (12, 12, 12), 0.25, 1)(x)
+        expected = InferenceGenerator(larger.generator, larger.size_rule, Windows.for_volumes((12, 12, 12), 0.25, 1))(x)
     torch.testing.assert_close(larger.translate(x), expected, rtol=0, atol=1e-6)
     assert (larger.translate(x) - translator.translate(x)).abs().max() > 1e-3  # the window matters
     with pytest.raises(UserError) as err:

@@ -16,34 +16,33 @@ from bench.training import (build_model, build_options, check_losses_finite, com
 
 
 def job_step(spec: dict) -> dict:
-    """`model.optimize_parameters()` on one synthetic batch, repeated; with "count_flops", also
+    """One training step (the training engine's, as train.py takes it) on one synthetic batch, repeated; with "count_flops", also
     the step's FLOPs per image (counted at batch 1, or on the model's smallest batch and divided: its
     mean image), in all ("flops_batch1") and per network ("flops_by_network_batch1")."""
     ctx = make_context(spec.get("device", "auto"), spec.get("threads"))
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec)
     rss_before = current_rss_mb()
-    model = build_model(opt, ctx, straightforward=bool(spec.get("straightforward")))
+    trainee = build_model(opt, ctx, straightforward=bool(spec.get("straightforward")))
     batch = synthetic_batch(opt, opt.batch_size)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     def step() -> None:
-        model.set_input(batch)
-        model.optimize_parameters()
+        trainee.step(batch)
 
     # Warm-up first (compilation happens there), then count graphs so that a recompilation
     # inside the timed steps shows up in the result.
     warm, _, _ = run_timed(step, sync, int(spec["warmup"]), 0, 0, 0)
     graphs_before = dynamo_graph_count()
     _, times, cpu = run_timed(step, sync, 0, int(spec["min_steps"]), int(spec["max_steps"]), float(spec["budget_s"]))
-    check_losses_finite(model)
+    check_losses_finite(trainee.model)
     result = {"warmup_s": warm, "times_s": times, "cpu_s": cpu, **summarize(times),
               "graphs_compiled": dynamo_graph_count(), "graphs_compiled_while_timed": dynamo_graph_count() - graphs_before,
               "peak_mem_mb": peak_memory_mb(device), "rss_before_model_mb": rss_before, **common_fields(device)}
     if spec.get("count_flops"):
         # After timing, so the counting step's memory cannot inflate the peak.
-        result["flops_batch1"], result["flops_by_network_batch1"] = count_step_flops(model, opt)
+        result["flops_batch1"], result["flops_by_network_batch1"] = count_step_flops(trainee, opt)
     return result
 
 
@@ -65,7 +64,7 @@ class _Batches:
             return next(self.iterator)
 
 
-def _timed_loop(model, batches: _Batches, sync: Callable[[], None], spec: dict) -> tuple[list, list, list]:
+def _timed_loop(trainee, batches: _Batches, sync: Callable[[], None], spec: dict) -> tuple[list, list, list]:
     """(loop s, wait s, CPU s) per step, warm-up steps included: a step's loop time runs from the
     end of the previous step, its wait is the part spent getting the batch."""
     waits, loops, cpu = [], [], []
@@ -80,8 +79,7 @@ def _timed_loop(model, batches: _Batches, sync: Callable[[], None], spec: dict) 
         cpu_start = time.process_time()
         data = batches.next()            # what train.py's `for data in dataset` waits for
         got = time.perf_counter()
-        model.set_input(data)
-        model.optimize_parameters()
+        trainee.step(data)
         sync()
         end = time.perf_counter()
         waits.append(got - mark)
@@ -98,12 +96,12 @@ def job_loop(spec: dict) -> dict:
     device, sync = ctx.device, syncer(ctx.device)
     opt = build_options(spec, spec["dataroot"])
     dataset = create_dataset(opt, 0, ctx)
-    model = build_model(opt, ctx)
+    trainee = build_model(opt, ctx)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     batches = _Batches(dataset)
-    loops, waits, cpu = _timed_loop(model, batches, sync, spec)
-    check_losses_finite(model)
+    loops, waits, cpu = _timed_loop(trainee, batches, sync, spec)
+    check_losses_finite(trainee.model)
     warmup = int(spec["warmup"])
     timed_loops, timed_waits = loops[warmup:], waits[warmup:]
     return {"warmup_s": loops[:warmup], "warmup_wait_s": waits[:warmup], "times_s": timed_loops,
@@ -127,12 +125,11 @@ def job_ddp(spec: dict) -> dict:
     try:
         sync = syncer(ctx.device)
         opt = build_options(spec)
-        model = build_model(opt, ctx)
+        trainee = build_model(opt, ctx)
         batch = synthetic_batch(opt, opt.batch_size, seed=ctx.rank)  # each rank its own images
 
         def step() -> None:
-            model.set_input(batch)
-            model.optimize_parameters()
+            trainee.step(batch)
 
         steps = int(spec["min_steps"])
         warm, times, cpu = run_timed(step, sync, int(spec["warmup"]), steps, steps, 0.0)
@@ -142,7 +139,7 @@ def job_ddp(spec: dict) -> dict:
                   "per_rank_times_s": per_rank, "cpu_s": cpu, **summarize(slowest),
                   "peak_mem_mb": peak_memory_mb(ctx.device), **common_fields(ctx.device)}
         distributed.barrier()
-        check_losses_finite(model)  # after the last collective: no rank is left waiting
+        check_losses_finite(trainee.model)  # after the last collective: no rank is left waiting
         return result if ctx.is_main else {}
     finally:
         distributed.shutdown()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -29,23 +31,42 @@ def build_options(spec: dict, dataroot: str | None = None):
             "--display_id", "0", "--amp", spec.get("amp", "none")]
     argv += [flag for key, flag in (("channels_last", "--channels_last"), ("compile", "--compile"),
                                     ("fused_adam", "--fused_adam")) if spec.get(key)]
+    if spec.get("compile"):  # compiled from the first step: the benchmark times the compiled networks
+        argv += ["--compile_probe", "0"]
     if spec["model"] in VOLUME_MODELS:
         argv += ["--patch_size", str(size)]
     argv += list(spec.get("extra_args", []))
     return TrainOptions().parse(argv)
 
 
-def build_model(opt, ctx, straightforward: bool = False):
-    """The model as train.py builds it, or (`straightforward`) the step written plainly."""
+@dataclass
+class Trainee:
+    """What a benchmark trains: `model` (its losses and networks) and `step(batch)`, one training step
+    on a batch as train.py's loop takes it."""
+
+    model: Any
+    step: Callable[[dict], None]
+
+
+def build_model(opt, ctx, straightforward: bool = False) -> Trainee:
+    """The model and its training engine as train.py builds them, or (`straightforward`) the step
+    written plainly."""
     from models import create_model
+    from models.training_engine import TrainingEngine
     from util.seeding import seed_everything
     seed_everything(0)
     if straightforward:
         from straightforward_step import build_straightforward
-        return build_straightforward(opt, ctx.device)
+        plain = build_straightforward(opt, ctx.device)
+
+        def plain_step(batch: dict) -> None:
+            plain.set_input(batch)
+            plain.optimize_parameters()
+        return Trainee(plain, plain_step)
     model = create_model(opt, ctx, 0)
     model.setup(opt, first_batch=synthetic_batch(opt, 1, seed=2))  # a model may size parts from it (CUT's netF)
-    return model
+    engine = TrainingEngine(model, opt, ctx)
+    return Trainee(model, lambda batch: engine.train_step([batch]))
 
 
 def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
@@ -63,14 +84,14 @@ def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
             "B_paths": [f"synthetic_B_{i}" for i in range(batch)]}
 
 
-def count_step_flops(model, opt) -> tuple[int, dict]:
-    """FLOPs of one optimize_parameters() per image: the total and {network: {"forward": ..,
-    "backward": ..}} (conv and matmul FLOPs are per image, so a batch of b costs exactly b times
-    this). Counted on a batch of one image, or of --batch_size where a model needs more (BicycleGAN's
-    two halves: the mean over its images)."""
+def count_step_flops(trainee: Trainee, opt) -> tuple[int, dict]:
+    """FLOPs of one training step per image: the total and {network: {"forward": .., "backward": ..}}
+    (conv and matmul FLOPs are per image, so a batch of b costs exactly b times this). Counted on a
+    batch of one image, or of --batch_size where a model needs more (BicycleGAN's two halves: the mean
+    over its images)."""
     batch = opt.batch_size
-    model.set_input(synthetic_batch(opt, batch, seed=1))
-    total, by_network = count_network_flops(model.optimize_parameters, model.named_networks())
+    images = synthetic_batch(opt, batch, seed=1)
+    total, by_network = count_network_flops(lambda: trainee.step(images), trainee.model.named_networks())
     return total // batch, {net: {phase: count // batch for phase, count in phases.items()}
                             for net, phases in by_network.items()}
 

@@ -21,7 +21,7 @@ from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFa
                                     recognise_network, volume_counterpart)
 from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
                                     CompileFriendlyReflectionPad2d, Identity, SlicedReflectionPad2d,
-                                    apply_spectral_norm, compile_network, get_norm_layer, init_weights,
+                                    apply_spectral_norm, compile_network, get_norm_layer, has_spectral_norm, init_weights,
                                     make_instance_norm_channels_last_safe, pad_reflections_with_slices,
                                     use_resize_convolutions, uses_bias)
 from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
@@ -62,9 +62,12 @@ def build_generator(flags: Any, input_nc: int, output_nc: int) -> nn.Module:
 
 
 def build_discriminator(flags: Any, input_nc: int) -> nn.Module:
-    """The --netD network for the options `flags`, initialised, on the CPU."""
+    """The --netD network for the options `flags`, initialised, on the CPU; with --D_spectral (a
+    training flag) built with spectral normalisation on every convolution."""
     net = family_of(flags.netD, DISCRIMINATOR).build(flags, input_nc)
     init_weights(net, flags.init_type, flags.init_gain)
+    if getattr(flags, "D_spectral", False):
+        apply_spectral_norm(net)
     return net
 
 

@@ -215,6 +215,12 @@ def apply_spectral_norm(net: nn.Module) -> nn.Module:
     return net
 
 
+def has_spectral_norm(net: nn.Module) -> bool:
+    """Whether `apply_spectral_norm` has been applied to `net` (a convolution's weight is parametrized)."""
+    from torch.nn.utils import parametrize
+    return any(parametrize.is_parametrized(module, "weight") for module in net.modules())
+
+
 def norm_seen(state: Mapping[str, Any], first_conv: str) -> str:
     """Convs before instance norm have a bias; before batch norm they do not (uses_bias)."""
     if f"{first_conv}.bias" in state:

@@ -3,7 +3,8 @@ with tests/ on sys.path): proof that a new model is one file, written against Ba
 
 It translates paired images with one generator trained by L1 plus a feature-matching loss through a
 projection `netF` that, like CUT's MLP head, is built from the first training batch (its input channels
-are the target images' channels), before the networks are wrapped in DDP; its optimizer is made then.
+are the target images' channels), before the training engine wraps the networks in DDP; its optimizer is
+made then.
 """
 from __future__ import annotations
 
@@ -61,14 +62,14 @@ class FeatureMatchingModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        self.fake_B = self.netG(self.real_A)
+    def forward(self, nets) -> None:
+        self.fake_B = nets.G(self.real_A)
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step) -> None:
         with self.autocast():
-            self.forward()
+            self.forward(step.nets)
             self.loss_G_L1 = torch.nn.functional.l1_loss(self.fake_B, self.real_B)
-            features_fake, features_real = self.netF(self.fake_B), self.netF(self.real_B)
+            features_fake, features_real = step.nets.F(self.fake_B), step.nets.F(self.real_B)
             self.loss_G_feature = torch.nn.functional.l1_loss(features_fake, features_real) * self.opt.lambda_feature
             loss = self.loss_G_L1 + self.loss_G_feature
-        self.update_weights(self.optimizer, loss)
+        step.update_weights(self.optimizer, loss)

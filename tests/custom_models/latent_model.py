@@ -80,29 +80,30 @@ class LatentModel(BaseModel):
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
 
-    def forward(self) -> None:
-        codes = self.codes if self.codes is not None else self.netE(self.real_B)
-        self.fake_B = self.netG(self.real_A, codes)
+    def forward(self, nets) -> None:
+        codes = self.codes if self.codes is not None else nets.E(self.real_B)
+        self.fake_B = nets.G(self.real_A, codes)
 
     def random_codes(self, count: int) -> torch.Tensor:
         """This rank's rows of codes drawn for the whole global batch, image by image."""
         drawn = torch.randn(count * distributed.world_size(), self.nz, generator=self.code_rng, dtype=torch.float64)
         return drawn[distributed.global_batch_positions(count)].to(self.device, self.dtype)
 
-    def optimize_parameters(self) -> None:
+    def optimize_parameters(self, step) -> None:
         random = self.random_codes(self.real_A.shape[0])
+        nets = step.nets
         with self.autocast():
-            self.fake_B = self.netG(self.real_A, self.netE(self.real_B))
-            fake_random = self.netG(self.real_A, random)
-            self.loss_D = (self.criterionGAN(self.netD(self.real_B), True)
-                           + self.criterionGAN(self.netD(fake_random.detach()), False)) * 0.5
-        self.update_weights(self.optimizer_D, self.loss_D)
-        with self.frozen(self.netD) as netD:  # G and E's step: D judges only
+            self.fake_B = nets.G(self.real_A, nets.E(self.real_B))
+            fake_random = nets.G(self.real_A, random)
+            self.loss_D = (self.criterionGAN(nets.D(self.real_B), True)
+                           + self.criterionGAN(nets.D(fake_random.detach()), False)) * 0.5
+        step.update_weights(self.optimizer_D, self.loss_D)
+        with step.frozen("D") as netD:  # G and E's step: D judges only
             with self.autocast():
                 self.loss_G_L1 = nn.functional.l1_loss(self.fake_B, self.real_B)
                 self.loss_G_GAN = self.criterionGAN(netD(fake_random), True, for_discriminator=False)
-                self.loss_z_L1 = nn.functional.l1_loss(self.netE(fake_random), random)
-            self.update_weights(self.optimizer_G, self.loss_G_L1 + self.loss_G_GAN + self.loss_z_L1)
+                self.loss_z_L1 = nn.functional.l1_loss(nets.E(fake_random), random)
+            step.update_weights(self.optimizer_G, self.loss_G_L1 + self.loss_G_GAN + self.loss_z_L1)
 
     def shared_training_state(self) -> dict:
         return {**super().shared_training_state(), "code_rng": self.code_rng.get_state()}

@@ -17,9 +17,9 @@ It owns every file a run writes to carry on or to keep its best weights, in the 
 `<label>_net_<name>.pth` is the reference's format (models/checkpoint_files.py), which its test.py
 loads; `<label>_train_state.pth` holds everything an exact resume needs (its format:
 util/training/training_state.py); best_checkpoint.py decides what is best. The Checkpointer lives
-in util/, below models/: it drives the model only through the methods every model has
-(`check_finite`, `save_networks`, `save_ema_networks`, `shared_training_state`,
-`rank_training_state`). Every rank calls every save - the ranks' states are gathered and the
+in util/, below models/: it drives what it saves (the training engine, models/training_engine.py,
+which holds the model) only through `check_finite`, `save_networks`, `save_ema_networks`,
+`shared_training_state` and `rank_training_state`. Every rank calls every save - the ranks' states are gathered and the
 replicas checked to agree - and only the main process writes.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from util.training.training_state import (capture_rng, load_training_state, newe
 
 
 class CheckpointedModel(Protocol):
-    """What the Checkpointer needs of a model (models/base_model.BaseModel has it all)."""
+    """What the Checkpointer needs of what it saves (models/training_engine.TrainingEngine has it all)."""
 
     ema: object | None  # the generators' moving averages (--ema_decay), or None
 

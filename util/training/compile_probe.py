@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Protocol
+from collections.abc import Callable
 
 import torch
 
@@ -31,80 +29,67 @@ TOLERANCE = 0.05     # a compiled median up to 5% slower is taken as noise, and 
 COMPILING_STEPS = 2  # untimed compiled steps: the first compiles, the second may specialise
 
 
-class CompilableModel(Protocol):
-    compile_choice: bool | None  # None: not decided yet; True: compiled; False: eager
-    device: torch.device
-
-    def use_compiled(self, compiled: bool) -> None: ...
-
-
 class CompileProbe:
     """Times the first training steps eagerly and compiled, then keeps the faster (module docstring).
 
-    Wrap each training step: `with probe.timing(model): model.optimize_parameters()`.
-    `report` receives the one message the decision prints."""
+    The training engine drives it around each step: the networks the step runs are the compiled ones
+    when `compiled_next()` says so; `record(seconds)` after the step (device work included). Once
+    decided, `choice` is True (compiled) or False (eager), and `report` has received the one message
+    the decision prints."""
 
-    def __init__(self, probe_steps: int, report: Callable[[str], None],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, probe_steps: int, report: Callable[[str], None], choice: bool | None = None,
+                 clock: Callable[[], float] = time.perf_counter, active: bool = True) -> None:
+        self.active = active  # --compile; without it there is nothing to choose (choice None)
         self.probe_steps = probe_steps
         self.report = report
         self.clock = clock
+        self.choice = choice  # None: not decided yet
         self.step_index = 0
         self.eager_times: list[float] = []
         self.compiled_times: list[float] = []
-        self.finished = probe_steps == 0
 
     @classmethod
-    def idle(cls) -> "CompileProbe":
-        """A probe with nothing to do: its `timing` only runs the step."""
-        return cls(0, lambda message: None)
-
-    @classmethod
-    def for_model(cls, model: CompilableModel, compile_flag: bool, probe_steps: int,
-                  report: Callable[[str], None]) -> "CompileProbe":
-        """The probe a run needs: an idle one without --compile, with --compile_probe 0 (compiled
-        throughout) or when the run continues one that has already chosen (that choice applies)."""
+    def for_run(cls, compile_flag: bool, probe_steps: int, saved_choice: bool | None,
+                report: Callable[[str], None]) -> "CompileProbe":
+        """The probe a run needs: nothing to do without --compile; with --compile_probe 0 compiled
+        throughout; where the run continues one that has already chosen (`saved_choice`, from its
+        training state), that choice; otherwise the probe (eager first)."""
         if not compile_flag:
-            return cls.idle()
-        if model.compile_choice is not None:
-            model.use_compiled(model.compile_choice)
-            return cls.idle()
-        if probe_steps == 0:
-            model.compile_choice = True
-            return cls.idle()
-        model.use_compiled(False)
-        return cls(probe_steps, report)
+            return cls(0, report, active=False)
+        if saved_choice is not None:
+            return cls(0, report, choice=saved_choice)
+        return cls(probe_steps, report, choice=True if probe_steps == 0 else None)
 
-    @contextmanager
-    def timing(self, model: CompilableModel) -> Iterator[None]:
-        """Around one training step: switch to the compiled networks when their turn comes, time
-        the step (device work included), and decide after the last timed compiled step."""
+    @property
+    def finished(self) -> bool:
+        return not self.active or self.choice is not None
+
+    def compiled_next(self) -> bool:
+        """Whether the next step runs the compiled networks: once decided the choice; while probing,
+        one untimed and `probe_steps` timed eager steps, then the compiled ones."""
         if self.finished:
-            yield
+            return bool(self.choice)
+        return self.step_index >= 1 + self.probe_steps
+
+    def record(self, seconds: float) -> None:
+        """The time of the step just run (on the networks `compiled_next` named); decides after the
+        last timed compiled step. Every rank must call it alike: rank 0's times decide for all."""
+        if self.finished:
             return
         eager_end = 1 + self.probe_steps
-        compiled_from = eager_end + COMPILING_STEPS
-        if self.step_index == eager_end:
-            model.use_compiled(True)
-        start = self.clock()
-        yield
-        _wait_for_device(model.device)
-        seconds = self.clock() - start
         if 1 <= self.step_index < eager_end:
             self.eager_times.append(seconds)
-        elif self.step_index >= compiled_from:
+        elif self.step_index >= eager_end + COMPILING_STEPS:
             self.compiled_times.append(seconds)
         self.step_index += 1
         if len(self.compiled_times) == self.probe_steps:
-            self._decide(model)
-            self.finished = True
+            self._decide()
 
-    def _decide(self, model: CompilableModel) -> None:
+    def _decide(self) -> None:
         measured = (statistics.median(self.eager_times), statistics.median(self.compiled_times))
         eager, compiled = distributed.broadcast_object(measured)  # rank 0's times decide for all
         keep = keep_compiled(eager, compiled)
-        model.compile_choice = keep
-        model.use_compiled(keep)
+        self.choice = keep
         speed = eager / compiled
         if keep:
             self.report(f"--compile: a compiled training step took {compiled:.3f} s against {eager:.3f} s eager "
@@ -122,7 +107,8 @@ def keep_compiled(eager_seconds: float, compiled_seconds: float, tolerance: floa
     return compiled_seconds <= eager_seconds * (1 + tolerance)
 
 
-def _wait_for_device(device: torch.device) -> None:
-    # CUDA runs asynchronously: without waiting, the clock would time the launches, not the step.
+def wait_for_device(device: torch.device) -> None:
+    """Return when the device has finished its work: CUDA runs asynchronously, and without waiting
+    a clock would time the launches, not the step."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)

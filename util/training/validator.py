@@ -42,8 +42,8 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
     """The validator of a training run scoring the loader `held_out` (data.held_out), or None without
     --val_freq (then --save_best is refused)."""
     if opt.val_freq > 0:
-        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), model.ema is not None, held_out,
-                         model.visual_domains(opt))
+        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), getattr(opt, "ema_decay", 0.0) > 0,
+                         held_out, model.visual_domains(opt))
     if opt.save_best:
         raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
                         f"--val_freq 1 (validate after every epoch) or drop --save_best.")
@@ -102,24 +102,25 @@ class Validator:
         """Whether to validate at the end of `epoch` (every --val_freq epochs, and the last one)."""
         return self.freq > 0 and (epoch % self.freq == 0 or epoch == self.last_epoch)
 
-    def run(self, model) -> ValidationResult:
-        """Score the model (and its moving averages) on this process's share of the split; every
-        process must call it. Training resumes unchanged afterwards."""
+    def run(self, engine) -> ValidationResult:
+        """Score the model the training engine (models/training_engine.py) trains, and its moving
+        averages, on this process's share of the split; every process must call it. Training
+        resumes unchanged afterwards."""
         start = time.monotonic()
         visuals: OrderedDict = OrderedDict()
-        scores = self._score(model, self.metrics, ema=False, keep=visuals)
+        scores = self._score(engine, self.metrics, ema=False, keep=visuals)
         if self.ema_metrics is not None:
-            scores.update({ema_key(k): v for k, v in self._score(model, self.ema_metrics, ema=True).items()})
+            scores.update({ema_key(k): v for k, v in self._score(engine, self.ema_metrics, ema=True).items()})
         images = self.metrics.image_counts.get(next(iter(self.metrics.pairs), ""), {})
         return ValidationResult(scores, time.monotonic() - start, max(images.values(), default=0), visuals)
 
-    def _score(self, model, metrics: TranslationMetrics, ema: bool, keep: OrderedDict | None = None) -> dict:
+    def _score(self, engine, metrics: TranslationMetrics, ema: bool, keep: OrderedDict | None = None) -> dict:
         metrics.reset()
-        with model.inference_networks(self.eval_mode, ema=ema):
+        model = engine.model
+        with engine.inference_networks(self.eval_mode, ema=ema) as nets:  # as test.py runs them
             for batch in self.dataset:
                 model.set_input(batch)
-                model.forward()
-                model.compute_visuals()
+                model.test(nets)
                 current = model.get_current_visuals()
                 # the scored outputs and targets, which the training visuals may not show (BicycleGAN's fake_B)
                 current.update((name, getattr(model, name)) for pair in metrics.pairs.values() for name in pair

@@ -1,5 +1,6 @@
-"""Whole volumes translated in sliding windows (models/sliding_window.py): what a user relies on is that
-windows change nothing a whole pass would give where they can, and leave no seams where they cannot."""
+"""Inputs translated in blended windows (models/windows.py): one routine for pictures' tiles and volumes'
+sliding windows, in any number of dimensions. What a user relies on is that windows change nothing a
+whole pass would give where they can, and leave no seams where they cannot."""
 from __future__ import annotations
 
 import itertools
@@ -8,9 +9,17 @@ import pytest
 import torch
 from torch import nn
 
-from models.sliding_window import SlidingWindow
+import models.inference
+from models import networks
+from models.inference import InferenceGenerator
+from models.windows import Windows, in_windows
 
 pytest.importorskip("monai")
+
+
+def volume_windows(net: nn.Module, window: tuple[int, ...], overlap: float = 0.5, batch: int = 4):
+    """`net` over whole volumes in blended windows, as test.py applies a volume generator."""
+    return lambda volume: in_windows(net, volume, Windows.for_volumes(window, overlap, batch))
 
 
 def pointwise_network() -> nn.Module:
@@ -26,7 +35,7 @@ def test_windows_over_a_volume_of_any_size_equal_one_pass_for_a_pointwise_networ
     volume = torch.randn(2, 2, 21, 13, 10, dtype=torch.float64)  # not a multiple of the window on any axis
     with torch.no_grad():
         whole = net(volume)
-        windowed = SlidingWindow(net, (8, 8, 8), overlap, batch=3)(volume)
+        windowed = volume_windows(net, (8, 8, 8), overlap, batch=3)(volume)
     assert windowed.shape == whole.shape
     assert torch.allclose(windowed, whole, rtol=0, atol=1e-12)
 
@@ -35,7 +44,7 @@ def test_a_volume_smaller_than_the_window_is_translated_in_one_pass():
     net = pointwise_network()
     volume = torch.randn(1, 2, 6, 5, 7, dtype=torch.float64)
     with torch.no_grad():
-        assert torch.allclose(SlidingWindow(net, (8, 8, 8), 0.5)(volume), net(volume), rtol=0, atol=1e-12)
+        assert torch.allclose(volume_windows(net, (8, 8, 8))(volume), net(volume), rtol=0, atol=1e-12)
 
 
 def kinks(output: torch.Tensor) -> float:
@@ -63,7 +72,7 @@ def test_windows_leave_no_seams_where_they_meet_on_a_smooth_volume():
     volume = volume.expand(1, 1, 32, 32, 32).contiguous()
     with torch.no_grad():
         whole = net(volume)
-        blended = SlidingWindow(net, (16, 16, 16), 0.5)(volume)
+        blended = volume_windows(net, (16, 16, 16))(volume)
         side_by_side = torch.zeros_like(volume)  # windows of 16 without overlap or blending
         for start in itertools.product((0, 16), repeat=3):
             box = (..., *(slice(s, s + 16) for s in start))
@@ -72,3 +81,33 @@ def test_windows_leave_no_seams_where_they_meet_on_a_smooth_volume():
     assert kinks(whole) < 1e-12
     assert kinks(side_by_side) > 0.2 and (side_by_side - whole)[interior].abs().max() > 0.5  # seams
     assert kinks(blended) < 0.01 and (blended - whole)[interior].abs().max() < 0.01
+
+
+@pytest.mark.parametrize("tile, overlap", [(8, 0), (12, 4), (16, 8)])
+def test_tiles_over_a_picture_equal_one_pass_for_a_pointwise_network(tile, overlap):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(2, 8, 1), nn.Tanh(), nn.Conv2d(8, 1, 1)).double().eval()
+    picture = torch.randn(2, 2, 36, 28, dtype=torch.float64)  # several tiles on both axes
+    with torch.no_grad():
+        assert torch.allclose(in_windows(net, picture, Windows.for_tiles(tile, overlap)), net(picture), rtol=0,
+                              atol=1e-12)
+
+
+def test_pictures_tiles_and_volumes_windows_go_through_the_one_routine(monkeypatch):
+    """test.py, validation and the Translator apply generators through InferenceGenerator, which cuts both
+    large pictures and volumes with `in_windows`: one implementation, whatever the dimensions."""
+    seen = []
+
+    def recording(predictor, x, windows, *codes):
+        seen.append((x.ndim - 2, windows.blend))
+        return in_windows(predictor, x, windows, *codes)
+
+    monkeypatch.setattr(models.inference, "in_windows", recording)
+    picture_net = networks.define_G(3, 3, 4, "resnet_6blocks", "instance").eval()
+    volume_net = networks.define_G(1, 1, 4, "resnet_6blocks_3d", "instance").eval()
+    with torch.no_grad():
+        InferenceGenerator(picture_net, networks.size_rule("resnet_6blocks"), Windows.for_tiles(32, 8))(
+            torch.rand(1, 3, 40, 72))
+        InferenceGenerator(volume_net, networks.size_rule("resnet_6blocks_3d"), Windows.for_volumes((8, 8, 8), 0.5, 2))(
+            torch.rand(1, 1, 12, 8, 10))
+    assert seen == [(2, "ramp"), (3, "gaussian")]

@@ -1,0 +1,175 @@
+"""What the Translator (models/translator.py) takes and gives when its generator translates pictures:
+a path, a PIL image, a NumPy array or a tensor in, the same kind out (the table is in the Translator's
+module docstring and docs/inference.md), each decoded and mapped to the network's [-1, 1] as test.py
+maps a dataset's images (data/image_folder.network_input) and back as test.py's full-precision outputs
+(data/image_io.from_network), so that every kind gives the same numbers.
+
+    PictureTranslation     each kind of picture in and out, files written in the format their name says
+    sample_paths(...)      where several answers for one output file go
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from data.image_folder import DomainSpec, network_input
+from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, layout_hint, match_channels,
+                           probe_image, read_image, require_finite, write_image)
+from data.volume_io import NIFTI_EXTENSIONS
+from util.errors import UserError
+
+# The array dtypes `translate` takes: integers by their full range, floats by the data range.
+ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
+
+DataRange = tuple[float, float]
+
+
+class PictureTranslation:
+    """The pictures a Translator of a 2-D generator takes and gives. `forward(batch, tile, tile_overlap)`
+    maps N x C x H x W in [-1, 1] to the output in [-1, 1] (the Translator's generator, padded and
+    tiled); `who` names the generator in messages ("the generator of <run> (<netG>, a 2-D network)")."""
+
+    def __init__(self, who: str, input_nc: int, output_nc: int, input_range: DataRange | None,
+                 output_range: DataRange | None, forward: Callable[[torch.Tensor, int, int], torch.Tensor]) -> None:
+        self.who = who
+        self.input_nc = input_nc
+        self.output_nc = output_nc
+        self.input_range = input_range
+        self.output_range = output_range
+        self.forward = forward
+
+    def translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
+        """One picture (a path, PIL image, NumPy array or tensor) translated; anything else refused."""
+        if isinstance(image, (str, os.PathLike)) and os.fspath(image).lower().endswith(NIFTI_EXTENSIONS):
+            raise self.volume_error(f"{os.fspath(image)} is a volume")
+        if isinstance(image, (str, os.PathLike)):
+            path = os.fspath(image)
+            return self.translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
+                                         tile, tile_overlap, path=path)[0]
+        if isinstance(image, Image.Image):
+            return self._translate_pil(image, tile, tile_overlap)
+        if isinstance(image, np.ndarray):
+            return self._translate_array(image, tile, tile_overlap)
+        if isinstance(image, torch.Tensor):
+            return self._translate_tensor(image, tile, tile_overlap)
+        raise UserError(f"cannot translate a {type(image).__name__}: pass a file path, a PIL image, a NumPy array, "
+                        f"a tensor, or a list of them.")
+
+    def write(self, output_path: str, output: Any, input_path: str) -> list[str]:
+        """Write the translation(s) of the image file `input_path` (several answers: a list) to
+        `output_path` (`<stem>_sample<k><extension>` for several), its folder made if need be, in the
+        format the name says at the output's precision; returns the paths written."""
+        info = probe_image(input_path)
+        outputs = {output_path: output} if not isinstance(output, list) else \
+            dict(zip(sample_paths(output_path, len(output)), output))
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+            for path, image in outputs.items():
+                # An alpha channel stays marked as alpha where the output has the input's channels (as test.py).
+                write_image(path, image, alpha=info.alpha and image.shape[-1] == info.channels)
+        except (OSError, ValueError, ImportError) as err:
+            raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
+        return list(outputs)
+
+    def translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,
+                          out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
+        """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
+        (default: the input's dtype), values mapped as test.py maps a dataset's."""
+        dtype = np.dtype(out_dtype or batch.dtype)
+        if len(batch) == 0:  # an empty batch translates to an empty batch, as a tensor's does
+            return np.zeros((0, *batch.shape[1:3], self.output_nc), dtype)
+        require_finite(batch, what, "then translate it")
+        spec = DomainSpec(self.input_nc, "input_nc", self.input_range)
+        inputs = [network_input(image, alpha, spec) for image in batch]
+        if inputs[0] is None:
+            hint = layout_hint(path, probe_image(path)) if path else ""
+            raise self._channel_error(what, batch.shape[-1], alpha, hint)
+        out = self.forward(torch.stack(inputs), tile, tile_overlap)
+        value_range = ValueRange.for_dtype(dtype, self.output_range)
+        return np.stack([from_network(image, value_range, dtype) for image in out])
+
+    def _translate_pil(self, image: Image.Image, tile: int, tile_overlap: int) -> Image.Image:
+        _require_pixels((image.height, image.width), f"a {image.width}x{image.height} PIL image", "an image")
+        try:
+            array, alpha = array_from_pil(image)
+        except PIL_UNREADABLE as err:
+            reason = " ".join((str(err) or type(err).__name__).split())
+            raise UserError(f"cannot decode the {image.format or 'given'} image: it is damaged or truncated "
+                            f"({reason}).") from err
+        if self.output_nc > 4:
+            raise UserError(f"the generator gives {self.output_nc}-channel images, which PIL cannot hold (at most 4 "
+                            f"channels); pass np.asarray(image) to get a NumPy array back.")
+        # PIL holds 16-bit and float data only as one channel; colour from those comes back as 8 bits.
+        out_dtype = array.dtype if self.output_nc == 1 else np.dtype(np.uint8)
+        out = self.translate_images(array[None], alpha, "the image", tile, tile_overlap, out_dtype)[0]
+        return Image.fromarray(out[:, :, 0] if self.output_nc == 1 else out)
+
+    def _translate_array(self, array: np.ndarray, tile: int, tile_overlap: int) -> np.ndarray:
+        if array.ndim not in (2, 3, 4):
+            raise UserError(f"cannot translate an array of shape {array.shape}: pass HxW, HxWxC or NxHxWxC.")
+        if array.dtype not in ARRAY_DTYPES:
+            raise UserError(f"cannot translate a {array.dtype} array: pass uint8, uint16, or float values (in the "
+                            f"data range {describe_range(self.input_range)}).")
+        _require_pixels(array.shape[-3:] if array.ndim == 4 else array.shape, f"an array of shape {array.shape}",
+                        "HxW, HxWxC or NxHxWxC")
+        batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
+        out = self.translate_images(batch, False, "this array", tile, tile_overlap)
+        if array.ndim == 4:
+            return out
+        return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
+
+    def _translate_tensor(self, x: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
+        if x.ndim == 5:
+            raise self.volume_error(f"a tensor of shape {tuple(x.shape)} (N x C x D x H x W) is a volume")
+        if not x.is_floating_point() or x.ndim not in (3, 4):
+            raise UserError(f"cannot translate a {x.dtype} tensor of shape {tuple(x.shape)}: pass a float tensor "
+                            f"CxHxW or NxCxHxW in [-1, 1] (e.g. rgb_uint8.float() / 127.5 - 1).")
+        _require_pixels(tuple(x.shape[-3:]), f"a tensor of shape {tuple(x.shape)}", "CxHxW or NxCxHxW")
+        batch = x if x.ndim == 4 else x[None]
+        if len(batch) == 0:
+            return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
+        if batch.shape[1] != self.input_nc:
+            matched = [match_channels(image.float().cpu(), False, self.input_nc) for image in batch]
+            if matched[0] is None:
+                raise self._channel_error("this tensor", batch.shape[1], False)
+            batch = torch.stack(matched)
+        out = self.forward(batch, tile, tile_overlap)
+        out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
+        return out if x.ndim == 4 else out[0]
+
+    def volume_error(self, what: str) -> UserError:
+        """The refusal of a volume (`what`: e.g. "x.nii is a volume")."""
+        return UserError(f"{self.who} translates pictures, and {what}; translate volumes with a run trained on them "
+                         f"(a volume --dataset_mode with a 3-D --netG, docs/volumes.md), or pass their slices as "
+                         f"pictures (H x W or H x W x C arrays).")
+
+    def _channel_error(self, what: str, channels: int, alpha: bool, hint: str = "") -> UserError:
+        fix = (f"convert it to {'grayscale' if self.input_nc == 1 else 'RGB'} first" if self.input_nc in (1, 3)
+               else f"pass images with {self.input_nc} channels (bands)")
+        return UserError(f"the generator takes {self.input_nc}-channel images, {what} has {channels} channels"
+                         f"{' (the last one alpha)' if alpha else ''}{hint}; {fix}. Gray and RGB convert into each "
+                         f"other (alpha composited on white), other channel counts do not.")
+
+
+def sample_paths(output_path: str, count: int) -> list[str]:
+    """Where `translate_file` writes `count` answers for `output_path`: `<stem>_sample<k><extension>`."""
+    stem, extension = os.path.splitext(output_path)
+    return [f"{stem}_sample{k}{extension}" for k in range(count)]
+
+
+def _require_pixels(image_shape: tuple[int, ...], what: str, layout: str) -> None:
+    """Raise `UserError` naming `what` when one image's dimensions (without the batch's) include a 0:
+    there is nothing to translate, and the network's layers would fail on it."""
+    if 0 in image_shape:
+        raise UserError(f"cannot translate {what}: it holds no pixels (a height, width or channel count of 0); "
+                        f"pass {layout} with at least one pixel.")
+
+
+def describe_range(data_range: DataRange | None) -> str:
+    low, high = data_range or (0.0, 1.0)
+    return f"[{low:g}, {high:g}]"

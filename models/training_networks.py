@@ -1,0 +1,102 @@
+"""Each of a model's networks as training calls it, built once beside the plain module (the training
+engine's, models/training_engine.py):
+
+    plain      the model's attribute (`model.netG`): its weights, what checkpoints are written from
+    trained    the plain module DDP-wrapped under torchrun (compiled with --compile): what the
+               training step calls (`step.nets.G`)
+    judging    the plain module compiled but never DDP-wrapped: what `step.frozen("D")` yields, and
+               what validation calls
+
+Under torchrun with --norm syncbatch the trained and judging variants run a twin of the plain module
+whose batch-norm layers synchronise their statistics across processes (models/sync_batchnorm.py):
+the same Parameter and buffer objects, so the plain module's weights and running statistics are
+the ones trained, and the plain module itself is never changed. With --compile both compiled and
+eager variants exist, so that the compile probe (util/training/compile_probe.py) can choose.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from models import networks
+from models.network_views import NetworkViews
+from models.sync_batchnorm import convert_sync_batchnorm
+from models.training_step import set_requires_grad
+from util import distributed
+
+
+class TrainingNetworks:
+    """The trained and judging variants of `plain` (name -> the model's module), eager and, with
+    `compile`, compiled; `views()` the ones the next step calls."""
+
+    def __init__(self, plain: dict[str, nn.Module], device: torch.device, compile: bool,
+                 synchronise_batch_norm: bool) -> None:
+        self.plain = dict(plain)
+        together = distributed.is_distributed()
+        # name -> {compiled: (trained, judging)}
+        self._variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
+        self._twins: dict[str, nn.Module] = {}
+        for name, net in self.plain.items():
+            twin = synchronised_twin(net, device) if together and synchronise_batch_norm else net
+            self._twins[name] = twin
+            trained = distributed.wrap_ddp(twin, device) if together else twin
+            variants = {False: (trained, twin)}
+            if compile:
+                judging = networks.compile_network(twin, name)
+                variants[True] = (judging if trained is twin else networks.compile_network(trained, name), judging)
+            self._variants[name] = variants
+        self._compiled = {name: compile for name in self.plain}
+        self._views: NetworkViews | None = None
+
+    def views(self) -> NetworkViews:
+        """The networks as the next training step calls them (`TrainingStep.nets`)."""
+        if self._views is None:
+            self._views = NetworkViews({name: variants[self._compiled[name]][0]
+                                        for name, variants in self._variants.items()})
+        return self._views
+
+    def judging(self, name: str) -> nn.Module:
+        """Network `name` as inference calls it: never DDP-wrapped, compiled as the run is."""
+        return self._variants[name][self._compiled[name]][1]
+
+    def uncompiled(self, name: str) -> nn.Module:
+        """Network `name` as training runs it, neither compiled nor DDP-wrapped: the plain module, or
+        its batch-norm-synchronising twin (torch.func.functional_call takes a module)."""
+        return self._twins[name]
+
+    def trained_modules(self) -> list[nn.Module]:
+        """Every network as the step calls it (for DDP's no_sync around accumulated micro-batches)."""
+        return list(self.views().values())
+
+    def use_compiled(self, compiled: bool, names: Collection[str] | None = None) -> None:
+        """--compile: run the networks (or those of `names`, e.g. "D_A") compiled, as they start, or
+        eagerly (the compile probe's choice where compiling proved slower). Without --compile
+        there is nothing to choose."""
+        for name, variants in self._variants.items():
+            if compiled in variants and (names is None or name in names):
+                self._compiled[name] = compiled
+        self._views = None
+
+    @contextmanager
+    def frozen(self, *names: str) -> Iterator:
+        """`TrainingStep.frozen`: the networks `names` get no weight gradients in the block, and are
+        yielded as judging variants (one network, or a tuple for several)."""
+        plain = [self.plain[name] for name in names]
+        judging = tuple(self.judging(name) for name in names)
+        set_requires_grad(plain, False)
+        try:
+            yield judging[0] if len(judging) == 1 else judging
+        finally:
+            set_requires_grad(plain, True)
+
+
+def synchronised_twin(net: nn.Module, device: torch.device) -> nn.Module:
+    """A copy of `net` that shares every Parameter and buffer with it (so training the copy trains
+    `net`, running statistics included), whose batch-norm layers synchronise their statistics across
+    processes (--norm syncbatch under torchrun). `net` itself stays as it is."""
+    shared = {id(tensor): tensor for tensor in (*net.parameters(), *net.buffers())}
+    return convert_sync_batchnorm(copy.deepcopy(net, memo=shared), device)
