@@ -7,6 +7,7 @@ is asked through the function the rest of the code calls, and through train.py's
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,3 +149,24 @@ def test_train_py_refuses_a_name_that_finds_nothing_while_parsing_in_one_paragra
     assert err.count("\n") == 1, err
     assert err.startswith(f"error: argument {kind.flag}: own_nowhere.mine: no module of that name can be imported")
     assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_train_py_shows_a_module_that_fails_to_import_with_its_own_error_not_as_a_bad_value(kind_name,
+                                                                                           current_folder):
+    """argparse turns a ValueError raised in a flag's type into "invalid value" (exit 2): the module's own
+    error must reach the user with the line that raised it."""
+    from options.train_options import TrainOptions
+
+    kind = KINDS[kind_name]
+    name = module_name(kind_name, "raises")
+    path = write_module(current_folder, name, extra="raise ValueError('its own bug')\n")
+    with pytest.raises(Exception) as failed:  # not SystemExit
+        TrainOptions().parse(["--dataroot", str(current_folder), "--name", "n", "--checkpoints_dir",
+                              str(current_folder / "ck"), kind.flag, name])
+    chain = [failed.value]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    (own,) = [err for err in chain if isinstance(err, ValueError)]
+    assert str(own) == "its own bug"
+    assert str(path) in [frame.filename for frame in traceback.extract_tb(own.__traceback__)]

@@ -11,10 +11,10 @@ Every kind finds a name the same way:
     not there), or, where the kind allows it (loggers), by the path of a .py file. That module
     defines exactly one concrete subclass of the kind's base class (one it imports, e.g. to extend
     it, does not count), and that class is the entry;
-  - a name that finds nothing, or a module defining none or several, is a `UserError` of one
-    paragraph naming the flag, the built-in names and how to name one's own; a module that exists
-    but fails to import (it needs a package that is missing, it has a bug) keeps its own error and
-    traceback.
+  - a name that finds nothing is a `UserError` of one paragraph naming the flag, the built-in names
+    and how to name one's own; so is a module defining none or several (naming its file and the
+    classes it defines). A module that exists but fails to import (it needs a package that is
+    missing, it has a bug) keeps its own error and traceback.
 
     MODELS = Registry("--model", BaseModel, kind="model", builtins=NamedFiles("models", "_model"),
                       example="mypackage.my_model", see="docs/extending.md")
@@ -130,7 +130,7 @@ class Registry(Generic[T]):
     def builtin_names(self) -> list[str]:
         """The built-in names, in the order --help and errors show them (finding them imports nothing
         for `NamedFiles`)."""
-        return self.builtins.names(self.base)
+        return list(self.builtins.names(self.base))
 
     def builtin_classes(self) -> dict[str, type[T]]:
         """Every built-in class by name (imports them all)."""
@@ -201,12 +201,17 @@ class Registry(Generic[T]):
 
 def argument_type(find: Callable[[str], object], flag: str) -> Callable[[str], str]:
     """argparse `type` of `flag`: the text when `find(text)` raises no UserError; else its one paragraph,
-    without the leading flag (argparse writes "argument --flag: " before it)."""
+    without the leading flag (argparse writes "argument --flag: " before it). Any other error of
+    `find` propagates, with its traceback."""
     def parse(text: str) -> str:
         try:
             find(text)
         except UserError as err:
             raise argparse.ArgumentTypeError(" ".join(str(err).split()).removeprefix(f"{flag} ")) from None
+        except (TypeError, ValueError) as err:
+            # argparse would report these as "invalid value" and drop them: a module of the user's that
+            # raises one while it is imported shows it, with its traceback, as the cause of this error.
+            raise RuntimeError(f"{flag} {text}: loading it raised {type(err).__name__} (above)") from err
         return text
     parse.__name__ = flag.lstrip("-")
     return parse
