@@ -19,13 +19,14 @@ import torch.utils.data
 
 from data.base_dataset import BaseDataset
 from data.input_checks import check_dataset_root
-from data.registry import built_in_datasets, builtin_dataset_names, find_dataset_using_name, get_option_setter
+from data.registry import (built_in_datasets, builtin_dataset_names, dataset_mode_name, find_dataset_using_name,
+                           get_option_setter)
 from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
 from util.distributed import DistContext
 from util.errors import UserError
 
-__all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "find_dataset_using_name",
-           "get_option_setter", "spatial_dims"]
+__all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "dataset_mode_name",
+           "find_dataset_using_name", "get_option_setter", "spatial_dims"]
 
 DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
 

@@ -19,7 +19,6 @@ import torch
 import data
 import models
 from models import networks
-from util.errors import UserError
 from util.util import broken_link
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
@@ -65,7 +64,7 @@ class BaseOptions:
         parser.add_argument("--no_dropout", action="store_true", on_resume="architecture", help="no dropout for the generator")
         parser.add_argument("--upsample", type=str, default="transpose", choices=networks.UPSAMPLINGS, on_resume="architecture", help="how the resnet and unet generators double the size: transpose: transposed convolutions (the reference's; their checkpoints); resize: nearest-neighbour upsampling then a 3x3 convolution, which avoids checkerboard artifacts (docs/training_tips.md)")
         # dataset parameters
-        parser.add_argument("--dataset_mode", type=str, default="unaligned", on_resume="noted", help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or the dotted module path of your own dataset (docs/datasets.md)")
+        parser.add_argument("--dataset_mode", type=data.dataset_mode_name, default="unaligned", on_resume="noted", help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or the dotted module path of your own dataset (docs/datasets.md)")
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture", help="AtoB or BtoA")
         parser.add_argument("--serial_batches", action="store_true", on_resume="noted", help="if true, takes images in order to make batches, otherwise takes them randomly")
         parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent", help="# threads for loading data")
@@ -106,10 +105,7 @@ class BaseOptions:
             parser = networks.family_of(known.netD, networks.DISCRIMINATOR).add_flags(parser)
         # The model may have changed the default dataset mode, so parse again before asking it.
         known, _ = parser.parse_known_args(argv)
-        try:
-            parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
-        except UserError as err:  # an unknown mode: refused like a misspelt choice
-            parser.error(f"argument --dataset_mode: {err}")
+        parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
         if data.spatial_dims(known) == 3:
             self._default_to_volume_networks(parser, argv)
         return parser

@@ -113,7 +113,8 @@ def test_bad_logger_values_exit_2_naming_the_flag_and_every_problem_before_anyth
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: argument --logger: "), err
     assert "no_such_logger_module: no module of that name can be imported" in err
-    assert "util.html: defines no subclass of util.display.backend.LoggerBackend" in err
+    assert re.search(r"util\.html: the module \S+ must define exactly one subclass of util\.display\.backend\."
+                     r"LoggerBackend \(imported ones do not count\), but defines none", err), err
     assert "recording_logger:" not in err  # a good value among bad ones is not a problem
     assert not (tmp_path / "ck").exists()
 
@@ -142,7 +143,8 @@ def test_logger_can_be_a_python_file_holding_one_backend_class(tmp_path, capsys)
         "from util.display.backend import LoggerBackend\n"
         "class A(LoggerBackend):\n    pass\n"
         "class B(LoggerBackend):\n    pass\n")
-    with pytest.raises(UserError, match=r"several LoggerBackend subclasses \(A, B\)"):
+    with pytest.raises(UserError, match=r"exactly one subclass of util\.display\.backend\.LoggerBackend .*, "
+                                        r"but defines A, B;"):
         logger_class(str(tmp_path / "two_loggers.py"))
     with pytest.raises(UserError, match=r"no such file"):
         logger_class(str(tmp_path / "missing.py"))

@@ -3,6 +3,8 @@ data/, models/, options/), in rooms:
 
   distributed.py, console.py, errors.py, seeding.py, flag_types.py, frozen_options.py
                   starting processes and who this one is; messages; argparse types
+  registry.py     finding a model, dataset mode, network family or logger by name, built-in or
+                  the user's own module, all the same way
   util.py, html.py, image_pool.py, visualizer.py
                   the reference's modules, at the paths its users import
   training/       the training engine: where a run stands, checkpoints and exact resume, validation,

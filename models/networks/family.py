@@ -123,63 +123,43 @@ class NetworkFamily:
 
 
 # ---------------------------------------------------------------------------------- the registry
-def _family_classes_in(module) -> list[type[NetworkFamily]]:
-    return [candidate for candidate in vars(module).values()
-            if inspect.isclass(candidate) and issubclass(candidate, NetworkFamily)
-            and candidate.__module__ == module.__name__ and candidate.names]
+# One registry per role (util/registry.py): the built-in families are found in models/networks/ by the
+# names they declare; a family of one's own is the one NetworkFamily subclass of the module its path names.
+from util.registry import DeclaredNames, Registry, argument_type  # noqa: E402 (kept beside its use)
+
+_REGISTRIES: dict[str, Registry[NetworkFamily]] = {
+    role: Registry(f"--{flag}", NetworkFamily, kind=role, example="mypackage.my_net",
+                   see="docs/extending.md, \"A network family\"",
+                   builtins=DeclaredNames("models.networks", keep=lambda family, role=role: family.role == role))
+    for role, flag in FLAG_OF_ROLE.items()}
 
 
 @functools.cache
 def builtin_families() -> dict[str, dict[str, type[NetworkFamily]]]:
     """role -> {name: family class} of every family in models/networks/ (found by its files)."""
-    import models.networks as package
-    found: dict[str, dict[str, type[NetworkFamily]]] = {role: {} for role in FLAG_OF_ROLE}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
-        if info.name.startswith("_") or info.name in ("family", "layers"):
-            continue
-        module = importlib.import_module(f"models.networks.{info.name}")
-        for family in _family_classes_in(module):
-            for name in family.names:
-                found[family.role][name] = family
-    return found
+    return {role: registry.builtin_classes() for role, registry in _REGISTRIES.items()}
 
 
 def builtin_names(role: str) -> list[str]:
     """The built-in `--netG` (role generator) or `--netD` values, in the order the families list them."""
-    return list(builtin_families()[role])
+    return _REGISTRIES[role].builtin_names()
 
 
 @functools.cache
 def family_of(name: str, role: str = GENERATOR) -> NetworkFamily:
     """The family answering to `--netG name` (or `--netD name` for role discriminator): a built-in
     name, or the module path of your own family. A UserError naming the choices otherwise."""
-    builtin = builtin_families()[role]
-    if name in builtin:
-        return builtin[name](name)
-    flag = FLAG_OF_ROLE[role]
-    if "." in name and all(part.isidentifier() for part in name.split(".")):
-        from util.user_code import load_user_class
-        family = load_user_class(name, NetworkFamily, f"--{flag}", "see docs/extending.md, \"A network family\"")
-        if family.role != role:
-            raise UserError(f"--{flag} {name}: its NetworkFamily {family.__name__} is a {family.role}, not a {role}; "
-                            f"pass it to --{FLAG_OF_ROLE[family.role]}.")
-        return family(name)
-    raise UserError(f"--{flag} {name} is not a {role}; choose one of {', '.join(builtin)}, or pass the module path "
-                    f"of your own network family (e.g. --{flag} mypackage.my_net for mypackage/my_net.py, whose one "
-                    f"NetworkFamily subclass is used).")
+    family = _REGISTRIES[role].find(name)
+    if family.role != role:  # a family of one's own, given to the flag of another role
+        raise UserError(f"--{FLAG_OF_ROLE[role]} {name}: its NetworkFamily {family.__name__} is a {family.role}, not "
+                        f"a {role}; pass it to --{FLAG_OF_ROLE[family.role]}.")
+    return family(name)
 
 
 def family_name_type(role: str):
     """argparse `type` of --netG / --netD: the name when a family answers to it (exit 2 with one
     paragraph otherwise, while options are parsed)."""
-    def parse(text: str) -> str:
-        try:
-            family_of(text, role)
-        except UserError as err:
-            raise argparse.ArgumentTypeError(" ".join(str(err).split()).removeprefix(f"--{FLAG_OF_ROLE[role]} "))
-        return text
-    parse.__name__ = FLAG_OF_ROLE[role]
-    return parse
+    return argument_type(lambda text: family_of(text, role), f"--{FLAG_OF_ROLE[role]}")
 
 
 def recognise_network(state: Mapping[str, Any], role: str = GENERATOR) -> dict:

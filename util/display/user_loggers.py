@@ -2,34 +2,25 @@
 the one `LoggerBackend` subclass defined in it beside the built-in back ends.
 
 MODULE is a dotted module name that Python can import (installed, on PYTHONPATH, or a folder of this
-repository), or the path of a `.py` file. A bad value is refused when the options are parsed, before
-the run writes anything, naming every problem (options/train_options.py).
+repository), or the path of a `.py` file: found as every kind is (util/registry.py). The built-in back
+ends have no --logger name: flags of their own switch them on (util/display/visualizer.py). A bad value
+is refused when the options are parsed, before the run writes anything, naming every problem
+(options/train_options.py).
 """
 from __future__ import annotations
 
 from util.display.backend import LoggerBackend
 from util.errors import UserError
-from util.user_code import classes_defined_in, import_user_module
+from util.registry import Registry
 
-HOW = "see docs/visualization.md, \"Writing a logger\""
+LOGGERS: Registry[LoggerBackend] = Registry("--logger", LoggerBackend, kind="logger", example="mypackage.my_logger",
+                                            see="docs/visualization.md, \"Writing a logger\"", files=True)
 
 
 def logger_class(spec: str) -> type[LoggerBackend]:
     """The one LoggerBackend subclass that the module `spec` (a dotted name or a .py file) defines;
     UserError if there is no such module, or it defines none or several."""
-    def missing() -> str:
-        if spec.endswith(".py"):
-            return f"{spec}: no such file"
-        return (f"{spec}: no module of that name can be imported (is it installed, on PYTHONPATH or in the "
-                f"folder train.py is run from? a file is given by its path, ending in .py)")
-    module = import_user_module(spec, missing, allow_file=True)
-    found = classes_defined_in(module, LoggerBackend)
-    if not found:
-        raise UserError(f"{spec}: defines no subclass of util.display.backend.LoggerBackend ({HOW})")
-    if len(found) > 1:
-        raise UserError(f"{spec}: defines several LoggerBackend subclasses ({', '.join(c.__name__ for c in found)}); "
-                        f"keep one logger per module")
-    return found[0]
+    return LOGGERS.find(spec)
 
 
 def logger_classes(specs: list[str]) -> list[type[LoggerBackend]]:
@@ -39,7 +30,7 @@ def logger_classes(specs: list[str]) -> list[type[LoggerBackend]]:
         try:
             classes.append(logger_class(spec))
         except UserError as err:
-            problems.append(str(err))
+            problems.append(str(err).removeprefix("--logger "))
     if problems:
-        raise UserError(f"--logger: {'; '.join(problems)}")
+        raise UserError(f"--logger: {' '.join(problems)}")
     return classes
