@@ -26,11 +26,12 @@ import data
 from models import accumulation
 from models.base_model import BaseModel
 from models.ema import GeneratorEMA
-from models.inference import Windows, inference_views
+from models.inference import inference_views
 from models.loss_watch import LossWatch
 from models.network_views import NetworkViews
 from models.training_networks import TrainingNetworks
 from models.training_step import TrainingStep
+from models.windows import Windows
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
