@@ -64,12 +64,15 @@ class TrainingEngine:
         if rank_state is not None and "loss_watch" in rank_state["model"]:
             self.loss_watch.load_state_dict(rank_state["model"]["loss_watch"])
         self.probe = CompileProbe.for_run(opt.compile, opt.compile_probe, (saved or {}).get("compile_choice"), report)
+        self._compiled_now = bool(opt.compile)  # the variant the probe last put the networks in (they start compiled)
 
     # ------------------------------------------------------------------ one training step
     def train_step(self, micro_batches: list[dict]) -> None:
         """One optimizer step on `micro_batches` (one, or --accum_steps of them), then the moving
         averages. Under --compile the first steps also time the compiled and eager networks."""
-        self.networks.use_compiled(self.probe.compiled_next())
+        if self.probe.compiled_next() != self._compiled_now:  # the probe's turn to switch every network
+            self._compiled_now = self.probe.compiled_next()
+            self.networks.use_compiled(self._compiled_now)
         start = self.probe.clock()
         step = TrainingStep(self.networks.views(), self.networks, self.model.optimizers, self.grad_scalers,
                             self.loss_watch)
