@@ -26,7 +26,7 @@ statistics: only instance norm (or none) makes K x b exactly a batch of K*b.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -126,16 +126,3 @@ def _average_losses(model: "BaseModel", seen: dict[str, list], steps: list[Micro
         mean = sum(torch.as_tensor(value).detach() * step.weight for value, step in zip(values, steps))
         setattr(model, "loss_" + name, mean)
 
-
-@contextmanager
-def buffers_kept(*nets: torch.nn.Module) -> Iterator[None]:
-    """Within the block the networks' buffers may change (batch-norm running statistics of a forward
-    pass that is repeated later); afterwards they are as they were."""
-    kept = [[buffer.clone() for buffer in net.buffers()] for net in nets]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for net, saved in zip(nets, kept):
-                for value, buffer in zip(saved, net.buffers()):
-                    buffer.copy_(value)

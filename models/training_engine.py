@@ -19,7 +19,6 @@ from torch import nn
 import data
 from models import networks
 from models.accumulation import MicroStep, accumulated_step
-from models.activation_checkpointing import enable_activation_checkpointing
 from models.loss_watch import LossWatch
 from models.sliding_window import windowed_generators
 from models.sync_batchnorm import convert_sync_batchnorm
@@ -198,15 +197,10 @@ class TrainingEngine:
     # ------------------------------------------------------------------ the networks as the run calls them
     def set_precision(self, nets: dict[str, nn.Module]) -> None:
         """The networks' dtype and memory format, in place (the optimizers keep the same parameter
-        objects), and the kernel choices --channels_last, --deterministic and --checkpoint_activations need."""
+        objects). What --channels_last, --deterministic and --checkpoint_activations need of their
+        layers, the networks were built with (models/networks/layers.py)."""
         for net in nets.values():
             net.to(dtype=self.dtype, memory_format=self.memory_format)
-            if self.opt.channels_last:
-                networks.make_instance_norm_channels_last_safe(net)
-            if self.opt.deterministic:
-                networks.pad_reflections_with_slices(net)
-            if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
-                enable_activation_checkpointing(net, networks.checkpointed_blocks(self.opt))
 
     def prepare_for_run(self, name: str, net: nn.Module) -> nn.Module:
         """`net` as training or testing calls it: batch norm synchronised and the network
