@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from types import SimpleNamespace
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -81,8 +81,8 @@ class ResnetGenerator(nn.Module):
                 return self.features(input, layers or ())
         return self.model(input)
 
-    def features(self, input: torch.Tensor, layers) -> list[torch.Tensor]:
-        """The outputs of the `model` layers numbered in `layers` (any sequence of ints), in order."""
+    def features(self, input: torch.Tensor, layers: Sequence[int]) -> list[torch.Tensor]:
+        """The outputs of the `model` layers numbered in `layers`, in order."""
         feats, last = [], max(layers)
         for index, layer in enumerate(self.model):
             input = layer(input)
