@@ -27,7 +27,6 @@ own statistics: only instance norm (or none) makes K x b exactly a batch of K*b.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -108,17 +107,3 @@ def weighted_means(seen: dict[str, list], steps: Sequence[MicroStep]) -> dict[st
             continue
         means[name] = sum(torch.as_tensor(value).detach() * step.weight for value, step in zip(values, steps))
     return means
-
-
-@contextmanager
-def buffers_kept(*nets: torch.nn.Module) -> Iterator[None]:
-    """Within the block the networks' buffers may change (batch-norm running statistics of a forward
-    pass that is repeated later); afterwards they are as they were."""
-    kept = [[buffer.clone() for buffer in net.buffers()] for net in nets]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for net, saved in zip(nets, kept):
-                for value, buffer in zip(saved, net.buffers()):
-                    buffer.copy_(value)

@@ -59,7 +59,6 @@ from data import find_dataset_using_name
 from models import networks
 from models.batch_entries import paired_batch
 from models import precision
-from models.activation_checkpointing import enable_activation_checkpointing
 from models.diff_augment import DiscriminatorAugment
 from models.model_state import ModelState
 from models.network_views import NetworkViews
@@ -260,15 +259,10 @@ class BaseModel(ModelState, ABC):
 
     def _set_precision(self, nets: dict[str, nn.Module]) -> None:
         """The networks' dtype and memory format, in place (the optimizers keep the same parameter
-        objects), and the kernel choices --channels_last, --deterministic and --checkpoint_activations need."""
+        objects). What --channels_last, --deterministic and --checkpoint_activations need of the layers,
+        the networks were built with (models/networks/layers.py)."""
         for net in nets.values():
             net.to(dtype=self.dtype, memory_format=self.memory_format)
-            if self.opt.channels_last:
-                networks.make_instance_norm_channels_last_safe(net)
-            if self.opt.deterministic:
-                networks.pad_reflections_with_slices(net)
-            if getattr(self.opt, "checkpoint_activations", False):  # a training flag; the same weights and keys
-                enable_activation_checkpointing(net, networks.checkpointed_blocks(self.opt))
 
     def _add_stabilisers(self) -> None:
         """--D_spectral on every discriminator (by its declared role) and the first draw of

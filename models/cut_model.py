@@ -146,8 +146,6 @@ class CUTModel(BaseModel):
         self.model_names = ["G", "F", "D"] if self.isTrain else ["G"]
         check_generator(opt, self.nce_layers)
         self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
-        if self.isTrain:  # PatchNCE reads the generator's layers
-            networks.family_of(opt.netG).read_features(self.netG)
         if not self.isTrain:
             return
         if opt.nce_idt and opt.input_nc != opt.output_nc:
@@ -158,10 +156,8 @@ class CUTModel(BaseModel):
                             f"happens for every network with --normG syncbatch (or --norm syncbatch); pass that, or "
                             f"--normD instance.")
         self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
-        self.netD = networks.build_discriminator(networks.with_flags(opt, norm=opt.normD or opt.norm), opt.output_nc)
-        if not opt.no_antialias:
-            cut_networks.antialias_discriminator(self.netD)
-        self.netD = self.netD.to(self.device)
+        self.netD = networks.build_discriminator(networks.with_flags(opt, norm=opt.normD or opt.norm),
+                                                 opt.output_nc).to(self.device)
         # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
         self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
         self.optimizer_G = self.make_adam(self.netG.parameters())  # netF's MLPs join it (first batch)
@@ -291,14 +287,13 @@ class CUTModel(BaseModel):
 def check_generator(opt, nce_layers: tuple[int, ...]) -> None:
     """PatchNCE reads the generator's layers (`forward(x, layers, encode_only=True)`): refuse a
     generator family that cannot give them, and layer numbers it lacks."""
-    family = networks.family_of(opt.netG)
-    if not hasattr(family, "read_features"):
-        readable = [name for name in networks.generators() if hasattr(networks.family_of(name), "read_features")]
+    count = networks.family_of(opt.netG).feature_layers(opt)
+    if count == 0:
+        readable = [name for name in networks.generators() if networks.family_of(name).feature_layers(opt)]
         raise UserError(f"--model cut reads features from the layers of its generator (--nce_layers), which "
                         f"--netG {opt.netG} does not give; use --netG {' or '.join(readable)} (CUT's is the first).")
     if not opt.isTrain:
         return
-    count = family.feature_layers(opt)
     if max(nce_layers) >= count:
         raise UserError(f"--nce_layers {','.join(map(str, nce_layers))}: --netG {opt.netG} "
                         f"{'without' if opt.no_antialias else 'with'} antialiasing has layers 0 to {count - 1} only; "

@@ -1,13 +1,11 @@
-"""CUT's networks besides its generator (Park et al., ECCV 2020): the antialiased PatchGAN, netF and PatchNCE.
+"""CUT's networks besides its generator and discriminator (Park et al., ECCV 2020): netF
+(`PatchSampleF`) and PatchNCE (`patch_nce_loss`).
 
 CUT's antialiased resnet generator is the resnet family's (models/networks/resnet.py, with its blur
-layers: CUT's `--no_antialias` / `--no_antialias_up` turn them off), in CUT's key layout, so that its
-`latest_net_G.pth` loads here with `strict=True` and ours load in its test.py.
-
-- `antialias_discriminator`: CUT's discriminator is ours with each stride-2 convolution made
-  stride 1 and followed by a blur-downsample; done to the network the --netD family built, so
-  whatever the --netD family builds (norms, other options) stays as it is.
-- `PatchSampleF` (CUT's netF) and `patch_nce_loss`.
+layers: CUT's `--no_antialias` / `--no_antialias_up` turn them off), and its antialiased
+discriminator the PatchGAN family's (models/networks/patchgan.py: each stride-2 convolution at
+stride 1 followed by a blur-downsample, unless `--no_antialias`), both in CUT's key layout, so that
+its checkpoints load here with `strict=True` and ours load in its test.py.
 """
 from __future__ import annotations
 
@@ -15,29 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.networks.patchgan import NLayerDiscriminator
-from models.networks.resnet import Downsample
-
 NETF_KINDS = ("sample", "reshape", "mlp_sample")
-
-
-def antialias_discriminator(net: nn.Module) -> nn.Module:
-    """CUT's antialiased PatchGAN from ours, in place: in every NLayerDiscriminator of `net`, each
-    stride-2 convolution runs at stride 1 and a Downsample follows its activation. The modules
-    themselves are kept (their weights, and anything attached to them), only moved in the sequence."""
-    for module in net.modules():
-        if not isinstance(module, NLayerDiscriminator):
-            continue
-        layers, pending = [], None
-        for layer in module.model:
-            layers.append(layer)
-            if isinstance(layer, nn.Conv2d) and layer.stride == (2, 2):
-                layer.stride, pending = (1, 1), layer.out_channels
-            elif pending is not None and isinstance(layer, nn.LeakyReLU):
-                layers.append(Downsample(pending))
-                pending = None
-        module.model = nn.Sequential(*layers)
-    return net
 
 
 class _ContiguousGradient(torch.autograd.Function):
@@ -45,8 +21,8 @@ class _ContiguousGradient(torch.autograd.Function):
 
     Picking positions out of a (B, C, H, W) map through a (B, H*W, C) view sends back a gradient
     with channels-last strides, and on the CPU (torch 2.14) instance norm's backward computes a wrong
-    input gradient from such a one (see networks.ChannelsLastSafeInstanceNorm2d): the generator's
-    gradients came out wrong, and depending on how the batch was split across processes."""
+    input gradient from such a one (see ChannelsLastSafeInstanceNorm2d in models/networks/layers.py):
+    the generator's gradients came out wrong, and depending on how the batch was split across processes."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:

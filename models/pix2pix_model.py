@@ -4,8 +4,7 @@ from __future__ import annotations
 import torch
 
 from models import networks
-from models.networks import unet
-from models.accumulation import buffers_kept
+from models.networks import buffers_kept, unet
 from models.base_model import BaseModel
 from models.multiscale import MultiscaleGANLoss, feature_matching_loss
 from models.network_views import NetworkViews

@@ -2,8 +2,9 @@
 training with validation/best/EMA, DDP equal to one process, exact resume, any channel count.
 
 CUT's layer structure is written out here from its published code (taesungp/contrastive-unpaired-
-translation, models/networks.py: ResnetGenerator with antialiased Downsample/Upsample), not taken
-from ours, so that a change of our layout fails the checkpoint test.
+translation, models/networks.py: ResnetGenerator with antialiased Downsample/Upsample, and
+NLayerDiscriminator with Downsample after each formerly strided convolution), not taken from ours,
+so that a change of our layout fails the checkpoint tests.
 """
 from __future__ import annotations
 
@@ -74,6 +75,35 @@ def cut_checkpoint(layout: dict[str, tuple], seed: int = 0) -> dict[str, torch.T
         else:
             state[key] = torch.randn(shape, generator=gen) * (0.3 if key.endswith("weight") else 0.05)
     return state
+
+
+def cut_discriminator_layout(input_nc: int, ndf: int, n_layers: int = 3) -> dict[str, tuple]:
+    """Key -> shape of CUT's antialiased PatchGAN with instance norm: conv (stride 1), LeakyReLU,
+    Downsample (3x3 blur `filt`), then per layer conv, norm, LeakyReLU, Downsample; conv, norm,
+    LeakyReLU; the 1-channel conv."""
+    layout = {"model.0.weight": (ndf, input_nc, 4, 4), "model.0.bias": (ndf,), "model.2.filt": (ndf, 1, 3, 3)}
+    index, width = 3, ndf
+    for n in range(1, n_layers + 1):
+        previous, width = width, ndf * min(2 ** n, 8)
+        layout[f"model.{index}.weight"], layout[f"model.{index}.bias"] = (width, previous, 4, 4), (width,)
+        if n < n_layers:  # the formerly strided ones
+            layout[f"model.{index + 3}.filt"] = (width, 1, 3, 3)
+        index += 4 if n < n_layers else 3
+    layout[f"model.{index}.weight"], layout[f"model.{index}.bias"] = (1, width, 4, 4), (1,)
+    return layout
+
+
+def test_cuts_discriminator_has_cuts_layout_and_its_weights_load_strictly():
+    from models import create_model
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+
+    opt = TrainOptions().parse(["--dataroot", "x", "--name", "parse_only", "--model", "cut", "--ndf", "4"])
+    netD = create_model(opt, DistContext()).netD
+    layout = cut_discriminator_layout(3, 4)
+    assert {key: tuple(value.shape) for key, value in netD.state_dict().items()} == layout
+    netD.load_state_dict(cut_checkpoint(layout), strict=True)
+    assert netD(torch.randn(1, 3, 64, 64)).shape == (1, 1, 6, 6)
 
 
 @pytest.fixture(scope="module")

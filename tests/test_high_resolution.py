@@ -8,7 +8,6 @@ the module; one torchrun run, where DDP itself is what is proven.
 """
 from __future__ import annotations
 
-import copy
 import re
 import shutil
 from pathlib import Path
@@ -146,13 +145,19 @@ def test_no_gradient_sync_keeps_ddp_gradients_local_until_the_block_ends(tmp_pat
 def test_checkpointed_generators_give_the_same_outputs_gradients_and_statistics(netG, norm):
     """Dropout on, batch norm in training mode: the recomputation replays the random draws and
     leaves the running statistics as one pass does. Tolerance: 1e-12 in float64 (found equal)."""
-    from models import networks
-    from models.activation_checkpointing import enable_activation_checkpointing
+    from types import SimpleNamespace
 
+    from models import networks
+
+    flags = SimpleNamespace(netG=netG, ngf=4, norm=norm, no_dropout=False, init_type="normal", init_gain=0.02)
     torch.manual_seed(0)
-    plain = networks.define_G(3, 3, 4, netG, norm, use_dropout=True).double()
-    checkpointed = copy.deepcopy(plain)
-    assert enable_activation_checkpointing(checkpointed, networks.checkpointed_blocks()) == 6  # 6 residual blocks; 6 levels below the outermost
+    plain = networks.build_generator(flags, 3, 3).double()
+    checkpointed = networks.build_generator(SimpleNamespace(**vars(flags), checkpoint_activations=True), 3, 3).double()
+    checkpointed.load_state_dict(plain.state_dict())
+    assert networks.family_of(netG).recomputes_activations(flags)
+    # 6 residual blocks; 6 levels below the outermost
+    assert sum(getattr(block, "recompute", False) for block in checkpointed.modules()) == 6
+    assert not any(getattr(block, "recompute", False) for block in plain.modules())
     x = torch.randn(2, 3, 128, 128, dtype=torch.float64)
     results = []
     for net in (plain, checkpointed):

@@ -61,14 +61,22 @@ def test_the_familys_network_trains_and_architecture_json_records_its_flags(trai
 
 
 def test_its_blocks_recompute_their_activations_when_asked(trained):
-    from custom_networks.dilated_net import CheckpointedDilatedBlock, DilatedGenerator
-    from models.activation_checkpointing import enable_activation_checkpointing
-    from models.networks import checkpointed_blocks, get_norm_layer
     from types import SimpleNamespace
-    flags = SimpleNamespace(netG=NET, netD="basic")
-    net = DilatedGenerator(3, 3, 4, 3, get_norm_layer("none"))
-    assert enable_activation_checkpointing(net, checkpointed_blocks(flags)) == 3
-    assert all(type(block) is CheckpointedDilatedBlock for block in net.blocks)
+
+    from models.networks import build_generator, family_of
+    flags = SimpleNamespace(netG=NET, ngf=4, norm="none", dilated_blocks=3, init_type="normal", init_gain=0.02)
+    assert family_of(NET).recomputes_activations(flags)
+    plain = build_generator(flags, 3, 3)
+    checkpointed = build_generator(SimpleNamespace(**vars(flags), checkpoint_activations=True), 3, 3)
+    assert [block.recompute for block in checkpointed.blocks] == [True] * 3
+    assert not any(block.recompute for block in plain.blocks)
+    checkpointed.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 16, 16)
+    grads = []
+    for net in (plain, checkpointed):
+        net(x).square().mean().backward()
+        grads.append([p.grad for p in net.parameters()])
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(*grads))
 
 
 def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, paired_root, tmp_path):

@@ -4,7 +4,6 @@ what the weights show, activation checkpointing, 3-D normalisation and its synch
 and CUT's feature reading. Tiny widths (ngf/ndf 2) and 8-64 voxel sides, in float64."""
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +12,6 @@ from torch import nn
 
 from conftest import ROOT, torchrun
 from models import networks
-from models.activation_checkpointing import enable_activation_checkpointing
 from models.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util.errors import UserError
 
@@ -176,15 +174,46 @@ def test_3d_families_do_not_claim_2d_weights(netG):
     assert networks.recognise_network(state)["netG"] == netG
 
 
+# the layer classes a 3-D network has where its 2-D twin has each of these
+IN_3D = {nn.Conv2d: nn.Conv3d, nn.ConvTranspose2d: nn.ConvTranspose3d, nn.BatchNorm2d: nn.BatchNorm3d,
+         networks.ChannelsLastSafeInstanceNorm2d: nn.InstanceNorm3d, networks.ReflectionPad2d: networks.ReflectionPad3d}
+
+
+@pytest.mark.parametrize("role,name_2d,name_3d", [("generator", "resnet_6blocks", "resnet_6blocks_3d"),
+                                                  ("generator", "unet_128", "unet_128_3d"),
+                                                  ("discriminator", "basic", "basic_3d"),
+                                                  ("discriminator", "pixel", "pixel_3d")])
+@pytest.mark.parametrize("norm", ["instance", "batch"])
+def test_a_3d_family_builds_its_2d_twins_classes_with_3d_layers(role, name_2d, name_3d, norm):
+    """One implementation per idea: the 3-D families build resnet.py's, unet.py's and patchgan.py's
+    classes with `dims=3`, module for module, key for key."""
+    flags = SimpleNamespace(ngf=2, ndf=2, norm=norm, no_dropout=False, upsample="transpose", n_layers_D=3,
+                            init_type="normal", init_gain=0.02, deterministic=True, checkpoint_activations=True)
+    def build(name: str) -> nn.Module:
+        if role == "generator":
+            return networks.build_generator(SimpleNamespace(**vars(flags), netG=name), 1, 2)
+        return networks.build_discriminator(SimpleNamespace(**vars(flags), netD=name), 1)
+
+    net_2d, net_3d = build(name_2d), build(name_3d)
+    assert type(net_3d) is type(net_2d)
+    modules_2d, modules_3d = dict(net_2d.named_modules()), dict(net_3d.named_modules())
+    assert modules_2d.keys() == modules_3d.keys()
+    for name, module in modules_2d.items():
+        assert type(modules_3d[name]) is IN_3D.get(type(module), type(module)), name
+    assert net_2d.state_dict().keys() == net_3d.state_dict().keys()
+    weights = [(net_2d.state_dict()[key], value) for key, value in net_3d.state_dict().items() if value.ndim > 1]
+    assert weights and all(value.ndim == flat.ndim + 1 for flat, value in weights)
+
+
 # ---------------------------------------------------------------- --checkpoint_activations
 @pytest.mark.parametrize("netG,sides,blocks", [("resnet_6blocks_3d", (8, 12, 16), 6), ("unet_64_3d", (64, 64, 64), 5)])
 def test_checkpointed_3d_blocks_give_the_same_outputs_gradients_and_statistics(netG, sides, blocks):
     """Dropout on, batch norm in training mode: the recomputation replays the random draws and leaves
     the running statistics as one pass does (float64, 1e-12)."""
     plain = generator(netG, norm="batch", dropout=True)
-    checkpointed = copy.deepcopy(plain)
-    swaps = networks.checkpointed_blocks(SimpleNamespace(netG=netG, netD="basic_3d"))
-    assert enable_activation_checkpointing(checkpointed, swaps) == blocks  # residual blocks; levels below the outermost
+    checkpointed = built_for_run(plain, netG, norm="batch", dropout=True, checkpoint_activations=True)
+    # residual blocks; levels below the outermost
+    assert sum(getattr(block, "recompute", False) for block in checkpointed.modules()) == blocks
     x = volume(*sides, batch=2).requires_grad_()
     results = []
     for net in (plain, checkpointed):
@@ -200,11 +229,22 @@ def test_checkpointed_3d_blocks_give_the_same_outputs_gradients_and_statistics(n
     assert plain.state_dict().keys() == checkpointed.state_dict().keys()
 
 
+def built_for_run(plain: nn.Module, netG: str, norm: str = "instance", dropout: bool = False, **run) -> nn.Module:
+    """The network `generator(netG, norm, dropout)` built as a run with the options `run` builds it
+    (e.g. deterministic=True), with `plain`'s weights."""
+    flags = SimpleNamespace(netG=netG, ngf=2, norm=norm, no_dropout=not dropout, upsample="transpose",
+                            init_type="normal", init_gain=0.02, **run)
+    net = networks.build_generator(flags, 1, 2).double()
+    net.load_state_dict(plain.state_dict())
+    return net
+
+
 def test_deterministic_runs_pad_volumes_with_slices_giving_the_same_output_and_gradients():
     plain = generator("resnet_6blocks_3d", norm="instance")
-    sliced = copy.deepcopy(plain)
-    networks.pad_reflections_with_slices(sliced)
-    assert not any(type(m) is nn.ReflectionPad3d for m in sliced.modules())
+    sliced = built_for_run(plain, "resnet_6blocks_3d", deterministic=True)
+    pads = [m for m in sliced.modules() if isinstance(m, nn.ReflectionPad3d)]
+    assert pads and all(pad.sliced for pad in pads)
+    assert not any(m.sliced for m in plain.modules() if isinstance(m, nn.ReflectionPad3d))
     x = volume(8, 12, 16)
     grads = []
     for net in (plain, sliced):
@@ -219,8 +259,8 @@ def test_deterministic_runs_pad_volumes_with_slices_giving_the_same_output_and_g
 @pytest.mark.parametrize("dims,batch_norm,instance_norm", [(2, nn.BatchNorm2d, nn.InstanceNorm2d),
                                                            (3, nn.BatchNorm3d, nn.InstanceNorm3d)])
 def test_get_norm_layer_gives_the_norms_of_the_requested_dimensions(dims, batch_norm, instance_norm):
-    instance = networks.get_norm_layer("instance", dims=dims)(8)
-    assert type(instance) is instance_norm and not instance.affine and not instance.track_running_stats
+    instance = networks.get_norm_layer("instance", dims=dims)(8)  # 2-D: channels-last-safe (test_fast_path.py)
+    assert isinstance(instance, instance_norm) and not instance.affine and not instance.track_running_stats
     assert networks.uses_bias(networks.get_norm_layer("instance", dims=dims))
     for norm in ("batch", "syncbatch"):
         layer = networks.get_norm_layer(norm, dims=dims)(8)
@@ -313,7 +353,6 @@ def test_cut_reads_5d_features_from_the_3d_resnet_and_samples_patches_of_them():
     cut_model.check_generator(flags, layers)  # the family gives features
     net = family.build(flags, 1, 1).double()
     assert family.feature_layers(flags) == len(net.model) == 25
-    family.read_features(net)
     x = volume(8, 12, 16, batch=2)
     feats = net(x, layers, encode_only=True)
     assert [f.shape for f in feats] == [(2, 1, 14, 18, 22), (2, 4, 4, 6, 8), (2, 8, 2, 3, 4), (2, 8, 2, 3, 4),

@@ -5,8 +5,11 @@ family is one file here (resnet.py, unet.py, patchgan.py, patchgan_multiscale.py
 your own is a module path (`--netG mypackage.my_net`). Build networks with `build_generator` /
 `build_discriminator` (from the run's options) or the reference's `define_G` / `define_D`; ask
 `family_of(name)` for anything else a network knows about itself (its size rule, its shape flags,
-how to rebuild it from weights). Module structure and parameter names follow the reference
-implementation exactly, so that its checkpoints load with `strict=True` and ours in its `test.py`.
+how to rebuild it from weights). A network is built once, for the run, and stays itself: its layers
+are built for --deterministic, --checkpoint_activations and CUT's antialiasing, and choose their
+kernels for --channels_last and --compile themselves (models/networks/layers.py). Module structure
+and parameter names follow the reference implementation exactly, so that its checkpoints load with
+`strict=True` and ours in its `test.py`.
 """
 from __future__ import annotations
 
@@ -17,13 +20,13 @@ from torch import nn
 
 from models.losses import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
 from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
-                                    builtin_families, checkpointed_blocks, family_name_type, family_of,
-                                    recognise_network, volume_counterpart)
+                                    builtin_families, family_name_type, family_of, recognise_network,
+                                    volume_counterpart)
 from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
-                                    CompileFriendlyReflectionPad2d, Identity, SlicedReflectionPad2d,
-                                    apply_spectral_norm, compile_network, get_norm_layer, has_spectral_norm, init_weights,
-                                    make_instance_norm_channels_last_safe, pad_reflections_with_slices,
-                                    use_resize_convolutions, uses_bias)
+                                    Identity, ReflectionPad2d, ReflectionPad3d, apply_spectral_norm, buffers_kept,
+                                    compile_network, get_norm_layer, has_spectral_norm, init_weights,
+                                    recompute_in_backward, reflection_pad, use_resize_convolutions, uses_bias,
+                                    wants_checkpointing, wants_sliced_pads)
 from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
 from models.networks.patchgan import DEFAULT as DEFAULT_DISCRIMINATOR  # noqa: F401
 from models.networks.patchgan import NLayerDiscriminator, PixelDiscriminator  # noqa: F401

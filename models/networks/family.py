@@ -7,28 +7,29 @@ of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whos
     a discriminator or an encoder (`role`: an image to a latent code, for BicycleGAN);
   - how to build a network from the options (`build`), and which options define that network's
     shape (`shape_flags`: what architecture.json records and a changed resume refuses), adding
-    options of its own if it needs them (`add_flags`);
+    options of its own if it needs them (`add_flags`). `build` makes the network the run needs,
+    once: e.g. with pads built from slices for --deterministic and blocks that recompute their
+    activations for --checkpoint_activations (models/networks/layers.py); nothing changes it later;
   - how to rebuild a network from saved weights alone (`from_weights`: the options the weights
     show) and anything the weights decide beyond the options (`rebuild`);
   - what a generator takes beside the image (`latent_size`: a latent code, for many answers per input);
   - the sizes it takes, in any number of spatial dimensions (`size_rule`), how far an output
-    pixel sees (`receptive_radius`, for tiled inference), and which of its blocks may recompute
-    their activations in the backward pass (`checkpointed_blocks`).
+    pixel sees (`receptive_radius`, for tiled inference), whether its network recomputes
+    activations under --checkpoint_activations (`recomputes_activations`), and how many of its
+    generator's layers `forward(x, layers, encode_only=True)` can read (`feature_layers`, for CUT).
 Nothing outside a family's file switches on its names: code asks `family_of(name, role)`.
 """
 from __future__ import annotations
 
 import argparse
 import functools
-import importlib
-import inspect
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from torch import nn
 
 from util.errors import UserError
+from util.registry import DeclaredNames, Registry, argument_type
 
 GENERATOR, DISCRIMINATOR, ENCODER = "generator", "discriminator", "encoder"
 FLAG_OF_ROLE = {GENERATOR: "netG", DISCRIMINATOR: "netD", ENCODER: "netE"}
@@ -54,9 +55,6 @@ class NetworkFamily:
     names: ClassVar[tuple[str, ...]] = ()
     # The options that define the network's shape besides --netG/--netD and the channel counts.
     shape_flags: ClassVar[tuple[str, ...]] = ()
-    # Blocks that may keep only their input and recompute their activations in backward
-    # (--checkpoint_activations): block class -> the checkpointed class swapped in, same weights.
-    checkpointed_blocks: ClassVar[Mapping[type, type]] = {}
     # One line for --help: what the names mean.
     description: ClassVar[str] = ""
     # A family for volumes names the picture networks it stands in for (2-D name -> its own name): a
@@ -100,6 +98,17 @@ class NetworkFamily:
         z: N x latent_size): several codes give several answers per input. 0: the image alone."""
         return 0
 
+    def recomputes_activations(self, flags: Any) -> bool:
+        """Whether the network `build` makes for `flags` has blocks that keep only their input and
+        recompute their activations in the backward pass when the run asks (--checkpoint_activations,
+        `layers.wants_checkpointing(flags)`). False by default: the flag then changes nothing here."""
+        return False
+
+    def feature_layers(self, flags: Any) -> int:
+        """How many layers of the generator's `model` its `forward(x, layers, encode_only=True)` can
+        return the outputs of (CUT's PatchNCE reads them, --nce_layers); 0: it cannot."""
+        return 0
+
     def receptive_radius(self, flags: Any) -> int | None:
         """Pixels from an output pixel to the farthest input pixel that influences it; None when
         it sees the whole input (tiled inference can then never equal whole-image inference)."""
@@ -125,8 +134,6 @@ class NetworkFamily:
 # ---------------------------------------------------------------------------------- the registry
 # One registry per role (util/registry.py): the built-in families are found in models/networks/ by the
 # names they declare; a family of one's own is the one NetworkFamily subclass of the module its path names.
-from util.registry import DeclaredNames, Registry, argument_type  # noqa: E402 (kept beside its use)
-
 _REGISTRIES: dict[str, Registry[NetworkFamily]] = {
     role: Registry(f"--{flag}", NetworkFamily, kind=role, example="mypackage.my_net",
                    see="docs/extending.md, \"A network family\"",
@@ -180,14 +187,3 @@ def volume_counterpart(name: str, role: str) -> str | None:
             return family.stands_in_for[name]
     return None
 
-
-def checkpointed_blocks(flags: Any = None) -> dict[type, type]:
-    """The checkpointable block classes (--checkpoint_activations) of every built-in family and, given
-    the run's options `flags`, of its --netG and --netD families."""
-    families = [family for by_name in builtin_families().values() for family in by_name.values()]
-    if flags is not None:
-        families += [type(family_of(flags.netG, GENERATOR)), type(family_of(flags.netD, DISCRIMINATOR))]
-    swaps: dict[type, type] = {}
-    for family in families:
-        swaps.update(family.checkpointed_blocks)
-    return swaps

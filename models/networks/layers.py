@@ -1,16 +1,30 @@
-"""Building blocks every network family shares: normalisation, weight initialisation, and the
-in-place swaps the run applies to any network (channels-last-safe instance norm, reflection pads
-built from slices, compilation, resize-convolutions, spectral normalisation)."""
+"""Building blocks every network family shares: normalisation, padding, weight initialisation, blocks
+that recompute their activations, and what a run does to any network (compilation,
+resize-convolutions, spectral normalisation). CUT's blur layers are in blur.py.
+
+A network is built once and stays itself: a layer that must act differently in some runs is built
+that way or decides for itself. A family (a built-in one or your own) gets this by building with
+these layers:
+  - `get_norm_layer("instance")` builds ChannelsLastSafeInstanceNorm2d, right for channels-last
+    inputs (--channels_last) and nn.InstanceNorm2d's computation otherwise;
+  - `reflection_pad(padding, dims, sliced=wants_sliced_pads(flags))` pads with slices under
+    --deterministic, and (2-D) while torch.compile traces it;
+  - a block whose forward calls `recompute_in_backward` when built so
+    (`wants_checkpointing(flags)`) keeps only its input under --checkpoint_activations.
+"""
 from __future__ import annotations
 
 import functools
 import re
 import sys
-from typing import Any, Callable, Mapping
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn import init
+from torch.utils.checkpoint import checkpoint
 
 from util.errors import UserError
 
@@ -24,8 +38,60 @@ class Identity(nn.Module):
         return x
 
 
-# The batch and instance norm classes for 2-D images and 3-D volumes (`get_norm_layer`'s `dims`)
-_NORM_CLASSES = {2: (nn.BatchNorm2d, nn.InstanceNorm2d), 3: (nn.BatchNorm3d, nn.InstanceNorm3d)}
+# ------------------------------------------------------------------ layers that choose their kernel
+def wants_sliced_pads(flags: Any) -> bool:
+    """Whether the run's options ask for reflection pads built from slices (--deterministic)."""
+    return bool(getattr(flags, "deterministic", False))
+
+
+def wants_checkpointing(flags: Any) -> bool:
+    """Whether the run's options ask blocks to recompute their activations in backward
+    (--checkpoint_activations, a training flag: absent in test options and architecture.json)."""
+    return bool(getattr(flags, "checkpoint_activations", False))
+
+
+class _GradientToContiguous(torch.autograd.Function):
+    """Identity forward (to channels-last); backward hands on the gradient in contiguous layout."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.contiguous(memory_format=torch.channels_last)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    # Only tensors whose layout says channels-last; those that are both (one channel, or one pixel)
+    # lay out their memory the same either way.
+    return x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+class ChannelsLastSafeInstanceNorm2d(nn.InstanceNorm2d):
+    """The InstanceNorm2d that `get_norm_layer("instance")` builds: right for channels-last inputs too.
+
+    On the CPU (torch 2.14), instance norm's backward returns a wrong input gradient whenever the
+    incoming gradient is channels-last and the batch holds one image; so a channels-last input
+    (--channels_last) is normalised as a contiguous copy whose gradient arrives contiguous, and the
+    output is channels-last again. Any other input is normalised exactly as nn.InstanceNorm2d does.
+    Same parameters and state_dict keys as InstanceNorm2d; TorchScript scripts the plain path.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # a branch of its own: TorchScript compiles only the last line
+            if _channels_last(x):
+                return _GradientToContiguous.apply(nn.InstanceNorm2d.forward(self, x.contiguous()))
+            return nn.InstanceNorm2d.forward(self, x)
+        # scripted (exported) networks take batches: nn.InstanceNorm2d's computation for them
+        return F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                               self.training or not self.track_running_stats,
+                               self.momentum if self.momentum is not None else 0.0, self.eps)
+
+
+# The batch and instance norm classes for 2-D images and 3-D volumes (`get_norm_layer`'s `dims`). The
+# 3-D instance norm is torch's: the channels-last gradient defect was seen in 2-D only.
+_NORM_CLASSES = {2: (nn.BatchNorm2d, ChannelsLastSafeInstanceNorm2d), 3: (nn.BatchNorm3d, nn.InstanceNorm3d)}
 
 
 def get_norm_layer(norm_type: str = "instance", dims: int = 2) -> Callable[[int], nn.Module]:
@@ -52,8 +118,7 @@ def uses_bias(norm_layer: Callable) -> bool:
     # Conv layers followed by batch norm need no bias (BN has its own shift); instance norm
     # without affine parameters does, which is why the reference keys depend on the norm.
     func = norm_layer.func if isinstance(norm_layer, functools.partial) else norm_layer
-    return func in (nn.InstanceNorm2d, nn.InstanceNorm3d)
-
+    return isinstance(func, type) and issubclass(func, (nn.InstanceNorm2d, nn.InstanceNorm3d))
 
 
 def init_weights(net: nn.Module, init_type: str = "normal", init_gain: float = 0.02) -> None:
@@ -80,102 +145,120 @@ def init_weights(net: nn.Module, init_type: str = "normal", init_gain: float = 0
     net.apply(init_func)
 
 
-class _GradientToContiguous(torch.autograd.Function):
-    """Identity forward (to channels-last); backward hands on the gradient in contiguous layout."""
+def reflect_with_slices(x: torch.Tensor, padding: tuple[int, ...]) -> torch.Tensor:
+    """Reflection padding (`padding` in F.pad's order: last dimension first, before and after) built
+    from slices, flips and concatenations: same output and gradient as the native kernel, and a
+    backward of plain slicing and addition, deterministic everywhere and generated by inductor itself."""
+    for axis in range(len(padding) // 2):
+        dim, before, after = -1 - axis, padding[2 * axis], padding[2 * axis + 1]
+        side = x.shape[dim]
+        x = torch.cat([x.narrow(dim, 1, before).flip(dim), x, x.narrow(dim, side - after - 1, after).flip(dim)],
+                      dim=dim)
+    return x
 
-    @staticmethod
-    def forward(ctx, x):
-        return x.contiguous(memory_format=torch.channels_last)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.contiguous()
+def _compiling() -> bool:
+    # torch.compile traces it; not torch.export (ONNX export), whose graph keeps the native pad
+    return torch.compiler.is_compiling() and not torch.compiler.is_exporting()
 
 
-class ChannelsLastSafeInstanceNorm2d(nn.InstanceNorm2d):
-    """InstanceNorm2d that computes in contiguous layout inside a channels-last network.
+class ReflectionPad2d(nn.ReflectionPad2d):
+    """nn.ReflectionPad2d that picks its kernel: built `sliced` (--deterministic: CUDA has no
+    deterministic kernel for reflection padding's backward) it always pads with slices
+    (`reflect_with_slices`); otherwise with slices while torch.compile traces it and with the native
+    kernel when it runs eagerly.
 
-    On the CPU (torch 2.14), instance norm's backward returns a wrong input gradient whenever
-    the incoming gradient is channels-last; so the norm runs on a contiguous copy and its
-    gradient arrives contiguous. Same parameters and state_dict keys as InstanceNorm2d.
+    With --compile and bf16 autocast on the CPU, inductor (torch 2.14, as first seen) read the
+    gradient of the native pad's backward with the wrong strides, and the weights before every pad got
+    NaN gradients; from slices the backward is code inductor generates itself. Under --compile the same modules also run
+    eagerly (the compile probe's eager steps, or a run that found compiling slower), where the
+    slices would only cost time. Same output and gradient either way; no parameters.
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _GradientToContiguous.apply(super().forward(x.contiguous()))
-
-
-def make_instance_norm_channels_last_safe(net: nn.Module) -> None:
-    """Swap every InstanceNorm2d in `net` for ChannelsLastSafeInstanceNorm2d, in place."""
-    for module in net.modules():
-        if type(module) is nn.InstanceNorm2d:
-            module.__class__ = ChannelsLastSafeInstanceNorm2d
-
-
-class SlicedReflectionPad2d(nn.ReflectionPad2d):
-    """ReflectionPad2d built from slices, flips and a concatenation, for compiled networks and
-    deterministic GPU runs (see `pad_reflections_with_slices`).
-
-    With --compile and bf16 autocast on the CPU (torch 2.14), inductor assumes that the
-    reflection_pad2d_backward kernel returns a contiguous gradient; it returns a channels-last one
-    there, inductor reads it with the wrong strides, and the weights before every pad get NaN
-    gradients from the first step. Built from views, the pad's backward is plain slicing and
-    addition that inductor generates itself. Same output and gradient as ReflectionPad2d.
-    """
+    def __init__(self, padding: int | tuple[int, int, int, int], sliced: bool = False) -> None:
+        super().__init__(padding)
+        self.sliced = sliced
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        left, right, top, bottom = self.padding
-        x = torch.cat([x[..., 1:left + 1].flip(-1), x, x[..., x.shape[-1] - right - 1:-1].flip(-1)], dim=-1)
-        return torch.cat([x[..., 1:top + 1, :].flip(-2), x, x[..., x.shape[-2] - bottom - 1:-1, :].flip(-2)], dim=-2)
+        if not torch.jit.is_scripting():  # scripted (exported) networks pad natively: same output
+            if self.sliced or _compiling():
+                return reflect_with_slices(x, self.padding)
+        return F.pad(x, self.padding, "reflect")
 
 
-class SlicedReflectionPad3d(nn.ReflectionPad3d):
-    """ReflectionPad3d built from slices, flips and concatenations, for --deterministic runs of the
-    3-D families: CUDA has no deterministic kernel for reflection_pad3d's backward either. Same
-    output and gradient as ReflectionPad3d."""
+class ReflectionPad3d(nn.ReflectionPad3d):
+    """nn.ReflectionPad3d built from slices when built `sliced` (--deterministic: CUDA has no
+    deterministic kernel for reflection_pad3d's backward either), the native kernel otherwise, also
+    when compiled (inductor's defect concerned the 2-D pad). Same output and gradient either way."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for dim, (before, after) in zip((-1, -2, -3), zip(self.padding[::2], self.padding[1::2])):
-            side = x.shape[dim]
-            x = torch.cat([x.narrow(dim, 1, before).flip(dim), x,
-                           x.narrow(dim, side - after - 1, after).flip(dim)], dim=dim)
-        return x
-
-
-class CompileFriendlyReflectionPad2d(SlicedReflectionPad2d):
-    """SlicedReflectionPad2d while inductor traces the network, the native kernel when it runs
-    eagerly: under --compile the same modules also run uncompiled (the compile probe's eager
-    steps, or the whole run where compiling proved slower), and there the slices only cost time."""
+    def __init__(self, padding: int | tuple[int, ...], sliced: bool = False) -> None:
+        super().__init__(padding)
+        self.sliced = sliced
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.compiler.is_compiling():
-            return super().forward(x)
-        return nn.ReflectionPad2d.forward(self, x)
+        if not torch.jit.is_scripting():
+            if self.sliced:
+                return reflect_with_slices(x, self.padding)
+        return F.pad(x, self.padding, "reflect")
 
 
+def reflection_pad(padding: int, dims: int = 2, sliced: bool = False) -> nn.Module:
+    """A reflection pad of images (`dims` 2) or volumes (3) that pads with slices where the run
+    needs it (`sliced`: `wants_sliced_pads(flags)`; see ReflectionPad2d)."""
+    return (ReflectionPad2d if dims == 2 else ReflectionPad3d)(padding, sliced=sliced)
+
+
+def convolutions(dims: int) -> tuple[type[nn.Module], type[nn.Module]]:
+    """(convolution, transposed convolution) classes of images (`dims` 2) or volumes (3)."""
+    if dims not in _NORM_CLASSES:
+        raise ValueError(f"convolutions exist here for 2 or 3 spatial dimensions, not {dims}")
+    return (nn.Conv2d, nn.ConvTranspose2d) if dims == 2 else (nn.Conv3d, nn.ConvTranspose3d)
+
+
+def replication_pad(padding: int, dims: int = 2) -> nn.Module:
+    return nn.ReplicationPad2d(padding) if dims == 2 else nn.ReplicationPad3d(padding)
+
+
+# ------------------------------------------------------------------ --checkpoint_activations
+@contextmanager
+def buffers_kept(*nets: nn.Module) -> Iterator[None]:
+    """Within the block the networks' buffers may change (batch-norm running statistics of a forward
+    pass that is repeated later); afterwards they are as they were."""
+    kept = [[buffer.clone() for buffer in net.buffers()] for net in nets]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for net, saved in zip(nets, kept):
+                for value, buffer in zip(saved, net.buffers()):
+                    buffer.copy_(value)
+
+
+def recompute_in_backward(module: nn.Module, function: Callable[[torch.Tensor], torch.Tensor],
+                          x: torch.Tensor) -> torch.Tensor:
+    """`function(x)` keeping only `x` and recomputing its activations in the backward pass
+    (torch.utils.checkpoint), when gradients are on; for the blocks a family builds to recompute
+    under --checkpoint_activations. Same output and gradients: the recomputation replays the
+    forward pass's random draws (dropout), and the buffers of `module` (batch-norm running
+    statistics) are restored after it, so they are updated once per step. Without gradients
+    (validation, test.py) it is `function(x)`."""
+    if not torch.is_grad_enabled():
+        return function(x)
+    return checkpoint(function, x, use_reentrant=False, preserve_rng_state=True,
+                      context_fn=lambda: (nullcontext(), buffers_kept(module)))
+
+
+# ------------------------------------------------------------------ what a run does to any network
 def compile_network(net: nn.Module, name: str) -> nn.Module:
-    """torch.compile(net), or `net` itself with a message if this machine cannot compile."""
+    """torch.compile(net), or `net` itself with a message if this machine cannot compile. The
+    network's own layers need nothing else (ReflectionPad2d slices while traced)."""
     import shutil
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not hasattr(torch, "compile") or compiler is None:
         print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
               f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
         return net
-    for module in net.modules():
-        if type(module) is nn.ReflectionPad2d:
-            module.__class__ = CompileFriendlyReflectionPad2d
     return torch.compile(net)
-
-
-def pad_reflections_with_slices(net: nn.Module) -> None:
-    """Swap every ReflectionPad2d in `net` for SlicedReflectionPad2d, in place (same parameters:
-    it has none). For --compile, and for --deterministic: CUDA has no deterministic kernel for
-    reflection padding's backward; the slices' backward is deterministic everywhere. The 3-D
-    families' ReflectionPad3d likewise (SlicedReflectionPad3d)."""
-    for module in net.modules():
-        if type(module) is nn.ReflectionPad2d:
-            module.__class__ = SlicedReflectionPad2d
-        elif type(module) is nn.ReflectionPad3d:
-            module.__class__ = SlicedReflectionPad3d
 
 
 def use_resize_convolutions(net: nn.Module, upsample: str = "resize") -> None:

@@ -1,6 +1,6 @@
 """The volumetric PatchGAN discriminators (`--netD basic_3d`, `n_layers_3d` with --n_layers_D layers,
-and `pixel_3d`): patchgan.py's discriminators with every layer in 3-D, for the 3-D generators
-(resnet_3d.py, unet_3d.py) on medical volumes. Each outputs a 5-D grid of real/fake logits
+and `pixel_3d`): patchgan.py's discriminators built with every layer in 3-D (`dims=3`), for the 3-D
+generators (resnet_3d.py, unet_3d.py) on medical volumes. Each outputs a 5-D grid of real/fake logits
 (N x 1 x d x h x w), one per overlapping block of voxels; basic_3d judges 70x70x70 blocks.
 
 Layers and keys are the 2-D reference's (`model.0.weight`, ...; `net.0.weight` for pixel_3d) with
@@ -11,55 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import check_volume_size, get_norm_layer, uses_bias
-from models.networks.patchgan import PatchGANFamily, PixelFamily
+from models.networks.layers import check_volume_size, get_norm_layer
+from models.networks.patchgan import NLayerDiscriminator, PatchGANFamily, PixelDiscriminator, PixelFamily
 
 _FIXED_LAYERS = {"basic_3d": 3}  # the others take --n_layers_D
-
-
-class NLayer3dDiscriminator(nn.Module):
-    """PatchGAN of volumes: a grid of real/fake logits, each judging an overlapping block of voxels."""
-
-    def __init__(self, input_nc: int, ndf: int = 64, n_layers: int = 3, norm_layer=nn.BatchNorm3d):
-        super().__init__()
-        use_bias = uses_bias(norm_layer)
-        kw, padw = 4, 1
-        sequence = [nn.Conv3d(input_nc, ndf, kernel_size=kw, stride=2, padding=padw), nn.LeakyReLU(0.2, True)]
-        nf_mult = 1
-        for n in range(1, n_layers):
-            nf_mult_prev, nf_mult = nf_mult, min(2 ** n, 8)
-            sequence += [nn.Conv3d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=2, padding=padw,
-                                   bias=use_bias), norm_layer(ndf * nf_mult), nn.LeakyReLU(0.2, True)]
-        nf_mult_prev, nf_mult = nf_mult, min(2 ** n_layers, 8)
-        sequence += [nn.Conv3d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=1, padding=padw,
-                               bias=use_bias), norm_layer(ndf * nf_mult), nn.LeakyReLU(0.2, True)]
-        sequence += [nn.Conv3d(ndf * nf_mult, 1, kernel_size=kw, stride=1, padding=padw)]
-        self.model = nn.Sequential(*sequence)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.model(input)
-
-
-class Pixel3dDiscriminator(nn.Module):
-    """1x1x1 PatchGAN: a real/fake logit per voxel."""
-
-    def __init__(self, input_nc: int, ndf: int = 64, norm_layer=nn.BatchNorm3d):
-        super().__init__()
-        use_bias = uses_bias(norm_layer)
-        self.net = nn.Sequential(
-            nn.Conv3d(input_nc, ndf, kernel_size=1, stride=1, padding=0),
-            nn.LeakyReLU(0.2, True),
-            nn.Conv3d(ndf, ndf * 2, kernel_size=1, stride=1, padding=0, bias=use_bias),
-            norm_layer(ndf * 2),
-            nn.LeakyReLU(0.2, True),
-            nn.Conv3d(ndf * 2, 1, kernel_size=1, stride=1, padding=0, bias=use_bias))
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.net(input)
 
 
 def _refuse_2d_only_flags(name: str, flags: Any) -> tuple[str, str] | None:
@@ -86,8 +44,8 @@ class PatchGAN3dFamily(NetworkFamily):
         return _FIXED_LAYERS.get(self.name) or flags.n_layers_D
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
-        return NLayer3dDiscriminator(input_nc, flags.ndf, self.n_layers(flags),
-                                     norm_layer=get_norm_layer(flags.norm, dims=3))
+        return NLayerDiscriminator(input_nc, flags.ndf, self.n_layers(flags),
+                                   norm_layer=get_norm_layer(flags.norm, dims=3), dims=3)
 
     def size_rule(self, flags: Any) -> SizeRule:
         # after the stride-2 layers: 3 voxels a side, for two more 4x4x4 convs
@@ -112,7 +70,7 @@ class Pixel3dFamily(NetworkFamily):
     stands_in_for = {name: f"{name}_3d" for name in PixelFamily.names}
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
-        return Pixel3dDiscriminator(input_nc, flags.ndf, norm_layer=get_norm_layer(flags.norm, dims=3))
+        return PixelDiscriminator(input_nc, flags.ndf, norm_layer=get_norm_layer(flags.norm, dims=3), dims=3)
 
     def size_rule(self, flags: Any) -> SizeRule:
         return SizeRule(1, 1, dims=3)

@@ -2,6 +2,7 @@
 design (each built from --ndf, --n_layers_D and --norm), the k-th judging the image average-pooled
 by 2, k times, so that the coarsest sees the whole layout (for 512 px and above). Its prediction is
 a list, one logit grid per scale (the losses: models/multiscale.py). Keys: `scale<k>.model.<i>.<param>`.
+Under CUT (its --no_antialias off) each scale is CUT's antialiased PatchGAN.
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from torch import nn
 
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import get_norm_layer
-from models.networks.patchgan import NLayerDiscriminator
+from models.networks.layers import get_norm_layer, wants_sliced_pads
+from models.networks.patchgan import NLayerDiscriminator, antialiased
 from util.errors import UserError
 
 
@@ -20,11 +21,13 @@ class MultiscaleDiscriminator(nn.Module):
     """`num_D` PatchGANs, scale k judging the input downsampled by 2**k; returns their predictions
     (a list, finest first)."""
 
-    def __init__(self, input_nc: int, ndf: int, n_layers: int, norm_layer, num_D: int) -> None:
+    def __init__(self, input_nc: int, ndf: int, n_layers: int, norm_layer, num_D: int, *, antialias: bool = False,
+                 sliced_pads: bool = False) -> None:
         super().__init__()
         self.num_D = num_D
-        for k in range(num_D):
-            self.add_module(f"scale{k}", NLayerDiscriminator(input_nc, ndf, n_layers, norm_layer=norm_layer))
+        for k in range(num_D):  # each CUT's antialiased PatchGAN with `antialias`
+            self.add_module(f"scale{k}", NLayerDiscriminator(input_nc, ndf, n_layers, norm_layer=norm_layer,
+                                                             antialias=antialias, sliced_pads=sliced_pads))
         # pix2pixHD's downsampling: padding not counted, so the border is not darkened
         self.downsample = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
 
@@ -53,12 +56,13 @@ class MultiscaleFamily(NetworkFamily):
 
     role = "discriminator"
     names = ("multiscale",)
-    shape_flags = ("ndf", "norm", "n_layers_D", "num_D", "D_spectral")
+    shape_flags = ("ndf", "norm", "n_layers_D", "num_D", "D_spectral", "no_antialias")
     description = ("multiscale: pix2pixHD's --num_D n_layers PatchGANs on the image at 1, 1/2, 1/4... of its "
                    "size, for 512 px and above")
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
-        return MultiscaleDiscriminator(input_nc, flags.ndf, flags.n_layers_D, get_norm_layer(flags.norm), flags.num_D)
+        return MultiscaleDiscriminator(input_nc, flags.ndf, flags.n_layers_D, get_norm_layer(flags.norm), flags.num_D,
+                                       antialias=antialiased(flags), sliced_pads=wants_sliced_pads(flags))
 
     def size_rule(self, flags: Any) -> SizeRule:
         return SizeRule(1, smallest_side(flags.n_layers_D, flags.num_D))

@@ -12,9 +12,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from models.activation_checkpointing import recompute_in_backward
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import get_norm_layer, norm_seen, resize_seen, use_resize_convolutions, uses_bias
+from models.networks.layers import (convolutions, get_norm_layer, norm_seen, recompute_in_backward, resize_seen,
+                                    use_resize_convolutions, uses_bias, wants_checkpointing, wants_sliced_pads)
 from models.networks.unet_latent import BASIC_UPSAMPLING, LatentUnetGenerator, nonlinearity
 from util.errors import UserError
 
@@ -25,19 +25,22 @@ PIX2PIX_DEFAULT = "unet_256"
 
 class UnetGenerator(nn.Module):
     """U-Net with `num_downs` halvings: a 2**num_downs input becomes 1x1 at the bottleneck; `dims` 3
-    for volumes (unet_3d.py: the same levels with 3-D convolutions, the same keys)."""
+    for volumes (unet_3d.py: the same levels with 3-D convolutions, the same keys). `recompute`: the
+    levels below the outermost recompute their activations in backward (--checkpoint_activations)."""
 
     def __init__(self, input_nc: int, output_nc: int, num_downs: int, ngf: int = 64,
-                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False, dims: int = 2):
+                 norm_layer=nn.BatchNorm2d, use_dropout: bool = False, dims: int = 2, *, recompute: bool = False):
         super().__init__()
         # Built from the innermost block outwards.
-        level = functools.partial(UnetSkipConnectionBlock, input_nc=None, norm_layer=norm_layer, dims=dims)
+        level = functools.partial(UnetSkipConnectionBlock, input_nc=None, norm_layer=norm_layer, dims=dims,
+                                  recompute=recompute)
         unet_block = level(ngf * 8, ngf * 8, submodule=None, innermost=True)
         for _ in range(num_downs - 5):
             unet_block = level(ngf * 8, ngf * 8, submodule=unet_block, use_dropout=use_dropout)
         unet_block = level(ngf * 4, ngf * 8, submodule=unet_block)
         unet_block = level(ngf * 2, ngf * 4, submodule=unet_block)
         unet_block = level(ngf, ngf * 2, submodule=unet_block)
+        # the outermost level would gain nothing from recomputing: its output is the network's
         self.model = UnetSkipConnectionBlock(output_nc, ngf, input_nc=input_nc, submodule=unet_block,
                                              outermost=True, norm_layer=norm_layer, dims=dims)
 
@@ -46,17 +49,23 @@ class UnetGenerator(nn.Module):
 
 
 class UnetSkipConnectionBlock(nn.Module):
-    """One U-Net level: down, the inner levels, up, concatenated with the input (skip)."""
+    """One U-Net level: down, the inner levels, up, concatenated with the input (skip).
+
+    With `recompute` (a level below the outermost, --checkpoint_activations), its own layers keep
+    only their inputs and are recomputed in backward: its down part (conv, norm) and its up part
+    (conv, norm, dropout), each from its input; the levels inside it run as themselves (recomputing in
+    turn), so every layer is recomputed once. Same output, gradients and state_dict keys."""
 
     def __init__(self, outer_nc: int, inner_nc: int, input_nc: int | None = None, submodule=None,
                  outermost: bool = False, innermost: bool = False, norm_layer=nn.BatchNorm2d,
-                 use_dropout: bool = False, dims: int = 2):
+                 use_dropout: bool = False, dims: int = 2, recompute: bool = False):
         super().__init__()
         self.outermost = outermost
+        self.recompute = recompute and not outermost
         use_bias = uses_bias(norm_layer)
         if input_nc is None:
             input_nc = outer_nc
-        conv, conv_transpose = (nn.Conv2d, nn.ConvTranspose2d) if dims == 2 else (nn.Conv3d, nn.ConvTranspose3d)
+        conv, conv_transpose = convolutions(dims)
         downconv = conv(input_nc, inner_nc, kernel_size=4, stride=2, padding=1, bias=use_bias)
         downrelu = nn.LeakyReLU(0.2, True)
         downnorm = norm_layer(inner_nc)
@@ -76,25 +85,17 @@ class UnetSkipConnectionBlock(nn.Module):
         self.model = nn.Sequential(*model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # checkpointing is for training; scripted networks translate
+            if self.recompute:
+                return self._recomputing_forward(x)
         if self.outermost:
             return self.model(x)
         return torch.cat([x, self.model(x)], 1)
 
-
-
-class CheckpointedUnetBlock(UnetSkipConnectionBlock):
-    """A U-Net level below the outermost whose own layers are recomputed in backward: its down
-    part (conv, norm) and its up part (conv, norm, dropout), each from its input; the levels inside
-    it run as themselves (checkpointed in turn), so every layer is recomputed once. Each of the two
-    parts starts with an in-place activation whose output the plain block shares with the skip
-    connection or the inner level; it runs outside the checkpoint, whose saved input must not
-    change before the recomputation."""
-
-    @staticmethod
-    def applies_to(block: UnetSkipConnectionBlock) -> bool:
-        return not block.outermost
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _recomputing_forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Each of the two parts starts with an in-place activation whose output the plain level
+        # shares with the skip connection or the inner level; it runs outside the checkpoint, whose
+        # saved input must not change before the recomputation.
         layers = list(self.model)
         # [downrelu, downconv, (downnorm), (submodule), uprelu, upconv, upnorm, (dropout)]
         up_start = next(i for i, layer in enumerate(layers) if isinstance(layer, nn.ReLU))
@@ -115,7 +116,6 @@ class UnetFamily(NetworkFamily):
     names = tuple(_DEPTHS)
     # nz, where_add, nl: BicycleGAN's U-Net (a run without a code has none of them)
     shape_flags = ("ngf", "norm", "no_dropout", "upsample", "nz", "where_add", "nl")
-    checkpointed_blocks = {UnetSkipConnectionBlock: CheckpointedUnetBlock}
     description = "unet_256, unet_128: a U-Net for 256 (128) px images"
 
     @property
@@ -125,14 +125,18 @@ class UnetFamily(NetworkFamily):
     def latent_size(self, flags: Any) -> int:
         return int(getattr(flags, "nz", 0) or 0)
 
+    def recomputes_activations(self, flags: Any) -> bool:
+        return not self.latent_size(flags)  # the levels below the outermost; BicycleGAN's U-Net has none
+
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
         if self.latent_size(flags):
             return LatentUnetGenerator(input_nc, output_nc, flags.nz, self.depth, flags.ngf,
                                        norm_layer=None if flags.norm == "none" else get_norm_layer(flags.norm),
                                        nl_layer=nonlinearity(flags.nl), use_dropout=not flags.no_dropout,
-                                       upsample=flags.upsample, where_add=flags.where_add)
+                                       upsample=flags.upsample, where_add=flags.where_add,
+                                       sliced_pads=wants_sliced_pads(flags))
         net = UnetGenerator(input_nc, output_nc, self.depth, flags.ngf, norm_layer=get_norm_layer(flags.norm),
-                            use_dropout=not flags.no_dropout)
+                            use_dropout=not flags.no_dropout, recompute=wants_checkpointing(flags))
         if getattr(flags, "upsample", "transpose") != "transpose":
             use_resize_convolutions(net, flags.upsample)
         return net

@@ -1,7 +1,8 @@
 """The volumetric U-Net generators (`--netG unet_32_3d`, `unet_64_3d`, `unet_128_3d`): unet.py's
-U-Net built with every layer in 3-D (`UnetGenerator(..., dims=3)`), for pix2pix (and CycleGAN) on medical volumes. `num_downs` halvings
-(5, 6, 7: log2 of the number) with skip connections, so a volume whose sides are 2**num_downs is
-1x1x1 at the bottleneck; sizes smaller than the 2-D ones because volumes are trained in patches.
+U-Net built with every layer in 3-D (`UnetGenerator(..., dims=3)`), for pix2pix (and CycleGAN) on
+medical volumes. `num_downs` halvings (5, 6, 7: log2 of the number) with skip connections, so a
+volume whose sides are 2**num_downs is 1x1x1 at the bottleneck; sizes smaller than the 2-D ones
+because volumes are trained in patches.
 
 Layers and keys are the 2-D reference's (`model.model.0.weight`, nested one `model` per level) with
 Conv3d and ConvTranspose3d (4x4x4, stride 2) and 3-D norms; the conv weights are 5-D, which tells
@@ -14,8 +15,9 @@ from typing import Any, Mapping
 from torch import nn
 
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import check_volume_size, get_norm_layer, norm_seen, resize_seen, use_resize_convolutions
-from models.networks.unet import CheckpointedUnetBlock, UnetFamily, UnetGenerator, UnetSkipConnectionBlock
+from models.networks.layers import (check_volume_size, get_norm_layer, norm_seen, resize_seen, use_resize_convolutions,
+                                    wants_checkpointing)
+from models.networks.unet import UnetFamily, UnetGenerator
 
 _DEPTHS = {"unet_32_3d": 5, "unet_64_3d": 6, "unet_128_3d": 7}
 
@@ -26,7 +28,6 @@ class Unet3dFamily(NetworkFamily):
     role = "generator"
     names = tuple(_DEPTHS)
     shape_flags = ("ngf", "norm", "no_dropout", "upsample")
-    checkpointed_blocks = {UnetSkipConnectionBlock: CheckpointedUnetBlock}
     description = "unet_32_3d, unet_64_3d, unet_128_3d: a U-Net for volumes of 32 (64, 128) voxels a side"
     # pix2pix's U-Nets: 6 halvings fit the default 64-voxel patches
     stands_in_for = dict.fromkeys(UnetFamily.names, "unet_64_3d")
@@ -37,10 +38,13 @@ class Unet3dFamily(NetworkFamily):
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
         net = UnetGenerator(input_nc, output_nc, self.depth, flags.ngf, norm_layer=get_norm_layer(flags.norm, dims=3),
-                            use_dropout=not flags.no_dropout, dims=3)
+                            use_dropout=not flags.no_dropout, dims=3, recompute=wants_checkpointing(flags))
         if getattr(flags, "upsample", "transpose") != "transpose":
             use_resize_convolutions(net, flags.upsample)
         return net
+
+    def recomputes_activations(self, flags: Any) -> bool:
+        return True  # the levels below the outermost
 
     @classmethod
     def from_weights(cls, state: Mapping[str, Any]) -> dict | None:

@@ -12,10 +12,13 @@ activation of the way up.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
 from torch import nn
+
+from models.networks.layers import ReflectionPad2d
 
 NONLINEARITIES = ("relu", "lrelu", "elu")
 # BicycleGAN's --upsample values: transposed convolutions ("basic", its default), or a bilinear resize
@@ -35,12 +38,13 @@ def nonlinearity(name: str) -> Callable[[], nn.Module]:
     raise ValueError(f"--nl {name}: choose one of {', '.join(NONLINEARITIES)}")
 
 
-def doubling_layers(in_channels: int, out_channels: int, upsample: str) -> list[nn.Module]:
+def doubling_layers(in_channels: int, out_channels: int, upsample: str, sliced_pads: bool = False) -> list[nn.Module]:
     """The layers that double the size on the way up: a transposed convolution (`basic`), or a
-    bilinear resize, a reflection pad and a 3x3 convolution (`bilinear`)."""
+    bilinear resize, a reflection pad (from slices with `sliced_pads`: --deterministic) and a 3x3
+    convolution (`bilinear`)."""
     if upsample == BASIC_UPSAMPLING:
         return [nn.ConvTranspose2d(in_channels, out_channels, kernel_size=4, stride=2, padding=1)]
-    return [nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReflectionPad2d(1),
+    return [nn.Upsample(scale_factor=2, mode="bilinear"), ReflectionPad2d(1, sliced=sliced_pads),
             nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=0)]
 
 
@@ -57,21 +61,22 @@ class LevelWithCode(nn.Module):
     def __init__(self, input_nc: int, outer_nc: int, inner_nc: int, nz: int, submodule: nn.Module | None,
                  outermost: bool = False, innermost: bool = False, norm_layer=None,
                  nl_layer: Callable[[], nn.Module] = lambda: nn.ReLU(True), use_dropout: bool = False,
-                 upsample: str = BASIC_UPSAMPLING):
+                 upsample: str = BASIC_UPSAMPLING, sliced_pads: bool = False):
         super().__init__()
         self.outermost, self.nz = outermost, nz
+        doubling = functools.partial(doubling_layers, upsample=upsample, sliced_pads=sliced_pads)
         downconv = nn.Conv2d(input_nc + nz, inner_nc, kernel_size=4, stride=2, padding=1)
         if outermost:
             down = [downconv]
-            up = [nl_layer(), *doubling_layers(inner_nc * 2, outer_nc, upsample), nn.Tanh()]
+            up = [nl_layer(), *doubling(inner_nc * 2, outer_nc), nn.Tanh()]
         elif innermost:
             down = [nn.LeakyReLU(0.2, True), downconv]
-            up = [nl_layer(), *doubling_layers(inner_nc, outer_nc, upsample)]
+            up = [nl_layer(), *doubling(inner_nc, outer_nc)]
             up += [norm_layer(outer_nc)] if norm_layer is not None else []
         else:
             down = [nn.LeakyReLU(0.2, True), downconv]
             down += [norm_layer(inner_nc)] if norm_layer is not None else []
-            up = [nl_layer(), *doubling_layers(inner_nc * 2, outer_nc, upsample)]
+            up = [nl_layer(), *doubling(inner_nc * 2, outer_nc)]
             up += [norm_layer(outer_nc)] if norm_layer is not None else []
             up += [nn.Dropout(0.5)] if use_dropout else []
         self.down = nn.Sequential(*down)
@@ -92,19 +97,20 @@ class Level(nn.Module):
     def __init__(self, input_nc: int, outer_nc: int, inner_nc: int, submodule: nn.Module | None = None,
                  outermost: bool = False, innermost: bool = False, norm_layer=None,
                  nl_layer: Callable[[], nn.Module] = lambda: nn.ReLU(True), use_dropout: bool = False,
-                 upsample: str = BASIC_UPSAMPLING):
+                 upsample: str = BASIC_UPSAMPLING, sliced_pads: bool = False):
         super().__init__()
         self.outermost = outermost
+        doubling = functools.partial(doubling_layers, upsample=upsample, sliced_pads=sliced_pads)
         downconv = nn.Conv2d(input_nc, inner_nc, kernel_size=4, stride=2, padding=1)
         norm = (lambda channels: [norm_layer(channels)]) if norm_layer is not None else (lambda channels: [])
         if outermost:
-            layers = [downconv, submodule, nl_layer(), *doubling_layers(inner_nc * 2, outer_nc, upsample), nn.Tanh()]
+            layers = [downconv, submodule, nl_layer(), *doubling(inner_nc * 2, outer_nc), nn.Tanh()]
         elif innermost:
-            layers = [nn.LeakyReLU(0.2, True), downconv, nl_layer(), *doubling_layers(inner_nc, outer_nc, upsample),
+            layers = [nn.LeakyReLU(0.2, True), downconv, nl_layer(), *doubling(inner_nc, outer_nc),
                       *norm(outer_nc)]
         else:
             layers = [nn.LeakyReLU(0.2, True), downconv, *norm(inner_nc), submodule, nl_layer(),
-                      *doubling_layers(inner_nc * 2, outer_nc, upsample), *norm(outer_nc)]
+                      *doubling(inner_nc * 2, outer_nc), *norm(outer_nc)]
             layers += [nn.Dropout(0.5)] if use_dropout else []
         self.model = nn.Sequential(*layers)
 
@@ -120,11 +126,12 @@ class LatentUnetGenerator(nn.Module):
 
     def __init__(self, input_nc: int, output_nc: int, nz: int, num_downs: int, ngf: int = 64,
                  norm_layer=None, nl_layer: Callable[[], nn.Module] = lambda: nn.ReLU(True),
-                 use_dropout: bool = False, upsample: str = BASIC_UPSAMPLING, where_add: str = "all"):
+                 use_dropout: bool = False, upsample: str = BASIC_UPSAMPLING, where_add: str = "all",
+                 sliced_pads: bool = False):
         super().__init__()
         self.nz, self.where_add = nz, where_add
         self.code_at_every_level = where_add == "all"
-        common = dict(norm_layer=norm_layer, nl_layer=nl_layer, upsample=upsample)
+        common = dict(norm_layer=norm_layer, nl_layer=nl_layer, upsample=upsample, sliced_pads=sliced_pads)
         widest = ngf * 8
         if where_add == "all":
             block = LevelWithCode(widest, widest, widest, nz, None, innermost=True, **common)

@@ -9,32 +9,34 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from models.activation_checkpointing import recompute_in_backward
-from models.networks import NetworkFamily, SizeRule, get_norm_layer
+from models.networks import NetworkFamily, SizeRule, get_norm_layer, recompute_in_backward, wants_checkpointing
 
 
 class DilatedBlock(nn.Module):
-    def __init__(self, width: int, norm_layer) -> None:
+    """Built with `recompute` (--checkpoint_activations), the body keeps only its input and
+    recomputes its activations in backward."""
+
+    def __init__(self, width: int, norm_layer, recompute: bool = False) -> None:
         super().__init__()
+        self.recompute = recompute
         self.body = nn.Sequential(nn.Conv2d(width, width, 3, padding=2, dilation=2), norm_layer(width), nn.ReLU(True),
                                   nn.Conv2d(width, width, 3, padding=2, dilation=2), norm_layer(width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # scripts/export.py scripts the plain branch
+            if self.recompute:
+                return x + recompute_in_backward(self.body, self.body, x)
         return x + self.body(x)
 
 
-class CheckpointedDilatedBlock(DilatedBlock):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + recompute_in_backward(self.body, self.body, x)
-
-
 class DilatedGenerator(nn.Module):
-    def __init__(self, input_nc: int, output_nc: int, width: int, blocks: int, norm_layer) -> None:
+    def __init__(self, input_nc: int, output_nc: int, width: int, blocks: int, norm_layer,
+                 recompute: bool = False) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(input_nc, width, 3, padding=1), norm_layer(width), nn.ReLU(True),
                                   nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), norm_layer(2 * width),
                                   nn.ReLU(True))
-        self.blocks = nn.Sequential(*[DilatedBlock(2 * width, norm_layer) for _ in range(blocks)])
+        self.blocks = nn.Sequential(*[DilatedBlock(2 * width, norm_layer, recompute) for _ in range(blocks)])
         self.head = nn.Sequential(nn.ConvTranspose2d(2 * width, width, 4, stride=2, padding=1), norm_layer(width),
                                   nn.ReLU(True), nn.Conv2d(width, output_nc, 3, padding=1), nn.Tanh())
 
@@ -47,7 +49,6 @@ class DilatedFamily(NetworkFamily):
 
     role = "generator"
     shape_flags = ("ngf", "norm", "dilated_blocks")
-    checkpointed_blocks = {DilatedBlock: CheckpointedDilatedBlock}
 
     @staticmethod
     def add_flags(parser):
@@ -56,7 +57,11 @@ class DilatedFamily(NetworkFamily):
         return parser
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
-        return DilatedGenerator(input_nc, output_nc, flags.ngf, flags.dilated_blocks, get_norm_layer(flags.norm))
+        return DilatedGenerator(input_nc, output_nc, flags.ngf, flags.dilated_blocks, get_norm_layer(flags.norm),
+                                recompute=wants_checkpointing(flags))
+
+    def recomputes_activations(self, flags: Any) -> bool:
+        return True  # its dilated blocks
 
     @classmethod
     def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
