@@ -14,8 +14,8 @@ from torch import nn
 from models import create_model, cut_model, networks
 from models.networks.blur import Downsample
 from options.train_options import TrainOptions
+from conftest import training_engine
 from test_fast_path import batches
-from util import distributed
 from util.distributed import DistContext
 from util.errors import UserError
 from util.seeding import seed_everything
@@ -48,9 +48,9 @@ def test_a_training_step_changes_the_class_of_no_module(model_name, flags):
     before = {name: module_classes(net) for name, net in built.items()}
     batch = batches(1, 128 if "unet_128" in flags else 32)[0]
     m.setup(opt, first_batch=batch)
-    m.engine.train_step([batch])
+    training_engine(m).train_step([batch])
     for name, net in built.items():
-        assert distributed.unwrap(getattr(m, "net" + name)) is net, name  # the model still holds what it built
+        assert getattr(m, "net" + name) is net, name  # the model still holds what it built
         after = dict(module_classes(net))  # (CUT's netF adds its MLPs at the first batch, by design)
         assert all(after[module] is cls for module, cls in before[name]), name
     layers = [module for net in built.values() for module in net.modules()]
