@@ -14,9 +14,10 @@ import functools
 import inspect
 
 from models.base_model import BaseModel
+from models.model_contract import check_contract
 from util.console import print0
 from util.distributed import DistContext
-from util.registry import NamedFiles, Registry
+from util.registry import NamedFiles, Registry, argument_type
 
 MODELS: Registry[BaseModel] = Registry("--model", BaseModel, kind="model", builtins=NamedFiles("models", "_model"),
                                        example="mypackage.my_model", see="docs/extending.md, \"A model\"")
@@ -36,13 +37,16 @@ def builtin_models() -> dict[str, type[BaseModel]]:
 def find_model_using_name(model_name: str) -> type[BaseModel]:
     """The model class `--model model_name` names: a built-in name, or a dotted module path whose
     module defines exactly one BaseModel subclass. A UserError (one paragraph: the built-in names
-    and how to name a module) for anything else."""
-    return MODELS.find(model_name)
+    and how to name a module) for anything else, and for a model written for the contract before
+    the training engine (models/model_contract.py)."""
+    model_class = MODELS.find(model_name)
+    check_contract(model_class, f"--model {model_name}")
+    return model_class
 
 
 # argparse `type` of --model: the name when it names a model, so that a bad one exits 2 with one
 # paragraph while options are parsed, before anything is written.
-model_name = MODELS.argument_type()
+model_name = argument_type(find_model_using_name, "--model")
 
 
 def get_option_setter(model_name: str):

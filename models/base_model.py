@@ -60,6 +60,7 @@ from models import networks
 from models.batch_entries import paired_batch
 from models import precision
 from models.diff_augment import DiscriminatorAugment
+from models.model_contract import MovedToTheStep
 from models.model_state import ModelState
 from models.network_views import NetworkViews
 from models.training_step import TrainingStep
@@ -77,7 +78,7 @@ ROLES = (GENERATOR, ENCODER, DISCRIMINATOR, HEAD)
 INFERENCE_ROLES = (GENERATOR, ENCODER)
 
 
-class BaseModel(ModelState, ABC):
+class BaseModel(ModelState, MovedToTheStep, ABC):
     """Base class of all models (see the module docstring for the contract)."""
 
     # ------------------------------------------------------------------ facts a model declares

@@ -196,7 +196,7 @@ class CUTModel(BaseModel):
             self.fake_B = fake[:self.real_A.shape[0]]
             if self.opt.nce_idt:
                 self.idt_B = fake[self.real_A.shape[0]:]
-        self.loss_D = self.discriminator_loss(nets)
+        self.loss_D = self.discriminator_loss(step)
         step.update_weights(self.optimizer_D, self.loss_D)
         with step.frozen("D") as netD:  # G's step: D judges only
             self.loss_G = self.generator_loss(nets, netD, flipped)
@@ -216,19 +216,19 @@ class CUTModel(BaseModel):
             ids.append(drawn[rows].to(self.device))
         return ids
 
-    def discriminator_loss(self, nets: NetworkViews) -> torch.Tensor:
+    def discriminator_loss(self, step: TrainingStep) -> torch.Tensor:
         """D's loss: real B is real, G(A) fake (detached: D's step does not train G), on images
         through --diff_augment (the identity without)."""
         real, fake = self.diff_augment(self.real_B), self.diff_augment(self.fake_B.detach())
         with self.autocast():
-            self.loss_D_fake = self.criterionGAN(nets.D(fake), False)
-            pred_real = nets.D(real)
+            self.loss_D_fake = self.criterionGAN(step.nets.D(fake), False)
+            pred_real = step.nets.D(real)
             self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
             self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
-            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            penalty, _ = networks.cal_gradient_penalty(self.netD, real, fake)
+            # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
+            penalty, _ = networks.cal_gradient_penalty(step.module("D"), real, fake)
             loss_D = loss_D + penalty
         return loss_D
 

@@ -116,10 +116,10 @@ class CycleGANModel(BaseModel):
         self.fake_A = nets.G_B(self.real_B)  # G_B(B)
         self.rec_B = nets.G_A(self.fake_A)   # G_A(G_B(B))
 
-    def discriminator_loss(self, nets: NetworkViews, name: str, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    def discriminator_loss(self, step: TrainingStep, name: str, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
         """Real-vs-fake loss of discriminator `name` (fake detached: D's step does not train G), on
         images through --diff_augment (the identity without)."""
-        netD = nets[name]
+        netD = step.nets[name]
         real, fake = self.diff_augment(real), self.diff_augment(fake.detach())
         with self.autocast():
             pred_real = netD(real)
@@ -128,9 +128,8 @@ class CycleGANModel(BaseModel):
             loss_D_fake = self.criterionGAN(netD(fake), False)
             loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
-            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            # double backward: through the plain module, neither compiled nor DDP-wrapped
-            penalty, _ = networks.cal_gradient_penalty(self.named_networks()[name], real, fake.detach())
+            # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
+            penalty, _ = networks.cal_gradient_penalty(step.module(name), real, fake.detach())
             loss_D = loss_D + penalty
         return loss_D
 
@@ -162,6 +161,6 @@ class CycleGANModel(BaseModel):
         with step.frozen("D_A", "D_B") as (netD_A, netD_B):  # G's step: D judges only
             self.loss_G = self.generator_loss(step.nets, netD_A, netD_B)
             step.update_weights(self.optimizer_G, self.loss_G)
-        self.loss_D_A = self.discriminator_loss(step.nets, "D_A", self.real_B, self.fake_B_pool.query(self.fake_B))
-        self.loss_D_B = self.discriminator_loss(step.nets, "D_B", self.real_A, self.fake_A_pool.query(self.fake_A))
+        self.loss_D_A = self.discriminator_loss(step, "D_A", self.real_B, self.fake_B_pool.query(self.fake_B))
+        self.loss_D_B = self.discriminator_loss(step, "D_B", self.real_A, self.fake_A_pool.query(self.fake_A))
         step.update_weights(self.optimizer_D, self.loss_D_A + self.loss_D_B)

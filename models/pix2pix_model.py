@@ -60,22 +60,21 @@ class Pix2PixModel(BaseModel):
     def forward(self, nets: NetworkViews) -> None:
         self.fake_B = nets.G(self.real_A)
 
-    def discriminator_loss(self, nets: NetworkViews) -> torch.Tensor:
+    def discriminator_loss(self, step: TrainingStep) -> torch.Tensor:
         """D's loss: (A, real B) pairs are real, (A, G(A)) pairs fake (detached: D's step does not train G).
         With --diff_augment each pair goes through one transform, the same for both its halves."""
         with self.autocast():
             fake_AB = torch.cat(self.diff_augment(self.real_A, self.fake_B), 1)
-            pred_fake = nets.D(fake_AB.detach())
+            pred_fake = step.nets.D(fake_AB.detach())
             self.loss_D_fake = self.criterionGAN(pred_fake, False)
             real_AB = torch.cat(self.diff_augment(self.real_A, self.real_B), 1)
-            pred_real = nets.D(real_AB)
+            pred_real = step.nets.D(real_AB)
             self.diff_augment.observe_real(pred_real)  # --ada_target: is D overconfident on reals?
             self.loss_D_real = self.criterionGAN(pred_real, True)
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
-            # Double backward: through the plain module, neither compiled nor DDP-wrapped.
-            # double backward: through the plain module, neither compiled nor DDP-wrapped
-            penalty, _ = networks.cal_gradient_penalty(self.netD, real_AB, fake_AB.detach())
+            # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
+            penalty, _ = networks.cal_gradient_penalty(step.module("D"), real_AB, fake_AB.detach())
             loss_D = loss_D + penalty
         return loss_D
 
@@ -98,7 +97,7 @@ class Pix2PixModel(BaseModel):
     def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():
             self.forward(step.nets)
-        self.loss_D = self.discriminator_loss(step.nets)
+        self.loss_D = self.discriminator_loss(step)
         step.update_weights(self.optimizer_D, self.loss_D)
         with step.frozen("D") as netD:  # G's step: D judges only
             self.loss_G = self.generator_loss(netD)
@@ -111,7 +110,7 @@ class Pix2PixModel(BaseModel):
         accumulation G's one pass updates them once."""
         with torch.no_grad(), buffers_kept(self.netG), self.autocast():
             self.forward(step.nets)
-        self.loss_D = self.discriminator_loss(step.nets)
+        self.loss_D = self.discriminator_loss(step)
         step.update_weights(self.optimizer_D, self.loss_D)
 
     def accumulate_G(self, step: TrainingStep) -> None:

@@ -20,7 +20,8 @@ project, e.g. mypackage/dummy_model.py, and pass `--model mypackage.dummy_model`
   - `optimize_parameters(step)`: compute losses with `step.nets` and apply each with
     `step.update_weights(optimizer, loss)`;
   - optionally `data_dependent_initialize(first_batch)`: build what needs to see data first.
-DDP wrapping, checkpoints, schedules, logging and test-time loading come from BaseModel.
+DDP wrapping and the step's mechanics come from the training engine (models/training_engine.py);
+checkpoints, schedules, logging and test-time loading from BaseModel.
 Train it with: python train.py --dataroot ./datasets/facades --name template --model template
 """
 from __future__ import annotations

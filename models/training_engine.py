@@ -63,8 +63,13 @@ class TrainingEngine:
             self._load_shared_state(saved)
         if rank_state is not None and "loss_watch" in rank_state["model"]:
             self.loss_watch.load_state_dict(rank_state["model"]["loss_watch"])
-        self.probe = CompileProbe.for_run(opt.compile, opt.compile_probe, (saved or {}).get("compile_choice"), report)
-        self._compiled_now = bool(opt.compile)  # the variant the probe last put the networks in (they start compiled)
+        saved_choice = (saved or {}).get("compile_choice")
+        self.probe = CompileProbe.for_run(opt.compile, opt.compile_probe, saved_choice, report)
+        self._saved_compile_choice = saved_choice  # kept, and saved again, by a continued run without --compile
+        # the variant the probe wants first (the continued run's choice, or eager to time), from the start:
+        # a run continued at an epoch's end validates before its first step
+        self._compiled_now = self.probe.compiled_next()
+        self.networks.use_compiled(self._compiled_now)
 
     # ------------------------------------------------------------------ one training step
     def train_step(self, micro_batches: list[dict]) -> None:
@@ -114,8 +119,9 @@ class TrainingEngine:
     @property
     def compile_choice(self) -> bool | None:
         """--compile: whether the run trains compiled (True) or eagerly (False), once the probe has
-        decided; None before, and without --compile. Saved with the training state."""
-        return self.probe.choice
+        decided; None before. Without --compile, the choice of the run this one continues (None if none).
+        Saved with the training state."""
+        return self.probe.choice if self.opt.compile else self._saved_compile_choice
 
     def check_finite(self, epoch: int, total_iters: int, images_per_step: int, weights: bool = False) -> None:
         """Raise `TrainingDiverged` on every rank if any rank stepped on a non-finite loss since the

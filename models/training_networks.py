@@ -77,9 +77,9 @@ class TrainingNetworks:
         eagerly (the compile probe's choice where compiling proved slower). Without --compile
         there is nothing to choose."""
         for name, variants in self._variants.items():
-            if compiled in variants and (names is None or name in names):
+            if compiled in variants and (names is None or name in names) and self._compiled[name] != compiled:
                 self._compiled[name] = compiled
-        self._views = None
+                self._views = None
 
     @contextmanager
     def frozen(self, *names: str) -> Iterator:

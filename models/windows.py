@@ -84,11 +84,11 @@ def in_windows(predictor: Callable[..., torch.Tensor], x: torch.Tensor, windows:
     if windows.blend == RAMP:
         size = tuple(min(side, length) for side, length in zip(windows.size, spatial))
         # the overlap rounded up to the 4-pixel grid (an axis the image fits in has one window, no overlap)
-        overlap_px = min(-(-int(windows.overlap) // ALIGN) * ALIGN, windows.size[0] - ALIGN)
-        weights = ramp_weights(size, max(overlap_px, 0), x.dtype, x.device)
-        # MONAI steps by int(size * (1 - fraction)): ask for exactly size - overlap, a multiple of 4
-        overlap = tuple(1 - (side - overlap_px + 0.5) / side if 0 < overlap_px and side < length else 0.0
-                        for side, length in zip(size, spatial))
+        overlap_px = max(min(-(-int(windows.overlap) // ALIGN) * ALIGN, windows.size[0] - ALIGN), 0)
+        weights = ramp_weights(size, overlap_px, x.dtype, x.device)
+        # MONAI steps by int(size * (1 - fraction)): ask for exactly the stride, a multiple of 4
+        strides = [tile_stride(length, side, overlap_px) for side, length in zip(size, spatial)]
+        overlap = tuple(1 - (stride + 0.5) / side if stride < side else 0.0 for stride, side in zip(strides, size))
         padding = "constant"  # never used: the windows fit the image
     else:
         size, overlap, padding = windows.size, windows.overlap, "replicate"
@@ -96,10 +96,15 @@ def in_windows(predictor: Callable[..., torch.Tensor], x: torch.Tensor, windows:
 
     def run(images: torch.Tensor, predict: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         def own_output(window: torch.Tensor) -> torch.Tensor:
-            # MONAI weights the output in place: an output that is a view of the input (an identity
-            # network) would rewrite the input under the windows still to come
             out = predict(window)
-            return out.clone() if out.untyped_storage().data_ptr() == images.untyped_storage().data_ptr() else out
+            if out.dtype != images.dtype:
+                # MONAI weights the output in its own dtype: under fp16 autocast a weight of 1e-12 at an
+                # image's border would round it to 0 while the sum of weights, in the input's, does not
+                return out.to(images.dtype)
+            # and in place: an output that is a view of the input (an identity network), or of MONAI's
+            # padded copy of it, would rewrite what the windows still to come read
+            inputs = {images.untyped_storage().data_ptr(), window.untyped_storage().data_ptr()}
+            return out.clone() if out.untyped_storage().data_ptr() in inputs else out
 
         return infer(images, size, windows.batch, own_output, overlap=overlap, padding_mode=padding, progress=False,
                      roi_weight_map=weights)
@@ -110,6 +115,16 @@ def in_windows(predictor: Callable[..., torch.Tensor], x: torch.Tensor, windows:
     return torch.cat([run(x[i:i + 1], lambda window, i=i: predictor(window, *(c[i:i + 1].expand(len(window), -1)
                                                                               for c in codes)))
                       for i in range(len(x))])
+
+
+def tile_stride(length: int, tile: int, overlap: int) -> int:
+    """The step between the starts of tiles of `tile` pixels on an axis of `length` (both multiples of 4):
+    the fewest tiles whose neighbours overlap by at least `overlap`, spread evenly on the 4-pixel grid
+    (the last one ends at the axis's end); `tile` when one tile covers it."""
+    if length <= tile:
+        return tile
+    count = -(-(length - tile) // (tile - overlap)) + 1
+    return ALIGN * -(-(-(-(length - tile) // (count - 1))) // ALIGN)
 
 
 def ramp_weights(size: Sequence[int], overlap: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -111,7 +111,18 @@ def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restore
     continued = create_model(opt, DistContext())
     continued.setup(opt, resume_state={"model": state, "options": None})
     resumed = TrainingEngine(continued, opt, DistContext(), {"model": state, "options": None})
-    assert resumed.compile_choice is False and not resumed.probe.compiled_next()
+    # eager from the start (a run continued at an epoch's end validates before its first step), no probing
+    assert resumed.compile_choice is False and resumed.probe.finished
+    assert dict(resumed.networks.views()) == dict(continued.named_networks())
+    with resumed.inference_networks() as nets:
+        assert not isinstance(nets.D, SlowWrapper) and not isinstance(nets.G.net, SlowWrapper)
+    # continued without --compile, the run keeps the choice it made, for a later --compile continuation
+    plain_opt = TrainOptions().parse(["--dataroot", "unused", "--model", "pix2pix", "--netG", "resnet_6blocks",
+                                      "--ngf", "4", "--ndf", "4", "--checkpoints_dir", str(tmp_path), "--name", "c"])
+    uncompiled = create_model(plain_opt, DistContext())
+    uncompiled.setup(plain_opt, resume_state={"model": state, "options": None})
+    assert TrainingEngine(uncompiled, plain_opt, DistContext(), {"model": state}).shared_training_state()[
+        "compile_choice"] is False
 
 
 def test_train_py_measures_keeps_the_faster_and_a_continued_run_keeps_the_choice(paired_root, tmp_path, monkeypatch,

@@ -61,7 +61,7 @@ needs_nibabel = pytest.mark.skipif(nib is None, reason=(
     "the volume checks need nibabel (requirements.txt): install it, or pass scripts/gpu_check.sh --wheels with "
     "its wheel"))
 needs_monai = pytest.mark.skipif(importlib.util.find_spec("monai") is None, reason=(
-    "whole volumes are translated by MONAI's sliding windows (requirements.txt): install monai, or pass "
+    "whole volumes and --tile are translated in MONAI's sliding windows (requirements.txt): install monai, or pass "
     "scripts/gpu_check.sh --wheels with its wheel"))
 two_gpus = pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2,
                               reason=f"NCCL needs a GPU per process: PyTorch sees {torch.cuda.device_count()} GPU(s)")
@@ -122,7 +122,8 @@ def test_trains_and_tests_on_the_gpu_and_its_checkpoints_load_on_a_cpu(model, se
 # ----------------------------------------------------------------------------- test.py: GPU equals CPU, tiles
 
 
-@pytest.mark.parametrize("tiling", [[], ["--tile", "64", "--tile_overlap", "32"]], ids=["whole", "tiled"])
+@pytest.mark.parametrize("tiling", [[], pytest.param(["--tile", "64", "--tile_overlap", "32"], marks=needs_monai)],
+                         ids=["whole", "tiled"])
 def test_test_py_on_the_gpu_equals_test_py_on_the_cpu(tiling, resnet_checkpoint, tmp_path):  # noqa: F811
     images = tmp_path / "in"
     images.mkdir()

@@ -491,3 +491,42 @@ def test_an_unknown_model_exits_2_naming_the_models_and_how_to_name_a_module(cap
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and name in err
     assert "cycle_gan, pix2pix, template, test" in err and "module" in err
+
+
+OLD_CONTRACT_MODEL = '''
+from models.template_model import TemplateModel
+
+
+class OldModel(TemplateModel):
+    """Written for the contract before the training engine: forward() calls self.netG."""
+
+    def forward(self):
+        self.output = self.netG(self.data_A)
+
+    def optimize_parameters(self):
+        self.forward()
+        self.update_weights(self.optimizer, (self.output - self.data_B).abs().mean())
+'''
+
+
+def test_a_model_written_for_the_contract_before_the_engine_is_refused_saying_how_to_update_it(tmp_path, monkeypatch,
+                                                                                               capsys):
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "__init__.py").write_text("")
+    (tmp_path / "older" / "old_model.py").write_text(OLD_CONTRACT_MODEL)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:  # while the options are parsed: before a run writes anything
+        train_opt("older.old_model", tmp=tmp_path)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert "OldModel.forward() takes no argument" in err and "def forward(self, nets)" in err
+    assert "step.update_weights(optimizer, loss)" in err and "docs/extending.md" in err
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_model_calling_what_moved_to_the_step_is_told_where_it_went():
+    m = build("template", "--netG", "resnet_6blocks")
+    with pytest.raises(UserError, match="self.update_weights.*now the training step's.*step.update_weights"):
+        m.update_weights(m.optimizer, torch.zeros(()))
+    with pytest.raises(UserError, match="self.frozen.*step.frozen"):
+        m.frozen(m.netG)

@@ -112,3 +112,28 @@ def test_the_networks_a_use_calls_are_held_by_that_use_under_names_of_their_own(
     assert nets.D is model.netD  # a discriminator is called as it is
     with pytest.raises(AttributeError):
         nets.G = model.netG  # views are read-only: a use builds its own
+
+
+def test_the_synchronised_twin_trains_the_plain_networks_weights_and_statistics():
+    """Under torchrun with --norm syncbatch the engine trains a twin of each network whose batch norms
+    synchronise across processes: it must share every Parameter and buffer with the model's network,
+    so that the optimizer (made with the model's parameters), the checkpoints and the running
+    statistics are those of what was trained, while the model's network keeps its own classes."""
+    from models.training_networks import synchronised_twin
+
+    torch.manual_seed(0)
+    plain = networks.build_discriminator(TrainOptions().parse(
+        ["--dataroot", "unused", "--model", "pix2pix", "--ndf", "4", "--norm", "syncbatch", "--D_spectral"]), 3)
+    classes = [type(module) for module in plain.modules()]
+    twin = synchronised_twin(plain, torch.device("cpu"))
+    assert [id(p) for p in twin.parameters()] == [id(p) for p in plain.parameters()]
+    assert [id(b) for b in twin.buffers()] == [id(b) for b in plain.buffers()]  # running stats, counts, u and v
+    assert any(type(module).__name__.startswith("CPUSyncBatchNorm") for module in twin.modules())
+    optimizer = torch.optim.Adam(plain.parameters(), lr=0.1)
+    before = {name: value.clone() for name, value in plain.state_dict().items()}
+    twin(torch.rand(2, 3, 32, 32)).mean().backward()
+    optimizer.step()
+    changed = [name for name, value in plain.state_dict().items() if not torch.equal(value, before[name])]
+    assert any(name.endswith("running_mean") for name in changed) and any("original" in name for name in changed)
+    assert any(name.endswith("num_batches_tracked") for name in changed) and any("_u" in name for name in changed)
+    assert [type(module) for module in plain.modules()] == classes

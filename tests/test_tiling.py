@@ -79,11 +79,15 @@ def window_starts(height: int, width: int, windows: Windows) -> tuple[list[int],
 
 @pytest.mark.parametrize("length, tile, overlap", [(1024, 512, 64), (768, 512, 64), (2000, 512, 128), (516, 512, 64),
                                                    (512, 512, 64), (1000, 256, 30)])
-def test_tiles_cover_the_image_on_the_4_pixel_grid_with_at_least_the_overlap(length, tile, overlap):
+def test_tiles_cover_the_image_evenly_on_the_4_pixel_grid_with_at_least_the_overlap(length, tile, overlap):
     starts, _ = window_starts(length, 32, Windows.for_tiles(tile, overlap))
+    overlap = -(-overlap // 4) * 4  # on the grid
     assert starts[0] == 0 and starts[-1] + tile == length
     assert all(s % 4 == 0 for s in starts)
-    assert all(b - a <= tile - overlap for a, b in zip(starts, starts[1:]))
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(gap <= tile - overlap for gap in gaps)
+    assert len(starts) == (-(-(length - tile) // (tile - overlap)) + 1 if length > tile else 1)  # the fewest tiles
+    assert all(gap == gaps[0] for gap in gaps[:-1]) and all(gaps[0] - gap < 4 * len(gaps) for gap in gaps)  # evenly
 
 
 def test_tile_weights_of_neighbours_add_up_to_one_across_the_overlap():

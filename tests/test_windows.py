@@ -111,3 +111,26 @@ def test_pictures_tiles_and_volumes_windows_go_through_the_one_routine(monkeypat
         InferenceGenerator(volume_net, networks.size_rule("resnet_6blocks_3d"), Windows.for_volumes((8, 8, 8), 0.5, 2))(
             torch.rand(1, 1, 12, 8, 10))
     assert seen == [(2, "ramp"), (3, "gaussian")]
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_precision_outputs_are_blended_in_the_inputs_precision_up_to_the_borders(half):
+    """Under fp16/bf16 autocast the generator's output is half precision; the windows' weights fall to
+    1e-12 at a tile's border, which fp16 rounds to 0: blended in the output's precision the image's
+    borders would come out as 0 (mid-gray)."""
+    picture = torch.rand(1, 3, 60, 100) * 2 - 1
+    doubled = in_windows(lambda window: (2 * window).to(half), picture, Windows.for_tiles(32, 8))
+    assert doubled.dtype == picture.dtype
+    assert torch.allclose(doubled, 2 * picture, rtol=2 ** -7, atol=2 ** -7)  # half's own rounding only
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_an_identity_network_leaves_the_input_it_reads_as_it_was(batch):
+    """MONAI weights each window's output in place; an output that is the input window itself, or a view
+    of MONAI's padded copy of a volume smaller than the window, must not be rewritten under the windows
+    still to come."""
+    volume = torch.rand(1, 1, 8, 40, 40, dtype=torch.float64)
+    kept = volume.clone()
+    out = in_windows(lambda window: window, volume, Windows.for_volumes((16, 16, 16), 0.5, batch))
+    assert torch.equal(volume, kept)
+    assert torch.allclose(out, volume, rtol=0, atol=1e-12)

@@ -315,7 +315,9 @@ def check_in_sync(name: str, module: nn.Module) -> None:
                            f"the setting that causes it.")
     if not torch.allclose(fingerprints, fingerprints[0].expand_as(fingerprints), rtol=1e-9, atol=1e-9):
         raise RuntimeError(f"network {name} has different weights on different ranks "
-                           f"(fingerprints {fingerprints.tolist()}); the processes are not training one model")
+                           f"(fingerprints {fingerprints.tolist()}); the processes are not training one model (a "
+                           f"model of your own whose step calls self.net{name}(...) rather than the networks it "
+                           f"is handed, step.nets.{name}(...), trains without DDP's all-reduce: docs/extending.md)")
 
 
 def broadcast_object(obj: Any) -> Any:

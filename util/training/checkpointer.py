@@ -42,7 +42,7 @@ from util.training.training_state import (capture_rng, load_training_state, newe
                                           position_of, rank_part, restore_rng, state_path, write_training_state)
 
 
-class CheckpointedModel(Protocol):
+class CheckpointedTraining(Protocol):
     """What the Checkpointer needs of what it saves (models/training_engine.TrainingEngine has it all)."""
 
     ema: object | None  # the generators' moving averages (--ema_decay), or None
@@ -162,30 +162,30 @@ class Checkpointer:
             seed_everything(start.seed + self.ctx.rank + start.position.total_iters)
 
     # ------------------------------------------------------------------ saving (every rank calls)
-    def save_latest(self, model: CheckpointedModel, position: Position) -> None:
+    def save_latest(self, engine: CheckpointedTraining, position: Position) -> None:
         """`latest_*`: at the end of an epoch, or when stopped by a signal."""
-        self._save(model, "latest", position)
+        self._save(engine, "latest", position)
 
-    def save_progress(self, model: CheckpointedModel, position: Position) -> None:
+    def save_progress(self, engine: CheckpointedTraining, position: Position) -> None:
         """The save every --save_latest_freq images: `latest_*`, or `iter_<n>_*` with --save_by_iter."""
-        self._save(model, f"iter_{position.total_iters}" if self.save_by_iter else "latest", position)
+        self._save(engine, f"iter_{position.total_iters}" if self.save_by_iter else "latest", position)
 
-    def save_epoch(self, model: CheckpointedModel, epoch: int, position: Position) -> None:
+    def save_epoch(self, engine: CheckpointedTraining, epoch: int, position: Position) -> None:
         """`<epoch>_*`, kept for good (`position`: where the next epoch starts)."""
-        self._save(model, str(epoch), position)
+        self._save(engine, str(epoch), position)
 
-    def _save(self, model: CheckpointedModel, label: str, position: Position) -> None:
+    def _save(self, engine: CheckpointedTraining, label: str, position: Position) -> None:
         """Reference-compatible weights (`<label>_net_<name>.pth`, the EMA files with them) plus the
         full training state; refused (TrainingDiverged) if a loss or weight went non-finite since the
         last check."""
         if self.seed is None:
             raise RuntimeError("Checkpointer.find_start must decide the run's seed before the first save")
-        model.check_finite(position.epoch, position.total_iters, self.images_per_step, weights=True)
-        model.save_networks(label)
-        rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": model.rank_training_state()})
+        engine.check_finite(position.epoch, position.total_iters, self.images_per_step, weights=True)
+        engine.save_networks(label)
+        rank_parts = distributed.gather_objects({"rng": capture_rng(), "model": engine.rank_training_state()})
         if self.ctx.is_main:
             write_training_state(state_path(self.run_dir, label), position, self.seed, self.ctx.world_size,
-                                 model.shared_training_state(), rank_parts,
+                                 engine.shared_training_state(), rank_parts,
                                  self.best.state_dict() if self.best else None, self.options)
 
     def track_best(self, metric: str, start: StartPoint) -> None:
@@ -198,7 +198,7 @@ class Checkpointer:
         if start.state is not None and start.state.get("best"):
             self.best.load_state_dict(start.state["best"])
 
-    def keep_best(self, model: CheckpointedModel, scores: dict[str, float], epoch: int,
+    def keep_best(self, engine: CheckpointedTraining, scores: dict[str, float], epoch: int,
                   iteration: int) -> float | None:
         """--save_best, after a validation: `best_net_*.pth` (and, with --ema_decay,
         `best_ema_net_*.pth`) when it beats every earlier one, and best.json. Returns the new best
@@ -207,9 +207,9 @@ class Checkpointer:
             return None
         improved = self.best.improved(TRAINED_WEIGHTS, scores, epoch, iteration)
         if improved:
-            model.save_networks("best", include_ema=False)
-        if model.ema is not None and self.best.improved(EMA_WEIGHTS, scores, epoch, iteration):
-            model.save_ema_networks("best")
+            engine.save_networks("best", include_ema=False)
+        if engine.ema is not None and self.best.improved(EMA_WEIGHTS, scores, epoch, iteration):
+            engine.save_ema_networks("best")
         if self.ctx.is_main:
             self.best.write(self.run_dir)
         return scores[self.best.metric] if improved else None
