@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+import data
 from options.base_options import BaseOptions, unwritable_folder_reason
+from util.errors import UserError
 from util.flag_types import non_negative_int, positive_float, positive_int
+from util.safe_files import refuse_output_over_inputs
 
 
 class TestOptions(BaseOptions):
@@ -45,3 +49,19 @@ class TestOptions(BaseOptions):
         if reason:
             parser.error(f"argument --results_dir: cannot create {opt.results_dir} ({reason}); "
                          f"choose another --results_dir")
+        inputs = [("of --dataroot", folder) for folder in data.folders_read(opt)]
+        if opt.eval_metrics and opt.fid_reference:
+            inputs.append(("--fid_reference", opt.fid_reference))
+        written = results_folder(opt)
+        try:  # the results must not land among (or around) the images translated
+            refuse_output_over_inputs(written, f"the results folder {written} (--results_dir {opt.results_dir})",
+                                      inputs, f"Pass a --results_dir apart from the data, e.g. --results_dir "
+                                      f"{os.path.normpath(opt.dataroot)}_results.")
+        except UserError as err:
+            parser.error(f"argument --results_dir: {err}")
+
+
+def results_folder(opt) -> str:
+    """The folder test.py writes: --results_dir/--name/<phase>_<epoch>[_iter<load_iter>]."""
+    folder = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
+    return f"{folder}_iter{opt.load_iter}" if opt.load_iter > 0 else folder

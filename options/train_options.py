@@ -12,6 +12,7 @@ from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
 from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from util.safe_files import refuse_output_over_inputs
 from util.training.resume_flags import ignored, refused
 
 # A saved schedule is of one --lr_policy; --epoch_count is where a new run's schedule starts.
@@ -133,6 +134,14 @@ class TrainOptions(BaseOptions):
         if reason:
             parser.error(f"argument --checkpoints_dir: cannot create the run folder {run_dir} ({reason}); "
                          f"choose another --checkpoints_dir (or --name)")
+        read = [("of --dataroot", folder) for folder in data.folders_read(opt)]
+        try:  # checkpoints and the page's images must not land among (or around) the training images
+            refuse_output_over_inputs(run_dir, f"the run folder {run_dir} (--checkpoints_dir {opt.checkpoints_dir} "
+                                      f"--name {opt.name})", read,
+                                      f"Pass a --checkpoints_dir apart from the data, e.g. --checkpoints_dir "
+                                      f"{os.path.normpath(opt.dataroot)}_checkpoints.")
+        except UserError as err:
+            parser.error(f"argument --checkpoints_dir: {err}")
 
     @staticmethod
     def check_high_resolution(parser: argparse.ArgumentParser, opt) -> None:

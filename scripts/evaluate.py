@@ -34,7 +34,7 @@ from util.util import why_missing  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
-from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
+from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
 from util.safe_files import atomic_write_json  # noqa: E402
 
@@ -83,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if reason:  # refused now, not after the scores have been computed
         parser.error(f"argument --json: cannot write the scores to {json_path(args)} ({reason}); "
                      f"pass --json with another file")
+    if is_image_file(json_path(args)):  # an image among those scored (or any image) is never written over
+        parser.error(f"argument --json: {json_path(args)} is an image file name, and the scores are JSON; pass "
+                     f"--json with a .json file, e.g. --json {os.path.splitext(json_path(args))[0]}.json")
     return args
 
 

@@ -50,7 +50,7 @@ import data  # noqa: E402
 from models import create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
 from models.windows import check_window  # noqa: E402
-from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
+from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
@@ -59,6 +59,7 @@ from util.flag_types import comma_choices, hw_sizes, non_negative_float, positiv
 from models.inference import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
+EXTENSIONS = {"torchscript": ".pt", "onnx": ".onnx"}  # of the files each format writes
 
 
 class ExportOptions(TestOptions):
@@ -113,6 +114,15 @@ class ExportOptions(TestOptions):
             flag = "--export_dir" if opt.export_dir else ("--weights" if opt.weights else "--checkpoints_dir/--name")
             parser.error(f"argument {flag}: cannot write the exports into {export_dir(opt)} ({reason}); "
                          f"choose another --export_dir")
+        if opt.weights:  # a weights file named <stem>.pt (or .onnx) beside which the exports go would be replaced
+            stem = os.path.splitext(os.path.basename(opt.weights))[0]
+            outputs = [(f"the {name} export", os.path.join(export_dir(opt), stem + EXTENSIONS[name]))
+                       for name in opt.formats]
+            try:
+                refuse_overwriting_inputs(outputs, [opt.weights], f"Pass an --export_dir of its own, e.g. "
+                                          f"--export_dir {os.path.join(export_dir(opt), 'export')}.")
+            except UserError as err:
+                parser.error(f"argument --weights: {err}")
 
 
 VOLUME_MODE = "single_volume"  # the dataset mode a 3-D --netG implies when none is given
@@ -302,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     runners = {}
     if "torchscript" in formats:
-        path = os.path.join(out_dir, stem + ".pt")
+        path = os.path.join(out_dir, stem + EXTENSIONS["torchscript"])
         runners["torchscript"] = (path, export_torchscript(module, path))
     if "onnx" in formats:
-        path = os.path.join(out_dir, stem + ".onnx")
+        path = os.path.join(out_dir, stem + EXTENSIONS["onnx"])
         export_onnx(module, path, in_channels, min_size, opt.opset, latent_size, window)
         runners["onnx"] = (path, run_onnx(path))
     worst = 0.0

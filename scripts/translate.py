@@ -40,6 +40,7 @@ from models import networks  # noqa: E402
 from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
 from util.util import broken_link  # noqa: E402
 from util.flag_types import (OneParagraphParser, finite_float, fraction_below_one, non_negative_int,  # noqa: E402
                              positive_int)
@@ -170,9 +171,26 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
     return done
 
 
+def refuse_output_among_inputs(inputs: list[str], output: str) -> None:
+    """Raise `UserError` when --output is, lies inside or contains an input folder, or is the folder of an
+    input file (whose translation, of the same name, would replace it): before the model is loaded."""
+    folders, files = [], []
+    for item in inputs:
+        for path in (sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]):
+            (folders if os.path.isdir(path) else files).append(path)
+    apart = f"Pass an --output apart from the inputs, e.g. --output {os.path.normpath(output)}_translated."
+    refuse_output_over_inputs(output, f"--output {output}", [("INPUT", folder) for folder in folders], apart)
+    for path in files:
+        folder = os.path.dirname(path) or "."
+        if folder_overlap(output, folder) == "is":
+            raise UserError(f"--output {output} is the folder of the input {path}: its translation, written under "
+                            f"its own name, would replace it, so nothing was written. {apart}")
+
+
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    refuse_output_among_inputs(args.inputs, args.output)
     window = {name: getattr(args, name) for name in ("patch_size", "window_overlap", "window_batch")}
     given = [name for name, value in window.items() if value is not None]
     try:

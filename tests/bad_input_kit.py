@@ -2,6 +2,9 @@
 how a case is run (in the test process by default; as a subprocess where the process matters)."""
 from __future__ import annotations
 
+import contextlib
+import os
+import resource
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +33,10 @@ class Setup:
     after: Callable[[], None] | None = None  # more checks once the run is over (raise to fail)
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the run
     cleanup: list[Callable[[], None]] = field(default_factory=list)  # always run, even on failure
+    unchanged: tuple = ()     # input files and folders: every file's bytes (and a folder's file names) kept
+    absent: tuple = ()        # paths a refused run must not have created (nothing written)
+    stdout_lacks: tuple = ()  # e.g. a refusal before training: no "The number of training images"
+    memory_cap: bool = False  # run with little address space beyond what the process holds (`address_space_cap`)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,38 @@ class Outcome:
     result: subprocess.CompletedProcess
     setup: Setup
     guards: dict[Path, bytes]             # checkpoints in the run folder before the run, and their bytes
+    inputs_before: dict[Path, bytes] = field(default_factory=dict)  # Setup.unchanged's files, before the run
+
+
+def snapshot(paths) -> dict[Path, bytes]:
+    """Every file under `paths` (files, or folders walked) and its bytes; a symbolic link is kept as a link."""
+    files: dict[Path, bytes] = {}
+    for path in map(Path, paths):
+        found = [path] if not path.is_dir() else sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink())
+        for file in found:
+            files[file] = f"-> {os.readlink(file)}".encode() if file.is_symlink() else file.read_bytes()
+    return files
+
+
+# What a run under `memory_cap` may allocate beyond what the process has mapped: enough for any run of
+# the corpus's small inputs, far below what a size taken on trust from a flag or a header asks for.
+MEMORY_HEADROOM = 3 << 30
+
+
+@contextlib.contextmanager
+def address_space_cap(headroom: int = MEMORY_HEADROOM):
+    """Within the block, this process may map at most `headroom` bytes more than it has mapped now (the
+    soft RLIMIT_AS, i.e. `ulimit -v`): an allocation sized by an unchecked number fails with MemoryError
+    (a traceback the corpus refuses) instead of taking the machine's memory. The limit is lifted after."""
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + headroom if hard == resource.RLIM_INFINITY else min(hard, mapped + headroom)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 # ---------------------------------------------------------------------------------- input builders
@@ -128,16 +167,19 @@ def execute(case: Case, work: Path, capsys: pytest.CaptureFixture) -> Outcome:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 torch.save({"weight": torch.arange(6.0)}, path)
             guards[path] = path.read_bytes()
+        inputs_before = snapshot(setup.unchanged)
         if case.parse_only:
             assert not setup.env, "parse_only cases run in the test process, whose environment stays"
             result = parse_in_process(case.script, setup.args, capsys)
         elif case.own_process or setup.env:  # environment variables are read by a fresh interpreter
+            assert not setup.memory_cap, "memory_cap runs in the test process"
             result = run_script(case.script, *setup.args, timeout=240, env=setup.env)
         else:
-            result = run_in_process(case.script, *setup.args, capsys=capsys)
+            with address_space_cap() if setup.memory_cap else contextlib.nullcontext():
+                result = run_in_process(case.script, *setup.args, capsys=capsys)
         if setup.after is not None:
             setup.after()
     finally:
         for cleanup in setup.cleanup:
             cleanup()
-    return Outcome(result, setup, guards)
+    return Outcome(result, setup, guards, inputs_before)

@@ -41,8 +41,9 @@ from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
+from bad_tools_overwrite import TOOL_OVERWRITE_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
-                           run_args, train_in_process)
+                           run_args, snapshot, train_in_process)
 from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 
 
@@ -325,6 +326,7 @@ CASES = [
     *HIRES_CASES,
     *AUGMENT_CASES,
     *CUT_CASES,
+    *TOOL_OVERWRITE_CASES,
 ]
 
 
@@ -343,6 +345,11 @@ def test_bad_input_corpus(case: Case, capsys, tmp_path):
         assert str(text) in out, (str(text), context)
     for text in setup.stderr_lacks:
         assert str(text) not in err, (str(text), context)
+    for text in setup.stdout_lacks:
+        assert str(text) not in out, (str(text), context)
+    assert snapshot(setup.unchanged) == outcome.inputs_before, f"an input was changed or added to\n{context}"
+    for path in setup.absent:
+        assert not Path(path).exists(), f"{path} was written\n{context}"
     if case.exit == 0:
         assert not any(line.startswith("error:") for line in err.splitlines()), context
         if case.own_process:  # a representative: a real process's stderr is the warning and nothing else

@@ -299,17 +299,18 @@ def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_
 
 
 def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, tmp_path):
-    """out/a_sample0.png is an input too: a.png's first sample would overwrite it, so a.png is skipped."""
-    (tmp_path / "in").mkdir()
-    (tmp_path / "out").mkdir()
+    """out/sub/a_sample0.png is an input too: in/sub/a.png's first sample would overwrite it, so a.png is
+    skipped. (An --output that is an input file's own folder is refused before anything is written.)"""
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "out" / "sub").mkdir(parents=True)
     for name in ("a.png", "b.png"):
-        shutil.copy(input_image, tmp_path / "in" / name)
-    shutil.copy(input_image, tmp_path / "out" / "a_sample0.png")
-    before = (tmp_path / "out" / "a_sample0.png").read_bytes()
-    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "a_sample0.png"),
+        shutil.copy(input_image, tmp_path / "in" / "sub" / name)
+    shutil.copy(input_image, tmp_path / "out" / "sub" / "a_sample0.png")
+    before = (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes()
+    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "sub" / "a_sample0.png"),
                         "--checkpoint", str(trained), "--output", str(tmp_path / "out"), "--n_samples", "2")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "out" / "a_sample0.png").read_bytes() == before
-    assert f"its output {tmp_path / 'out' / 'a_sample0.png'} would overwrite the input" in result.stdout
-    assert not (tmp_path / "out" / "a_sample1.png").exists()
-    assert (tmp_path / "out" / "b_sample0.png").exists() and (tmp_path / "out" / "b_sample1.png").exists()
+    assert (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes() == before
+    assert f"its output {tmp_path / 'out' / 'sub' / 'a_sample0.png'} would overwrite the input" in result.stdout
+    assert not (tmp_path / "out" / "sub" / "a_sample1.png").exists()
+    assert (tmp_path / "out" / "sub" / "b_sample0.png").exists() and (tmp_path / "out" / "sub" / "b_sample1.png").exists()
