@@ -42,6 +42,7 @@ from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
 from bad_tools_overwrite import TOOL_OVERWRITE_CASES
+from bad_visdom_server import VISDOM_SERVER_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
                            run_args, snapshot, train_in_process)
 from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
@@ -327,6 +328,7 @@ CASES = [
     *AUGMENT_CASES,
     *CUT_CASES,
     *TOOL_OVERWRITE_CASES,
+    *VISDOM_SERVER_CASES,
 ]
 
 
