@@ -41,6 +41,7 @@ from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
+from bad_empty_epochs import EMPTY_EPOCH_CASES
 from bad_tools_overwrite import TOOL_OVERWRITE_CASES
 from bad_visdom_server import VISDOM_SERVER_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
@@ -329,6 +330,7 @@ CASES = [
     *CUT_CASES,
     *TOOL_OVERWRITE_CASES,
     *VISDOM_SERVER_CASES,
+    *EMPTY_EPOCH_CASES,
 ]
 
 
@@ -478,3 +480,28 @@ def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoi
     assert {p.name: p.read_bytes() for p in run_dir.glob("latest_*.pth")} == saved
     assert all(finite_weights(run_dir / name) for name in saved if "_net_" in name)
     assert not (run_dir / "2_net_G_A.pth").exists()
+
+
+# ================================================================================== epochs without a step
+def test_an_epoch_without_a_step_is_judged_by_each_processs_share_under_any_launcher(tmp_path):
+    """The refusal of an empty epoch (tests/bad_empty_epochs.py) counts the processes as the sampler deals the
+    samples out: 4 samples on 2 processes are 2 each, too few for BicycleGAN's --batch_size 4."""
+    import train
+    from bad_empty_epochs import BICYCLE
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+    from util.errors import UserError
+
+    common = ["--dataroot", str(tmp_path / "data"), "--checkpoints_dir", str(tmp_path / "ck"), "--load_size", "128",
+              "--crop_size", "128"]
+    bicycle = TrainOptions().parse([*common, *BICYCLE, "--batch_size", "4"])
+    two = DistContext(world_size=2)
+    with pytest.raises(UserError) as refused:
+        train.check_epoch_has_steps(bicycle, two, 4)
+    for text in ("holds 4 sample(s)", "each of the 2 process(es) takes 2", "--batch_size 4", "--batch_size 2",
+                 "fewer processes"):
+        assert text in str(refused.value), (text, str(refused.value))
+    train.check_epoch_has_steps(bicycle, two, 8)  # 4 each: one step
+    train.check_epoch_has_steps(bicycle, DistContext(), 4)  # one process takes all 4
+    pix2pix = TrainOptions().parse([*common, "--model", "pix2pix", "--batch_size", "4"])
+    train.check_epoch_has_steps(pix2pix, two, 1)  # an incomplete batch is trained on
