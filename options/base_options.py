@@ -20,6 +20,7 @@ import data
 import models
 from models import networks
 from data.base_dataset import parse_data_range
+from data.volume_patches import batch_refusal
 from util.errors import UserError
 from util.util import broken_link
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
@@ -98,8 +99,9 @@ class BaseOptions:
         """The full parser: base flags, then the chosen model's and dataset's own flags."""
         parser = OneParagraphParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         parser = self.initialize(parser)
-        known, _ = parser.parse_known_args(argv)
-        parser = models.get_option_setter(known.model)(parser, self.isTrain)
+        # --model alone: the model may widen other flags' choices (BicycleGAN's --upsample basic), which a
+        # parse of every flag would refuse before the model had a say
+        parser = models.get_option_setter(self._given(parser, argv, "model"))(parser, self.isTrain)
         # The model may have changed the default networks; their families may add flags of their own.
         known, _ = parser.parse_known_args(argv)
         parser = networks.family_of(known.netG, networks.GENERATOR).add_flags(parser)
@@ -111,6 +113,15 @@ class BaseOptions:
         if data.spatial_dims(known) == 3:
             self._default_to_volume_networks(parser, argv)
         return parser
+
+    @staticmethod
+    def _given(parser: argparse.ArgumentParser, argv: list[str] | None, dest: str) -> Any:
+        """The value of the one flag of destination `dest` in `argv` (its default when not given), parsed
+        without looking at the other flags."""
+        action = next(action for action in parser._actions if action.dest == dest)
+        probe = OneParagraphParser(add_help=False)
+        probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default)
+        return getattr(probe.parse_known_args(argv)[0], dest)
 
     @staticmethod
     def _default_to_volume_networks(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
@@ -183,6 +194,11 @@ class BaseOptions:
     def _check_volume_flags(parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse the
         picture flags that cannot apply (2-D augmentation), warn once about those that do nothing."""
+        for flag in ("batch_size", "window_batch"):  # patches at once: known now, before any is allocated
+            count, patch = getattr(opt, flag, None), getattr(opt, "patch_size", None)
+            refused = batch_refusal(f"--{flag}", count, patch) if count and patch else None
+            if refused:
+                parser.error(f"argument --{flag}: {refused}")
         if getattr(opt, "diff_augment", ""):
             parser.error(f"argument --diff_augment: --diff_augment {opt.diff_augment} transforms 2-D "
                          f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, whose augmentation is "

@@ -37,7 +37,9 @@ network); the ONNX check needs onnxruntime, and is skipped with a note when it i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
 import sys
 import warnings
@@ -47,7 +49,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import data  # noqa: E402
-from models import create_model, networks  # noqa: E402
+from models import builtin_model_names, create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
 from models.windows import check_window  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
@@ -141,7 +143,7 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
     """The generator to export (CPU, float32, eval mode) and its file stem."""
     if opt.weights:
         architecture = {key: getattr(opt, key) for key in saved_generator.architecture_keys(opt.netG) if hasattr(opt, key)}
-        net = saved_generator.load_generator(opt.weights, architecture)
+        net = saved_generator.load_generator(opt.weights, architecture, flags_for=lambda seen: export_flags(opt, seen))
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
     model.setup(opt)
@@ -154,6 +156,22 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
                         f"{', '.join(model.networks_with_role('generator'))}.")
     suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
     return getattr(model, "net" + which).float().eval(), f"{suffix}_net_{which}"
+
+
+def export_flags(opt, seen: dict) -> str:
+    """The flags of this script that build the architecture `seen` in the weights: those of the architecture,
+    with the --model whose flags they are (e.g. BicycleGAN's --nz, --where_add, --upsample basic) where the
+    command's own --model does not take them."""
+    flags = saved_generator.describe_architecture(seen)
+    for model in dict.fromkeys([opt.model, *builtin_model_names()]):
+        command = ["--weights", opt.weights, *(["--model", model] if model != opt.model else []), *flags.split()]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # a --model whose flags they are not: argparse's refusal
+                ExportOptions().build_parser(command).parse_args(command)
+        except SystemExit:
+            continue
+        return " ".join(command[2:])
+    return flags
 
 
 def window_size(opt) -> tuple[int, ...]:
