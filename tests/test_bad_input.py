@@ -42,7 +42,9 @@ from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
 from bad_empty_epochs import EMPTY_EPOCH_CASES
+from bad_sizes import SIZE_CASES
 from bad_tools_overwrite import TOOL_OVERWRITE_CASES
+from bad_volumes import VOLUME_CASES
 from bad_visdom_server import VISDOM_SERVER_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
                            run_args, snapshot, train_in_process)
@@ -331,6 +333,8 @@ CASES = [
     *TOOL_OVERWRITE_CASES,
     *VISDOM_SERVER_CASES,
     *EMPTY_EPOCH_CASES,
+    *VOLUME_CASES,
+    *SIZE_CASES,
 ]
 
 
