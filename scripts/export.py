@@ -57,7 +57,7 @@ from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
+from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
 from models.inference import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
@@ -81,7 +81,7 @@ class ExportOptions(TestOptions):
         parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", on_resume="silent", help="comma-separated: torchscript, onnx")
         parser.add_argument("--check_sizes", type=hw_sizes, default=None, on_resume="silent", help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
         parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, on_resume="silent", help="largest absolute difference from PyTorch that passes the check")
-        parser.add_argument("--opset", type=positive_int, default=None, on_resume="silent", help="ONNX opset (default: torch's)")
+        parser.add_argument("--opset", type=Bounded(int, low=7, high=99, name="opset"), default=None, on_resume="silent", help="ONNX opset (default: torch's)")
         return parser
 
     def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:

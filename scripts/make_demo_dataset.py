@@ -43,7 +43,7 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
-from util.flag_types import OneParagraphParser  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, seed_value  # noqa: E402
 
 PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
 DEMO_FILES = (".png", ".nii.gz")  # what the demo datasets are made of
@@ -343,20 +343,17 @@ MAX_COUNT = 100_000  # --n_train, --n_test
 def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
-    parser.add_argument("--size", type=int, default=64, help="image side S in pixels")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--n_train", type=int, default=200,
+    parser.add_argument("--size", type=Bounded(int, low=16, high=MAX_SIZE, name="size"), default=64,
+                        help="image side S in pixels")
+    parser.add_argument("--seed", type=seed_value, default=0)
+    parser.add_argument("--n_train", type=Bounded(int, low=2, high=MAX_COUNT, name="n_train"), default=200,
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
-    parser.add_argument("--n_test", type=int, default=20,
+    parser.add_argument("--n_test", type=Bounded(int, low=2, high=MAX_COUNT, name="n_test"), default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
     parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan", "volumes"],
                         default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
                         "their true striped counterparts, for scoring); bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
-    if not 16 <= args.size <= MAX_SIZE:
-        parser.error(f"--size must be at least 16 and at most {MAX_SIZE} (pixels a side), got {args.size}")
-    if not (2 <= args.n_train <= MAX_COUNT and 2 <= args.n_test <= MAX_COUNT) or args.seed < 0:
-        parser.error(f"--n_train and --n_test must be at least 2 and at most {MAX_COUNT}, and --seed non-negative")
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task in ("cyclegan", "both", "cut"):

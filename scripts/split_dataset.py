@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.flag_types import OneParagraphParser  # noqa: E402
+from util.flag_types import OneParagraphParser, seed_value  # noqa: E402
 from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratios", default="0.8,0.1,0.1", help="fractions of the images per split")
     parser.add_argument("--splits", default="train,val,test", help="names of the split folders")
     parser.add_argument("--domain", default="", help="appended to each split folder: A gives trainA, valA, testA")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the shuffle")
     parser.add_argument("--mode", choices=["copy", "move", "symlink"], default="copy", help="how files get there")
     args = parser.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]

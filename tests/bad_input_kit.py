@@ -37,6 +37,9 @@ class Setup:
     absent: tuple = ()        # paths a refused run must not have created (nothing written)
     stdout_lacks: tuple = ()  # e.g. a refusal before training: no "The number of training images"
     memory_cap: bool = False  # run with little address space beyond what the process holds (`address_space_cap`)
+    # the command the refusal suggests, from the arguments and the refusal's text (`suggested`): run after it,
+    # it must succeed (exit 0, no error), so that every fix a message offers is one that works
+    suggestion: Callable[[list[str], str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,22 @@ class Outcome:
     setup: Setup
     guards: dict[Path, bytes]             # checkpoints in the run folder before the run, and their bytes
     inputs_before: dict[Path, bytes] = field(default_factory=dict)  # Setup.unchanged's files, before the run
+
+
+def suggested(*flags: str, drop: tuple[str, ...] = ()) -> Callable[[list[str], str], list[str]]:
+    """The command a refusal suggests: the arguments with each of `flags` set to the value the message gives
+    it last ("... e.g. --fold_AB D/A_AB."), and the `drop`ped flags (without a value) left out."""
+    def command(args: list[str], message: str) -> list[str]:
+        args = [arg for arg in args if arg not in drop]
+        for flag in flags:
+            assert f"{flag} " in message, (flag, message)
+            value = message.rsplit(f"{flag} ", 1)[1].split()[0].rstrip(".,;)")
+            if flag in args:  # its last occurrence is the one argparse keeps
+                args[len(args) - 1 - args[::-1].index(flag) + 1] = value
+            else:
+                args += [flag, value]
+        return args
+    return command
 
 
 def snapshot(paths) -> dict[Path, bytes]:

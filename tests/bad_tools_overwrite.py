@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from bad_input_kit import PIX, Case, Setup, aligned, eval_args, random_pixels, run_args
+from bad_input_kit import PIX, Case, Setup, aligned, eval_args, random_pixels, run_args, suggested
 
 TOOL = "scripts/combine_A_and_B.py"
 
@@ -47,7 +47,7 @@ def b_combine_into_fold_A(work):
     return Setup(["--fold_A", str(fold_A), "--fold_B", str(fold_B), "--fold_AB", str(fold_A)],
                  stderr_has=("--fold_AB", f"--fold_A's split {fold_A / 'train'}", "replace its files",
                              "nothing was written", f"--fold_AB {fold_A}_AB"),
-                 unchanged=(work / "D",))
+                 unchanged=(work / "D",), suggestion=suggested("--fold_AB"))
 
 
 def b_combine_inside_fold_B(work):
@@ -123,7 +123,7 @@ def b_split_into_source(work):
     return Setup(["--source", str(source), "--dest", str(work / "D"), "--ratios", "0.5,0.5", "--splits", "train,val",
                   "--mode", "move"],
                  stderr_has=("--dest", "is the input folder --source", f"--dest {source}_split"),
-                 unchanged=(work / "D",), absent=(work / "D" / "val",))
+                 unchanged=(work / "D",), absent=(work / "D" / "val",), suggestion=suggested("--dest"))
 
 
 def cityscapes_files(work: Path) -> tuple[Path, Path]:
@@ -138,7 +138,7 @@ def b_cityscapes_into_gtfine(work):
     gt, photos = cityscapes_files(work)
     return Setup(["--gtFine_dir", str(gt), "--leftImg8bit_dir", str(photos), "--output_dir", str(gt)],
                  stderr_has=(f"--output_dir {gt}", "--gtFine_dir", f"--output_dir {work / 'cityscapes_prepared'}"),
-                 unchanged=(gt, photos))
+                 unchanged=(gt, photos), suggestion=suggested("--output_dir"))
 
 
 def b_cityscapes_truncated_label(work):
@@ -152,7 +152,8 @@ def b_demo_over_users_folder(work):
     mine = work / "demo_pix2pix"
     aligned(mine / "train", 2)
     return Setup(["--task", "pix2pix", "--out", str(work), "--size", "16", "--n_train", "2", "--n_test", "2"],
-                 stderr_has=(mine, "not made by scripts/make_demo_dataset.py", "left alone"), unchanged=(mine,))
+                 stderr_has=(mine, "not made by scripts/make_demo_dataset.py", "left alone"), unchanged=(mine,),
+                 suggestion=suggested("--out"))
 
 
 # ---------------------------------------------------------------------------------- train.py, test.py
@@ -161,7 +162,8 @@ def b_run_folder_inside_the_data(work):
     args = run_args(work, *PIX) + ["--checkpoints_dir", str(work / "data" / "train" / "runs")]
     return Setup(args, stderr_has=("--checkpoints_dir", "lies inside", work / "data" / "train",
                                    f"--checkpoints_dir {work / 'data'}_checkpoints"),
-                 unchanged=(work / "data",), stdout_lacks=("The number of training images",))
+                 unchanged=(work / "data",), stdout_lacks=("The number of training images",),
+                 suggestion=suggested("--checkpoints_dir"))
 
 
 def b_results_inside_the_data(work):
@@ -186,11 +188,21 @@ def pictures(folder: Path, count: int = 2) -> list[Path]:
     return paths
 
 
+def picture_generator(folder: Path) -> Path:
+    """A lone generator's weights (resnet_6blocks, ngf 8, batch norm, 3 -> 3 channels)."""
+    from models import networks
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(networks.define_G(3, 3, 8, "resnet_6blocks", "batch", True).state_dict(), folder / "latest_net_G.pth")
+    return folder / "latest_net_G.pth"
+
+
 def b_translate_into_its_input_folder(work):
     pictures(work / "in")
-    return Setup([str(work / "in"), "--checkpoint", str(work / "ck"), "--output", str(work / "in")],
+    weights = picture_generator(work / "ck")
+    return Setup([str(work / "in"), "--checkpoint", str(weights), "--output", str(work / "in"), "--device", "cpu"],
                  stderr_has=(f"--output {work / 'in'}", "is the input folder INPUT", f"--output {work / 'in'}_translated"),
-                 unchanged=(work / "in",))
+                 unchanged=(work / "in",), suggestion=suggested("--output"))
 
 
 def b_translate_around_its_input_folder(work):
@@ -213,14 +225,12 @@ def b_translate_glob_into_a_link(work):
 
 
 def b_export_over_its_weights(work):
-    from models import networks
-
-    weights = work / "w" / "generator.pt"  # the TorchScript export, generator.pt, goes beside it by default
-    weights.parent.mkdir()
-    torch.save(networks.define_G(3, 3, 8, "resnet_6blocks", "batch", True).state_dict(), weights)
-    return Setup(["--weights", str(weights), "--netG", "resnet_6blocks", "--ngf", "8", "--norm", "batch"],
+    weights = picture_generator(work / "w").rename(work / "w" / "generator.pt")  # its TorchScript export's name
+    return Setup(["--weights", str(weights), "--netG", "resnet_6blocks", "--ngf", "8", "--norm", "batch",
+                  "--formats", "torchscript", "--check_sizes", "32x32"],
                  stderr_has=("--weights", f"the torchscript export {weights}", "overwrite the input",
-                             f"--export_dir {work / 'w' / 'export'}"), unchanged=(weights.parent,))
+                             f"--export_dir {work / 'w' / 'export'}"), unchanged=(weights.parent,),
+                 suggestion=suggested("--export_dir"))
 
 
 def b_plot_over_its_log(work):

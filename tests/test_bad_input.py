@@ -42,6 +42,7 @@ from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
 from bad_empty_epochs import EMPTY_EPOCH_CASES
+from bad_flag_combinations import FLAG_COMBINATION_CASES
 from bad_sizes import SIZE_CASES
 from bad_tools_overwrite import TOOL_OVERWRITE_CASES
 from bad_volumes import VOLUME_CASES
@@ -335,6 +336,7 @@ CASES = [
     *EMPTY_EPOCH_CASES,
     *VOLUME_CASES,
     *SIZE_CASES,
+    *FLAG_COMBINATION_CASES,
 ]
 
 
@@ -368,6 +370,10 @@ def test_bad_input_corpus(case: Case, capsys, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), context
     for path, before in outcome.guards.items():
         assert path.read_bytes() == before, f"{path} was changed by a refused run"
+    if setup.suggestion is not None:  # the fix the message offers works
+        fixed = run_in_process(case.script, *setup.suggestion(setup.args, lines[0]), capsys=capsys)
+        assert fixed.returncode == 0 and "error:" not in fixed.stderr, \
+            f"the suggested command {fixed.args} failed: exit {fixed.returncode}\n{fixed.stderr[-3000:]}"
 
 
 # ================================================================================== other cases

@@ -35,11 +35,12 @@ class Bounded:
 
     def describe(self) -> str:
         noun = "an integer" if self.kind is int else "a number"
+        shown = (lambda v: str(int(v))) if self.kind is int else (lambda v: f"{v:g}")  # 4294967295, not 4.29e+09
         bounds = []
         if self.low is not None:
-            bounds.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            bounds.append(f"{'>' if self.low_open else '>='} {shown(self.low)}")
         if self.high is not None:
-            bounds.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+            bounds.append(f"{'<' if self.high_open else '<='} {shown(self.high)}")
         return f"{noun} {' and '.join(bounds)}" if bounds else f"{noun}"
 
     def __call__(self, text: str) -> int | float:
