@@ -69,12 +69,15 @@ class Outcome:
 
 def suggested(*flags: str, drop: tuple[str, ...] = ()) -> Callable[[list[str], str], list[str]]:
     """The command a refusal suggests: the arguments with each of `flags` set to the value the message gives
-    it last ("... e.g. --fold_AB D/A_AB."), and the `drop`ped flags (without a value) left out."""
+    it as an example ("... e.g. --fold_AB D/A_AB"), else last ("; pass --batch_size 2"), and the `drop`ped
+    flags (without a value) left out."""
     def command(args: list[str], message: str) -> list[str]:
         args = [arg for arg in args if arg not in drop]
         for flag in flags:
             assert f"{flag} " in message, (flag, message)
-            value = message.rsplit(f"{flag} ", 1)[1].split()[0].rstrip(".,;)")
+            example = f"e.g. {flag} "
+            after = message.split(example, 1)[1] if example in message else message.rsplit(f"{flag} ", 1)[1]
+            value = after.split()[0].rstrip(".,;)")
             if flag in args:  # its last occurrence is the one argparse keeps
                 args[len(args) - 1 - args[::-1].index(flag) + 1] = value
             else:
