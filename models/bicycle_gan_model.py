@@ -35,6 +35,7 @@ import itertools
 import torch
 from torch import nn
 
+from data import spatial_dims
 from models import networks
 from models.base_model import BaseModel
 from models.networks import encoder, patchgan_bicycle, unet
@@ -292,6 +293,10 @@ def check_encoder_input(opt, images: torch.Tensor) -> None:
 
 def refusal(opt) -> tuple[str, str] | None:
     """(the flag, one paragraph) for the first value, or combination, BicycleGAN cannot train or test with."""
+    if spatial_dims(opt) == 3:
+        return "dataset_mode", (f"--dataset_mode {opt.dataset_mode} gives volumes, and BicycleGAN takes pictures: no "
+                                f"3-D generator takes a latent code (docs/volumes.md, \"Not for volumes\"); for paired "
+                                f"volumes use --model pix2pix.")
     if opt.nz == 0:
         return "nz", ("--nz 0: BicycleGAN's generator needs a latent code to give several answers per input; "
                       "pass --nz 8 (its default) or use --model pix2pix for one answer per input.")

@@ -155,11 +155,11 @@ class BaseOptions:
                          f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
-        self._check_network_dims(parser, opt)
         refused = models.find_model_using_name(opt.model).check_flags(opt)
-        if refused:  # what the model cannot work with, before anything runs
+        if refused:  # what the model cannot work with, before anything runs (and before its networks are judged)
             flag, why = refused
             parser.error(f"argument --{flag}: {why}")
+        self._check_network_dims(parser, opt)
         try:  # each MIN below its MAX, 2 or 4 numbers: known now, not when the first image is read
             parse_data_range(opt.data_range)
         except UserError as err:

@@ -162,6 +162,15 @@ def b_two_d_network_for_volumes(work):
                  stderr_has=("--netG resnet_6blocks is a 2-D network", "resnet_6blocks_3d"))
 
 
+def not_for_volumes(*flags: str, names: tuple = ()):
+    """docs/volumes.md, "Not for volumes": refused when parsed, saying what to use."""
+    def build(work: Path) -> Setup:
+        volume_pairs(work)
+        return Setup(run_args(work, *VOLUME_RUN, *flags),
+                     stderr_has=(flags[0], *names))
+    return build
+
+
 # ---------------------------------------------------------------------------------- degenerate volumes
 def b_volume_with_an_empty_axis_in_training(work):
     pairs = volume_pairs(work)
@@ -260,6 +269,11 @@ VOLUME_CASES = [
          2),
     Case("8-bit volumes without --data_range train (0..255)", b_uint8_volumes_without_data_range, 0),
     Case("a 2-D --netG with volumes is refused listing the 3-D ones", b_two_d_network_for_volumes, 2, parse_only=True),
+    Case("bicycle_gan with volumes is refused when parsed, pointing to pix2pix",
+         not_for_volumes("--model", "bicycle_gan", names=("BicycleGAN takes pictures", "--model pix2pix")), 2,
+         parse_only=True),
+    Case("--netD multiscale with volumes is refused when parsed listing the 3-D discriminators",
+         not_for_volumes("--netD", "multiscale", names=("basic_3d", "pixel_3d")), 2, parse_only=True),
     # degenerate volumes
     Case("volume with an axis of 0 voxels is refused before a model is built", b_volume_with_an_empty_axis_in_training,
          2),

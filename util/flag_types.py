@@ -65,7 +65,8 @@ fraction_below_one = Bounded(float, low=0, high=1, high_open=True, name="fractio
 
 # Flags whose value sizes an allocation (pixels, channels, network widths, images in memory at once) have
 # an upper bound too, so that a mistyped number is refused when parsed instead of asking for terabytes.
-# Each bound is far above any run that fits in a GPU's memory (docs/training_tips.md, "Ranges").
+# Each bound is far above any run that fits in a GPU's memory (docs/training_tips.md, "Ranges of the flags
+# that size memory"; tests/test_flag_ranges.py checks that every numeric flag has a range).
 MAX_IMAGE_SIDE = 16384   # pixels: --load_size, --crop_size, --tile, --display_winsize, export check sizes
 MAX_CHANNELS = 1024      # --input_nc, --output_nc (hyperspectral images have a few hundred bands)
 MAX_WIDTH = 4096         # filters of a network's first layer: --ngf, --ndf, --nef, --netF_nc
