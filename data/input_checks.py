@@ -52,7 +52,7 @@ def _some_files(folder: str, limit: int = 3) -> list[str]:
     return list(islice(found, limit))
 
 
-def volume_mode_advice(folder: str, dataset_mode: str) -> str | None:
+def volume_mode_advice(folder: str, dataset_mode: str, dataroot: str = "<dataroot>") -> str | None:
     """When `folder` holds NIfTI volumes (and `dataset_mode` reads pictures): which volume mode to pass
     instead (the one that stands in for `dataset_mode`, or all of them), naming a few of the files."""
     found = [name for _, _, files in os.walk(folder) for name in sorted(files)
@@ -64,17 +64,18 @@ def volume_mode_advice(folder: str, dataset_mode: str) -> str | None:
     instead = (f"pass --dataset_mode {counterpart} (the volume counterpart of {dataset_mode})" if counterpart else
                f"pass a volume --dataset_mode: {', '.join(volume_modes)}")
     return (f"folder {folder} holds NIfTI volumes ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}), "
-            f"not pictures, and --dataset_mode {dataset_mode} reads pictures; {instead}, with --data_range for "
-            f"their values (docs/volumes.md).")
+            f"not pictures, and --dataset_mode {dataset_mode} reads pictures; {instead}, with --data_range MIN MAX "
+            f"for their values unless they are 8-bit (`python scripts/data_range.py --dataroot {dataroot}` "
+            f"suggests one; docs/volumes.md).")
 
 
-def _require_images(folder: RequiredFolder, dataset_mode: str = "") -> None:
+def _require_images(folder: RequiredFolder, dataset_mode: str = "", dataroot: str = "<dataroot>") -> None:
     if not os.path.isdir(folder.path):
         link = broken_link(folder.path)
         raise UserError(f"missing folder {folder.path}{f' ({link}; fix the link)' if link else ''}: "
                         f"{folder.why}")
     if not _has_image(folder.path, folder.extensions):
-        advice = volume_mode_advice(folder.path, dataset_mode) if folder.extensions is None else None
+        advice = volume_mode_advice(folder.path, dataset_mode, dataroot) if folder.extensions is None else None
         if advice:
             raise UserError(advice)
         if folder.when_empty:
@@ -104,7 +105,7 @@ def check_dataset_root(opt: argparse.Namespace, size_rule=None) -> None:
             "set --dataroot to the dataset folder"
         raise UserError(f"dataset root {root} {why_missing(root or '.')}; {fix}.")
     for folder in find_dataset_using_name(opt.dataset_mode).required_folders(opt):
-        _require_images(folder, opt.dataset_mode)
+        _require_images(folder, opt.dataset_mode, opt.dataroot)
     check_image_files(opt, size_rule)
 
 

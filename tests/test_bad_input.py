@@ -15,7 +15,11 @@ paragraph and nothing else -- in the test process Python warnings go to pytest, 
 a test.py refusal and a run that proceeds with a warning in the corpus, and a train.py refusal met
 in a DataLoader worker process (`test_truncated_jpeg_found_during_training...`).
 What a case is and how it runs: tests/bad_input_kit.py; the flag and path cases:
-tests/bad_flags_and_paths.py; the image cases are here.
+tests/bad_flags_and_paths.py; the image cases are here. A case may also ask that its inputs stay
+byte-identical and nothing be written (`Setup.unchanged`, `Setup.absent`: no tool writes over what it
+reads, tests/bad_tools_overwrite.py), that it run under a memory limit so that an allocation sized by an
+unchecked number fails it (`Setup.memory_cap`, tests/bad_sizes.py), and that the fix its refusal suggests
+be run and succeed (`Setup.suggestion`).
 """
 from __future__ import annotations
 
@@ -515,3 +519,26 @@ def test_an_epoch_without_a_step_is_judged_by_each_processs_share_under_any_laun
     train.check_epoch_has_steps(bicycle, DistContext(), 4)  # one process takes all 4
     pix2pix = TrainOptions().parse([*common, "--model", "pix2pix", "--batch_size", "4"])
     train.check_epoch_has_steps(pix2pix, two, 1)  # an incomplete batch is trained on
+
+
+# ================================================================================== NIfTI under a picture mode
+def test_the_volume_mode_a_nifti_refusal_names_reads_the_same_folders(tmp_path, capsys):
+    """The refusal of tests/bad_volumes.py ("NIfTI volumes for pix2pix's aligned mode ...") names a mode that
+    reads those very files: its dataset is built from them (8-bit volumes: no --data_range needed)."""
+    import numpy as np
+
+    from bad_volumes import save_volume, volume
+    from data import create_dataset
+    from options.train_options import TrainOptions
+
+    for side in "AB":
+        for i in range(2):
+            save_volume(tmp_path / "data" / f"train{side}" / f"{i}.nii.gz", (volume(i) * 255).astype(np.uint8))
+    common = ["--dataroot", str(tmp_path / "data"), "--checkpoints_dir", str(tmp_path / "ck"), "--model", "pix2pix"]
+    refused = run_in_process("train.py", *common, "--num_threads", "0", capsys=capsys)
+    message = assert_user_error(refused, "--dataset_mode aligned_volume", f"--dataroot {tmp_path / 'data'}")
+    mode = message.split("pass --dataset_mode ", 1)[1].split()[0]
+    opt = TrainOptions().parse([*common, "--dataset_mode", mode, "--patch_size", "8", "--input_nc", "1",
+                                "--output_nc", "1"])
+    dataset = create_dataset(opt, 0).dataset
+    assert len(dataset) == 2 and dataset[0]["A"].shape == (1, 8, 8, 8)
