@@ -4,7 +4,8 @@
     python test.py --dataroot ./datasets/horse2zebra/testA --name horse2zebra_pretrained --model test --no_dropout
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
-Images go to --results_dir/--name/<phase>_<epoch>/images/ (8-bit PNG previews; data of higher precision or
+Images go to --results_dir/--name/<phase>_<epoch>/images/ (a folder apart from those the dataset reads: one
+that is, lies inside or contains them is refused when the options are parsed; 8-bit PNG previews; data of higher precision or
 other channel counts also at full precision in .../full_precision/, data/output_files.py), the page to
 .../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs (and of
 the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/evaluation/metrics_report.py,

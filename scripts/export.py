@@ -33,6 +33,9 @@ before its final tanh: weights whose output float32 arithmetic cannot pin down t
 two float32 runtimes could disagree by more) are refused with exit status 2 and nothing written.
 ONNX goes through torch.onnx.export(dynamo=True) (needs the onnx and onnxscript packages, no
 network); the ONNX check needs onnxruntime, and is skipped with a note when it is not installed.
+A --weights file that an export would replace (generator.pt exported beside itself) is refused before
+anything is loaded; weights that do not fit the flags are named with the flags that fit them, with the
+--model whose flags they are (--model bicycle_gan for a generator taking a latent code).
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@
 
     python scripts/translate.py scans/ --checkpoint checkpoints/ct2mr --output mr/   # a volume run
 
-INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns.
-Each image is written to --output under its own name, in its own format and at its own precision (a
+INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns; an
+--output that is, lies inside or contains an input folder, or is an input file's own folder, is refused
+before the model is loaded (util/safe_files.py: nothing is ever written over an input). Each image is written to --output under its own name, in its own format and at its own precision (a
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
 .npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
 map to the network's values by the --data_range the model trained with. A model trained on volumes (a
@@ -15,7 +16,9 @@ map to the network's values by the --data_range the model trained with. A model 
 sliding windows of the --patch_size it trained on (--window_overlap, --window_batch), into a file of the
 same name (x.nii.gz -> OUTPUT/x.nii.gz, with the input's affine and header); the flags of pictures
 (--tile, --n_samples, --codes, --reference) are refused for it, and its flags for a picture model.
-Files that are not images (or volumes), cannot be decoded or cannot be written are skipped; the summary lists them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
+Files that are not images (or volumes), cannot be decoded, declare more than the limits of data/image_io.py
+or data/volume_io.py in their headers, or cannot be written are skipped; the summary lists them with the
+reason, and the others are translated. Exit status 0 when at least one image was translated, 2 with one paragraph
 when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
 docs/inference.md explains --direction, --no_eval and the architecture flags.
 """
