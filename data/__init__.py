@@ -39,7 +39,11 @@ def spatial_dims(opt: argparse.Namespace) -> int:
 def folders_read(opt: argparse.Namespace) -> list[str]:
     """The folders the `--dataset_mode` dataset reads its files from under `opt` (its `required_folders`),
     or --dataroot for a dataset that declares none: what a run must never write into."""
-    return [folder.path for folder in find_dataset_using_name(opt.dataset_mode).required_folders(opt)] or [opt.dataroot]
+    try:
+        folders = find_dataset_using_name(opt.dataset_mode).required_folders(opt)
+    except UserError:  # a dataset's own refusal is reported where its folders are checked, in its own words
+        folders = []
+    return [folder.path for folder in folders] or [opt.dataroot]
 
 
 class DatasetLoader:
