@@ -6,7 +6,6 @@ promise reworded or a test renamed is noticed. The promises no other test held a
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
