@@ -4,7 +4,8 @@
     python test.py --dataroot ./datasets/horse2zebra/testA --name horse2zebra_pretrained --model test --no_dropout
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
-Images go to --results_dir/--name/<phase>_<epoch>/images/ (8-bit PNG previews; data of higher precision or
+Images go to --results_dir/--name/<phase>_<epoch>/images/ (a folder apart from those the dataset reads: one
+that is, lies inside or contains them is refused when the options are parsed; 8-bit PNG previews; data of higher precision or
 other channel counts also at full precision in .../full_precision/, data/output_files.py), the page to
 .../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs (and of
 the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/evaluation/metrics_report.py,
@@ -28,7 +29,7 @@ from models.inference import inference_views
 from models.latent_codes import draw_latent_codes
 from models.network_views import NetworkViews
 from models.windows import Windows, check_tiling, check_window, receptive_radius
-from options.test_options import TestOptions
+from options.test_options import TestOptions, results_folder
 from util import distributed, html
 from util.console import print0
 from util.errors import UserError, exits_on_user_error, exit_with_status
@@ -68,9 +69,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
         windows = Windows.for_tiles(opt.tile, opt.tile_overlap) if opt.tile else None
         if opt.tile:
             print0(tiling_note(opt))
-    web_dir = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
-    if opt.load_iter > 0:
-        web_dir = f"{web_dir}_iter{opt.load_iter}"
+    web_dir = results_folder(opt)  # apart from --dataroot (checked when the options were parsed)
     display_channels = parse_display_channels(opt.display_channels)  # a bad value fails before any folder is made
     os.makedirs(os.path.join(web_dir, "images"), exist_ok=True)
     print0(f"creating web directory {web_dir}")

@@ -19,9 +19,9 @@ from torch.utils.data import default_collate
 
 from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
-from models import create_model
+from models import create_model, find_model_using_name
 from models import networks
-from models.accumulation import check_accumulation, micro_batch_groups
+from models.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
 from models.base_model import BaseModel
 from models.training_engine import TrainingEngine
 from options.base_options import format_options, save_options
@@ -86,6 +86,27 @@ def batch_description(opt: argparse.Namespace, ctx: distributed.DistContext) -> 
             f"accumulation steps x {ctx.world_size} processes; one optimizer step per {opt.accum_steps} micro-batches)")
 
 
+def check_epoch_has_steps(opt: argparse.Namespace, ctx: distributed.DistContext, samples: int) -> None:
+    """Refuse a run whose epochs would take no optimizer step: each process's share of the `samples` in
+    batches of --batch_size (x --accum_steps), where the model skips an incomplete batch (any model, any
+    launcher). Names the dataset size, the batch and the processes, and a --batch_size that trains."""
+    model_class = find_model_using_name(opt.model)
+    skips = model_class.skips_incomplete_batches
+    share = -(-min(samples, opt.max_dataset_size) // ctx.world_size)  # the sampler pads the ranks' shares alike
+    if steps_per_epoch(share, opt.batch_size, opt.accum_steps, skips) > 0:
+        return
+    fits = next((size for size in range(min(share, opt.batch_size), 0, -1)
+                 if steps_per_epoch(share, size, 1, skips) > 0
+                 and model_class.check_flags(networks.with_flags(opt, batch_size=size)) is None), None)
+    per_step = f"--batch_size {opt.batch_size}" + (f" x --accum_steps {opt.accum_steps}" if opt.accum_steps > 1 else "")
+    fix = (f"pass --batch_size {fits}{' --accum_steps 1' if opt.accum_steps > 1 else ''}, or add training samples"
+           if fits else "add training samples")
+    raise UserError(f"an epoch would take no training step: the dataset holds {samples} sample(s), of which each of "
+                    f"the {ctx.world_size} process(es) takes {share}, in batches of {per_step}, and --model {opt.model} "
+                    f"trains on full batches only (it skips an epoch's incomplete last batch), so nothing would be "
+                    f"trained; {fix}{' or use fewer processes' if ctx.world_size > 1 else ''}.")
+
+
 def check_epochs_left(opt: argparse.Namespace, start: StartPoint, run_dir: str) -> None:
     """A continued run that has trained all its epochs: UserError with --continue_train (it was
     asked to train and would not), a note otherwise (--auto_resume, a restart: nothing to do)."""
@@ -114,6 +135,7 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     seed_everything(start.seed)  # the same initial weights on every rank
     size_rule = networks.size_rule(opt.netG, opt)  # the image sizes the generator takes
     dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule)  # a sampler per rank
+    check_epoch_has_steps(opt, ctx, len(dataset.dataset))  # before anything is built from it
     first_sample = dataset.first_sample()
     first = first_sample["A"]
     networks.check_image_size(opt, *first.shape[1:])  # what the generator and discriminator families take
@@ -160,11 +182,12 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
         engine.train_step(micro_batches)
 
         total_iters = progress.total_iters
-        if crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML
+        stepped = engine.has_stepped  # no losses or images to show before a model's first step
+        if stepped and crossed(total_iters, global_batch, opt.display_freq):  # show images, save them to HTML
             model.compute_visuals()
             visualizer.log_images(progress, model.get_current_visuals(),
                                   crossed(total_iters, global_batch, opt.update_html_freq))
-        if crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
+        if stepped and crossed(total_iters, global_batch, opt.print_freq):  # losses averaged over all ranks
             engine.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
             losses = model.get_current_losses()
             t_comp = (time.time() - iter_start_time) / global_batch

@@ -26,7 +26,7 @@ from util.distributed import DistContext
 from util.errors import UserError
 
 __all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "dataset_mode_name",
-           "find_dataset_using_name", "get_option_setter", "spatial_dims"]
+           "find_dataset_using_name", "folders_read", "get_option_setter", "spatial_dims"]
 
 DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
 
@@ -34,6 +34,16 @@ DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
 def spatial_dims(opt: argparse.Namespace) -> int:
     """2 for pictures, 3 for volumes: what the dataset of `--dataset_mode` gives (its `spatial_dims`)."""
     return getattr(find_dataset_using_name(opt.dataset_mode), "spatial_dims", 2)
+
+
+def folders_read(opt: argparse.Namespace) -> list[str]:
+    """The folders the `--dataset_mode` dataset reads its files from under `opt` (its `required_folders`),
+    or --dataroot for a dataset that declares none: what a run must never write into."""
+    try:
+        folders = find_dataset_using_name(opt.dataset_mode).required_folders(opt)
+    except UserError:  # a dataset's own refusal is reported where its folders are checked, in its own words
+        folders = []
+    return [folder.path for folder in folders] or [opt.dataroot]
 
 
 class DatasetLoader:

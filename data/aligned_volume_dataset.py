@@ -8,7 +8,7 @@ from typing import Any
 
 from data.image_folder import pair_files_by_name
 from data.layout import RequiredFolder
-from data.volume_io import list_volumes, volume_stem
+from data.volume_io import describe_grid, list_volumes, same_grid, volume_stem
 from data.volume_patches import VolumeDataset, VolumeFile, split_folders, volume_folder
 from util.errors import UserError
 
@@ -18,7 +18,8 @@ class AlignedVolumeDataset(VolumeDataset):
     else in `dataroot/<phase>A` and `dataroot/<phase>B`, paired by name without the extension
     (`trainA/case01.nii.gz` with `trainB/case01.nii.gz` or `case01.npy`).
 
-    A pair must have the same spatial shape (voxel for voxel the same place; channels may differ). "A" is
+    A pair must be one voxel grid: the same spatial shape and, for NIfTI files, the same affine (voxel
+    spacing, orientation and position: no voxel more than `GRID_TOLERANCE_MM` apart); channels may differ. "A" is
     always domain A; --direction only sets the channels (the input domain gets --input_nc, the other
     --output_nc) and which side --intensity_jitter changes (the input). Every file's header is checked when
     the dataset is built.
@@ -29,6 +30,7 @@ class AlignedVolumeDataset(VolumeDataset):
     """
 
     paired = True
+    stands_in_for = ("aligned",)
 
     @classmethod
     def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
@@ -47,13 +49,7 @@ class AlignedVolumeDataset(VolumeDataset):
         files_A = self.scan([a for a, _ in pairs], self.spec_A)
         files_B = self.scan([b for _, b in pairs], self.spec_B)
         for file_A, file_B in zip(files_A, files_B):
-            if file_A.spatial_shape != file_B.spatial_shape:
-                shape_A, shape_B = ("x".join(map(str, f.spatial_shape)) for f in (file_A, file_B))
-                raise UserError(
-                    f"paired volumes {file_A.path} ({shape_A} voxels) and {file_B.path} ({shape_B} voxels) differ in "
-                    f"shape: a pair must be the same scan voxel for voxel (patches are cut from both at the same "
-                    f"place). Resample one onto the other's grid, or for unpaired data use --dataset_mode "
-                    f"unaligned_volume.")
+            check_same_grid(file_A, file_B)
         self.pairs = list(zip(files_A, files_B))
         # --intensity_jitter changes the model's input only: domain A with AtoB, B with BtoA.
         self.jitter_A = opt.direction != "BtoA"
@@ -74,3 +70,24 @@ class AlignedVolumeDataset(VolumeDataset):
         A = self.finish(self.reader.patch(file_A, corner, self.patch), flip, jitter if self.jitter_A else None)
         B = self.finish(self.reader.patch(file_B, corner, self.patch), flip, None if self.jitter_A else jitter)
         return {"A": A, "B": B, "A_paths": file_A.path, "B_paths": file_B.path}
+
+
+def check_same_grid(file_A: VolumeFile, file_B: VolumeFile) -> None:
+    """Raise `UserError` naming both files unless the pair is one voxel grid: the same shape and, for two
+    NIfTI files, the same affine (voxel spacing, orientation and position; a .npy file has none)."""
+    shape_A, shape_B = ("x".join(map(str, f.spatial_shape)) for f in (file_A, file_B))
+    if file_A.spatial_shape != file_B.spatial_shape:
+        raise UserError(
+            f"paired volumes {file_A.path} ({shape_A} voxels) and {file_B.path} ({shape_B} voxels) differ in "
+            f"shape: a pair must be the same scan voxel for voxel (patches are cut from both at the same "
+            f"place). Resample one onto the other's grid, or for unpaired data use --dataset_mode "
+            f"unaligned_volume.")
+    if not same_grid(file_A.affine, file_B.affine, file_A.spatial_shape):
+        raise UserError(
+            f"paired volumes {file_A.path} and {file_B.path} have the same shape ({shape_A} voxels) but not the "
+            f"same voxel grid: {file_A.path} has {describe_grid(file_A.affine)}, {file_B.path} has "
+            f"{describe_grid(file_B.affine)} (their NIfTI affines differ), so a voxel of one is not the same place "
+            f"as the voxel of the other and patches cut at one position would pair different anatomy. Resample one "
+            f"onto the other's grid (e.g. nibabel.processing.resample_from_to), or, if they are the same grid and "
+            f"one header is wrong, save it with the other's affine; for unpaired data use --dataset_mode "
+            f"unaligned_volume.")

@@ -51,6 +51,9 @@ class BaseDataset(data.Dataset, abc.ABC):
     has_targets: bool = True
     # How many spatial axes the tensors of its items have: 2 for images (C, H, W), 3 for volumes (C, D, H, W).
     spatial_dims: int = 2
+    # The picture modes a volume mode stands in for (aligned_volume: ("aligned",)): a run of one of them
+    # whose folders hold volumes is told to use this mode instead.
+    stands_in_for: tuple[str, ...] = ()
 
     def __init__(self, opt: argparse.Namespace) -> None:
         self.opt = opt

@@ -2,7 +2,8 @@
 
 Public interface (no `opt`: plain values, usable from scripts and the inference API):
 
-    probe_image(path) -> ImageInfo            size, channel count, dtype and alpha from the header only
+    probe_image(path) -> ImageInfo            size, channel count, dtype and alpha from the header only (at
+                                              most MAX_IMAGE_VALUES values, checked before any is allocated)
     read_image(path) -> np.ndarray            H x W x C in the file's own dtype: uint8, uint16 or float32
     write_image(path, array)                  by extension: .png (8/16-bit), .tif/.tiff (any dtype and
                                               band count), .npy; other extensions 8-bit through PIL
@@ -42,6 +43,12 @@ NUMPY_EXTENSIONS = (".npy",)
 
 # What PIL raises for files it cannot open or decode.
 PIL_UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+# The most values (width x height x channels) an image file may declare: its pixels are allocated whole,
+# then as float32 for the network (4 GiB at this limit), so a header asking for more (damaged, hostile,
+# or a mosaic to cut into tiles first) is refused from the header, before anything is allocated for it.
+# (PIL refuses its formats from about 179 million pixels: Image.MAX_IMAGE_PIXELS, twice.)
+MAX_IMAGE_VALUES = 2 ** 30
 
 # PIL modes as read_image returns them: (mode to convert to, channels, alpha).
 _PIL_MODES = {
@@ -220,7 +227,7 @@ def _tiff_info(path: str) -> tuple[ImageInfo | None, str]:
         spatial = [n for i, n in enumerate(shape) if i != channel_axis]
         channels = 1 if channel_axis is None else shape[channel_axis]
         alpha = bool(page.extrasamples) and int(page.extrasamples[-1]) in (1, 2) and channels in (2, 4)
-        return ImageInfo(spatial[1], spatial[0], channels, _stored_dtype(series.dtype), alpha), ""
+        return _checked_size(path, ImageInfo(spatial[1], spatial[0], channels, _stored_dtype(series.dtype), alpha)), ""
 
 
 def _tiff_rows_as_pages(path: str) -> tuple[int, int, int] | None:
@@ -261,12 +268,30 @@ def _npy_info(path: str) -> ImageInfo:
     if len(shape) not in (2, 3):
         raise UserError(f"cannot read image {path}: it holds an array of shape {shape}; .npy images must be "
                         f"height x width or height x width x channels.")
-    return ImageInfo(shape[1], shape[0], 1 if len(shape) == 2 else shape[2], _stored_dtype(dtype))
+    return _checked_size(path, ImageInfo(shape[1], shape[0], 1 if len(shape) == 2 else shape[2], _stored_dtype(dtype)))
+
+
+def _checked_size(path: str, info: ImageInfo) -> ImageInfo:
+    """`info`, or a UserError naming the file when its header declares no pixel, or more than
+    `MAX_IMAGE_VALUES` values."""
+    values = info.width * info.height * info.channels
+    if values == 0:
+        raise UserError(f"cannot read image {path}: it is {info.width}x{info.height} pixels x {info.channels} channels, "
+                        f"an image without a single value, so there is nothing to train on or translate; remove or "
+                        f"replace the file.")
+    if values > MAX_IMAGE_VALUES:
+        raise UserError(f"cannot read image {path}: its header declares {info.width}x{info.height} pixels x "
+                        f"{info.channels} channels ({values:.3g} values, {4 * values / 2 ** 30:.3g} GiB as float32), "
+                        f"more than the {MAX_IMAGE_VALUES:.3g} an image may hold here (MAX_IMAGE_VALUES, "
+                        f"data/image_io.py); a damaged header, or an image to cut into tiles first. Remove or "
+                        f"replace the file.")
+    return info
 
 
 def probe_image(path: str) -> ImageInfo:
     """What `read_image(path)` will return, from the file's header only (no pixel decoding, so it does
-    not notice damage behind the header). Raises `UserError` naming the file if it is unreadable."""
+    not notice damage behind the header). Raises `UserError` naming the file if it is unreadable or
+    declares more than `MAX_IMAGE_VALUES` values."""
     try:
         ext = _extension(path)
         if ext in NUMPY_EXTENSIONS:
@@ -277,16 +302,20 @@ def probe_image(path: str) -> ImageInfo:
                 return info
         header = _png_header(path)
         if _is_wide_colour_png(header):
-            channels, alpha = _PNG_COLOUR_TYPES[header[3]]
-            return ImageInfo(header[0], header[1], channels, np.dtype(np.uint16), alpha)
+            return _wide_png_info(path, header)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # damaged metadata: the file is loaded (and warned about) later
             with Image.open(path) as img:
-                return _pil_info(img)
+                return _checked_size(path, _pil_info(img))
     except UserError:
         raise
     except Exception as err:  # a damaged file can make the readers raise almost anything
         raise unreadable(path, err) from err
+
+
+def _wide_png_info(path: str, header: tuple[int, int, int, int]) -> ImageInfo:
+    channels, alpha = _PNG_COLOUR_TYPES[header[3]]
+    return _checked_size(path, ImageInfo(header[0], header[1], channels, np.dtype(np.uint16), alpha))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -340,9 +369,11 @@ def read_image(path: str) -> np.ndarray:
             return _read_npy(path)
         if ext in TIFF_EXTENSIONS:
             return _read_tiff(path)
-        if _is_wide_colour_png(_png_header(path)):
+        header = _png_header(path)
+        if _is_wide_colour_png(header):
             import imagecodecs
 
+            _wide_png_info(path, header)  # the size its header declares, before imagecodecs allocates it
             with open(path, "rb") as f:
                 return _hwc(imagecodecs.png_decode(f.read()))
         return _read_pil(path)

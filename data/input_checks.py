@@ -23,7 +23,8 @@ from data.base_dataset import _resized_size
 from data.image_folder import IMG_EXTENSIONS, channel_mismatch, iter_image_files
 from data.image_io import convertible, probe_image
 from data.layout import FileGroup, RequiredFolder
-from data.registry import find_dataset_using_name
+from data.registry import built_in_datasets, find_dataset_using_name
+from data.volume_io import NIFTI_EXTENSIONS
 from util.console import print0, warn0
 from util.errors import UserError
 from util.util import broken_link, why_missing
@@ -51,12 +52,32 @@ def _some_files(folder: str, limit: int = 3) -> list[str]:
     return list(islice(found, limit))
 
 
-def _require_images(folder: RequiredFolder) -> None:
+def volume_mode_advice(folder: str, dataset_mode: str, dataroot: str = "<dataroot>") -> str | None:
+    """When `folder` holds NIfTI volumes (and `dataset_mode` reads pictures): which volume mode to pass
+    instead (the one that stands in for `dataset_mode`, or all of them), naming a few of the files."""
+    found = [name for _, _, files in os.walk(folder) for name in sorted(files)
+             if name.lower().endswith(NIFTI_EXTENSIONS) and not name.startswith("._")]
+    if not found:
+        return None
+    volume_modes = {name: cls for name, cls in built_in_datasets().items() if cls.spatial_dims == 3}
+    counterpart = next((name for name, cls in volume_modes.items() if dataset_mode in cls.stands_in_for), None)
+    instead = (f"pass --dataset_mode {counterpart} (the volume counterpart of {dataset_mode})" if counterpart else
+               f"pass a volume --dataset_mode: {', '.join(volume_modes)}")
+    return (f"folder {folder} holds NIfTI volumes ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}), "
+            f"not pictures, and --dataset_mode {dataset_mode} reads pictures; {instead}, with --data_range MIN MAX "
+            f"for their values unless they are 8-bit (`python scripts/data_range.py --dataroot {dataroot}` "
+            f"suggests one; docs/volumes.md).")
+
+
+def _require_images(folder: RequiredFolder, dataset_mode: str = "", dataroot: str = "<dataroot>") -> None:
     if not os.path.isdir(folder.path):
         link = broken_link(folder.path)
         raise UserError(f"missing folder {folder.path}{f' ({link}; fix the link)' if link else ''}: "
                         f"{folder.why}")
     if not _has_image(folder.path, folder.extensions):
+        advice = volume_mode_advice(folder.path, dataset_mode, dataroot) if folder.extensions is None else None
+        if advice:
+            raise UserError(advice)
         if folder.when_empty:
             raise UserError(folder.when_empty)
         others = _some_files(folder.path)
@@ -84,7 +105,7 @@ def check_dataset_root(opt: argparse.Namespace, size_rule=None) -> None:
             "set --dataroot to the dataset folder"
         raise UserError(f"dataset root {root} {why_missing(root or '.')}; {fix}.")
     for folder in find_dataset_using_name(opt.dataset_mode).required_folders(opt):
-        _require_images(folder)
+        _require_images(folder, opt.dataset_mode, opt.dataroot)
     check_image_files(opt, size_rule)
 
 

@@ -19,6 +19,7 @@ class SingleVolumeDataset(VolumeDataset):
     """
 
     has_targets = False  # inputs alone: test.py translates them, training cannot learn from them
+    stands_in_for = ("single",)
 
     @classmethod
     def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:

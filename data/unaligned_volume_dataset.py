@@ -27,6 +27,8 @@ class UnalignedVolumeDataset(VolumeDataset):
     Sample: {"A": Tensor (C, D, H, W) in [-1, 1], "B": the same, "A_paths": str, "B_paths": str}.
     """
 
+    stands_in_for = ("unaligned",)
+
     @classmethod
     def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
         """`<phase>A` and `<phase>B`, holding volumes."""

@@ -7,7 +7,9 @@ with its input's `reference` lies exactly over the input in any viewer.
     is_volume_file(path), VOLUME_EXTENSIONS  .nii, .nii.gz (NIfTI-1/2, through nibabel) and .npy
     list_volumes(folder, max_size)           the volume files under a folder, sorted
     volume_stem(path)                        the name without its (double) extension: pairs A with B
-    probe_volume(path) -> VolumeInfo         shape (C, D, H, W) and value type from the header only
+    probe_volume(path) -> VolumeInfo         shape (C, D, H, W), value type and affine from the header only
+                                             (at most MAX_VOLUME_VOXELS, no empty axis; a file cut short refused)
+    check_finite(info)                       NaN or infinite values refused, the file read once
     volume_shape(path) -> (C, D, H, W)
     read_volume(path, channels) -> Volume    the whole volume and its geometry (`reference`)
     read_region(path, channels, corner, size)  one box of it, reading little more than that box
@@ -25,7 +27,7 @@ import os
 import sys
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,11 @@ VOLUME_EXTENSIONS: tuple[str, ...] = (*NIFTI_EXTENSIONS, ".npy")
 _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError)
 
 Window = tuple[float, float]
+
+# The most voxels (channels x depth x height x width) a volume file may declare: every reader allocates the
+# whole volume as float32 (4 GiB at this limit), so a header asking for more (a damaged or hostile file, or
+# one of another scale than a scan) is refused from the header, before anything is allocated for it.
+MAX_VOLUME_VOXELS = 2 ** 30
 
 
 @dataclass(frozen=True)
@@ -61,11 +68,13 @@ class Volume:
 @dataclass(frozen=True)
 class VolumeInfo:
     """What the header of a volume file says: `shape` (C, D, H, W), the type of its values as read
-    (`dtype`: float where NIfTI scaling applies) and the dimensions of the array in the file."""
+    (`dtype`: float where NIfTI scaling applies), the dimensions of the array in the file, and where its
+    voxels lie (`affine`: voxel indices to millimetres, a NIfTI file's; None for .npy)."""
     path: str
     shape: tuple[int, int, int, int]
     dtype: np.dtype
     file_dims: int
+    affine: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def spatial_shape(self) -> tuple[int, int, int]:
@@ -177,14 +186,30 @@ def _layout(path: str, shape: Sequence[int]) -> tuple[tuple[int, int, int, int],
         while len(shape) > 4 and shape[-1] == 1:  # NIfTI may pad its dimensions with 1s
             shape = shape[:-1]
         if len(shape) == 3:
-            return (1, *shape), 3
+            return _checked_size(path, (1, *shape)), 3
         if len(shape) == 4:
-            return (shape[3], *shape[:3]), 4
+            return _checked_size(path, (shape[3], *shape[:3])), 4
     elif len(shape) in (3, 4):
-        return ((1, *shape) if len(shape) == 3 else shape), len(shape)
+        return _checked_size(path, (1, *shape) if len(shape) == 3 else shape), len(shape)
     layouts = "X x Y x Z, or X x Y x Z x channels" if not _is_npy(path) else "D x H x W, or C x D x H x W"
     raise UserError(f"volume {path} has {len(shape)} dimensions ({'x'.join(map(str, shape))}), but a volume is "
                     f"{layouts}; save it that way, or remove it.")
+
+
+def _checked_size(path: str, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """`shape` (C, D, H, W), or a UserError naming the file when an axis holds no voxel or the whole is
+    larger than `MAX_VOLUME_VOXELS` (read from the header: nothing has been allocated for it)."""
+    shown = "x".join(map(str, shape[1:])) + (f" voxels x {shape[0]} channels" if shape[0] > 1 else " voxels")
+    if min(shape) < 1:
+        raise UserError(f"volume {path} is {shown}: an axis without a single voxel, so there is nothing to train on "
+                        f"or translate; remove the file (or save the volume it should hold).")
+    total = int(np.prod(shape, dtype=object))
+    if total > MAX_VOLUME_VOXELS:
+        raise UserError(f"volume {path} declares {shown} in its header ({total:.3g} values, {4 * total / 2 ** 30:.3g} "
+                        f"GiB as float32), more than the {MAX_VOLUME_VOXELS:.3g} a volume may hold here "
+                        f"(MAX_VOLUME_VOXELS, data/volume_io.py); a damaged header, or a volume to crop or resample "
+                        f"into smaller ones. Remove or replace the file.")
+    return shape
 
 
 def _nifti_dtype(image: Any) -> np.dtype:
@@ -210,10 +235,16 @@ def _check_complete(path: str, image: Any) -> None:
             f.seek(max(size - 4, 0))
             trailer = int.from_bytes(f.read(4), "little")
         if trailer != expected % 2 ** 32:
-            # Not necessarily damaged (gzip files of several members, padding): decompress to be sure.
+            # Not necessarily damaged (gzip files of several members, padding): decompress to be sure, counting
+            # (a whole gzip stream of the header alone holds fewer bytes than the header describes).
+            count = 0
             with gzip.open(path, "rb") as stream:
-                while stream.read(1 << 24):
-                    pass
+                while chunk := stream.read(1 << 24):
+                    count += len(chunk)
+            if count < expected:
+                raise UserError(f"cannot read volume {path}: it is cut short ({count} bytes decompressed, but its "
+                                f"header describes {expected}), e.g. by an interrupted copy or download; replace or "
+                                f"remove the file.")
     except _read_errors() as err:
         raise _unreadable(path, err) from err
 
@@ -236,7 +267,7 @@ def _probe(path: str, check_complete: bool) -> VolumeInfo:
     shape, dims = _layout(path, image.shape)
     if check_complete:
         _check_complete(path, image)
-    return VolumeInfo(path, shape, _nifti_dtype(image).newbyteorder("="), dims)
+    return VolumeInfo(path, shape, _nifti_dtype(image).newbyteorder("="), dims, np.asarray(image.affine, float))
 
 
 def volume_shape(path: str) -> tuple[int, int, int, int]:
@@ -261,6 +292,14 @@ def channel_mismatch(info: VolumeInfo, channels: int, flag: str) -> UserError:
 def _check_channels(info: VolumeInfo, channels: int | None, flag: str) -> None:
     if channels is not None and info.shape[0] != channels:
         raise channel_mismatch(info, channels, flag)
+
+
+def check_finite(info: VolumeInfo) -> None:
+    """Read the volume of `info` once and raise `UserError` naming it if it holds NaN or infinite values
+    (float data, or integers NIfTI scaling makes float; other integers hold none and are not read), so
+    that such a file is refused before a model is built rather than when a patch first meets the value."""
+    if info.dtype.kind == "f":
+        read_volume(info.path, None)
 
 
 def _require_finite(path: str, array: np.ndarray) -> None:
@@ -336,6 +375,35 @@ def read_region(path: str, channels: int | None, corner: Sequence[int], size: Se
     array = _channels_first(values, info)
     _require_finite(path, array)
     return array
+
+
+# ------------------------------------------------------------------------------------------ geometry
+# How far apart two volumes' voxels may be and still be one voxel grid: NIfTI stores affines as float32
+# (qform, sform), so a header copied through another tool moves them by rounding, by far less than this.
+GRID_TOLERANCE_MM = 0.01
+
+
+def same_grid(affine_A: np.ndarray | None, affine_B: np.ndarray | None, shape: Sequence[int]) -> bool:
+    """Whether two volumes of the spatial `shape` (D, H, W) lie voxel for voxel in the same place: their
+    affines (voxel index to millimetres) put each corner voxel of the volume within `GRID_TOLERANCE_MM` of
+    each other; a .npy file (None) has no geometry and agrees with anything."""
+    if affine_A is None or affine_B is None:
+        return True
+    corners = np.array(np.meshgrid(*[(0, max(int(n) - 1, 0)) for n in shape], indexing="ij")).reshape(3, -1)
+    corners = np.vstack([corners, np.ones((1, corners.shape[1]))])
+    placed_A, placed_B = (np.asarray(affine, float) @ corners for affine in (affine_A, affine_B))
+    return bool(np.abs(placed_A - placed_B)[:3].max() <= GRID_TOLERANCE_MM)
+
+
+def describe_grid(affine: np.ndarray) -> str:
+    """e.g. "1x1x1.2 mm voxels, axes RAS, origin (0, -120, 0) mm": where a NIfTI file's voxels lie."""
+    spacing = np.sqrt((np.asarray(affine, float)[:3, :3] ** 2).sum(axis=0))
+    try:
+        axes = "".join(_nibabel().aff2axcodes(affine))
+    except (ValueError, np.linalg.LinAlgError):
+        axes = "(not a rotation)"
+    origin = ", ".join(f"{v:g}" for v in np.round(np.asarray(affine, float)[:3, 3], 2))
+    return f"{'x'.join(f'{v:g}' for v in np.round(spacing, 4))} mm voxels, axes {axes}, origin ({origin}) mm"
 
 
 # ------------------------------------------------------------------------------------------ values

@@ -15,7 +15,7 @@ import os
 import random
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,11 @@ import torch
 from data.base_dataset import BaseDataset, domain_specs
 from data.image_folder import DomainSpec
 from data.layout import RequiredFolder
-from data.volume_io import (VOLUME_EXTENSIONS, Window, channel_mismatch, probe_volume, read_region, read_volume,
-                            to_network, volume_window)
+from data.volume_io import (VOLUME_EXTENSIONS, Window, channel_mismatch, check_finite, probe_volume, read_region,
+                            read_volume, to_network, volume_window)
 from util.errors import UserError
 from util.evaluation.metrics import EVAL_MASKS
-from util.flag_types import Bounded, fraction_below_one, non_negative_float, positive_int
+from util.flag_types import Bounded, fraction_below_one, non_negative_float
 
 Shape3 = tuple[int, int, int]
 
@@ -38,19 +38,47 @@ FOREGROUND_MARGIN = 0.05  # foreground: above the window's low end by more than 
 MAX_FOREGROUND_POSITIONS = 65536
 
 
+# The most voxels a patch (a window of whole-volume inference) may hold: 512^3. It is allocated per image of a
+# batch (and per window of --window_batch), with the network's activations many times that.
+MAX_PATCH_VOXELS = 2 ** 27
+
+
 def patch_size(text: str) -> Shape3:
-    """An argparse `type` for --patch_size: "64" (a cube) or "64,64,32" -> (D, H, W), each at least 1."""
+    """An argparse `type` for --patch_size: "64" (a cube) or "64,64,32" -> (D, H, W), each at least 1, at most
+    `MAX_PATCH_VOXELS` voxels in all."""
     parts = [part.strip() for part in text.replace("x", ",").split(",")]
     if len(parts) not in (1, 3) or not all(part.isdigit() and int(part) >= 1 for part in parts):
         raise argparse.ArgumentTypeError(f"expected one whole number >= 1 (a cube) or three separated by commas "
                                          f"(D,H,W in the files' voxel order), e.g. 64 or 64,64,32; got {text!r}")
     sides = [int(part) for part in parts]
-    return tuple(sides * 3 if len(sides) == 1 else sides)
+    sides = tuple(sides * 3 if len(sides) == 1 else sides)
+    if np.prod(sides, dtype=object) > MAX_PATCH_VOXELS:
+        raise argparse.ArgumentTypeError(f"{'x'.join(map(str, sides))} voxels is more than the {MAX_PATCH_VOXELS} "
+                                         f"(512^3) a patch may hold; got {text!r}")
+    return sides
 
 
 fraction = Bounded(float, low=0, high=1, name="fraction")  # 0 <= x <= 1
 # How whole volumes are translated unless told otherwise (test.py, validation, the Translator)
 WINDOW_OVERLAP, WINDOW_BATCH = 0.5, 4
+MAX_WINDOW_BATCH = 1024  # windows through the generator at once
+window_batch = Bounded(int, low=1, high=MAX_WINDOW_BATCH, name="window_batch")
+# Patches of each volume per epoch: the epoch's order of samples is a list of this many times the volumes
+MAX_PATCHES_PER_VOLUME = 100_000
+# Voxels of the patches (windows) that go through a network at once: --batch_size (--window_batch) x --patch_size
+MAX_BATCH_VOXELS = 2 ** 28
+
+
+def batch_refusal(flag: str, count: int, patch: Sequence[int]) -> str | None:
+    """Why `count` patches of `patch` voxels at once (`flag`: --batch_size or --window_batch) are too many, or
+    None: together they may hold at most `MAX_BATCH_VOXELS` voxels (1 GiB of float32 per channel)."""
+    voxels = count * int(np.prod(patch, dtype=object))
+    if voxels <= MAX_BATCH_VOXELS:
+        return None
+    fewer = max(MAX_BATCH_VOXELS // int(np.prod(patch, dtype=object)), 1)
+    return (f"{flag} {count} patches of {'x'.join(map(str, patch))} voxels at once are {voxels:.3g} voxels, more than "
+            f"the {MAX_BATCH_VOXELS:.3g} a batch may hold (MAX_BATCH_VOXELS, data/volume_patches.py); pass {flag} "
+            f"{fewer} or less, or a smaller --patch_size")
 
 
 def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -58,7 +86,8 @@ def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--patch_size", type=patch_size, default=(64, 64, 64), metavar="D[,H,W]", on_resume="noted",
                         help="training patches of this many voxels: one number for a cube, or three (D,H,W in the "
                              "files' voxel order), e.g. 64,64,32; whole volumes are translated in windows of it")
-    parser.add_argument("--patches_per_volume", type=positive_int, default=1, metavar="N", on_resume="noted",
+    parser.add_argument("--patches_per_volume", type=Bounded(int, low=1, high=MAX_PATCHES_PER_VOLUME,
+                                                             name="patches_per_volume"), default=1, metavar="N", on_resume="noted",
                         help="training patches drawn from each volume per epoch (an epoch has N x the volumes' count "
                              "samples: a few large volumes still make many steps)")
     parser.add_argument("--foreground_fraction", type=fraction, default=0.0, metavar="F", on_resume="noted",
@@ -77,7 +106,7 @@ def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--window_overlap", type=fraction_below_one, default=WINDOW_OVERLAP, on_resume="silent",
                         help="whole volumes are translated in windows of --patch_size overlapping by this fraction "
                              "of a window (0 <= f < 1), blended with Gaussian weights so that no seams show")
-    parser.add_argument("--window_batch", type=positive_int, default=WINDOW_BATCH, on_resume="silent",
+    parser.add_argument("--window_batch", type=window_batch, default=WINDOW_BATCH, on_resume="silent",
                         help="windows translated at once when a whole volume is translated (memory vs speed)")
     parser.add_argument("--eval_mask", choices=EVAL_MASKS, default="none", on_resume="silent",
                         help="where test.py and validation score volumes: none (every voxel) or foreground (the "
@@ -95,12 +124,13 @@ def volume_folder(path: str, why: str) -> RequiredFolder:
 
 @dataclass(frozen=True)
 class VolumeFile:
-    """A volume file as a domain reads it: its shape (C, D, H, W), its window (--data_range), and the
-    channel count and flag it is read with."""
+    """A volume file as a domain reads it: its shape (C, D, H, W), its window (--data_range), the
+    channel count and flag it is read with, and where its voxels lie (`affine`, None for .npy)."""
     path: str
     shape: tuple[int, int, int, int]
     window: Window
     spec: DomainSpec
+    affine: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def spatial_shape(self) -> Shape3:
@@ -113,14 +143,18 @@ class VolumeFile:
 
 
 def scan_volumes(paths: Sequence[str], spec: DomainSpec) -> list[VolumeFile]:
-    """The files of one domain, each checked from its header: readable, `spec.channels` channels, a window.
+    """The files of one domain, each checked from its header (readable and whole, of a size within
+    `MAX_VOLUME_VOXELS`, `spec.channels` channels, a window) and then, for float data, read once for NaN
+    or infinite values: a bad file is refused before any model is built, whatever --volume_cache_mb.
     Raises `UserError` for the first bad one."""
     files = []
     for path in paths:
         info = probe_volume(path)
         if info.shape[0] != spec.channels:
             raise channel_mismatch(info, spec.channels, spec.flag)
-        files.append(VolumeFile(path, info.shape, volume_window(info, spec.data_range), spec))
+        window = volume_window(info, spec.data_range)
+        check_finite(info)
+        files.append(VolumeFile(path, info.shape, window, spec, info.affine))
     return files
 
 

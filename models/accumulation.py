@@ -66,6 +66,15 @@ def micro_batch_groups(batches: Iterable[dict], accum_steps: int) -> Iterator[li
         yield group
 
 
+def steps_per_epoch(samples: int, batch_size: int, accum_steps: int, skips_incomplete: bool) -> int:
+    """Optimizer steps one process takes in an epoch of its `samples` samples: micro-batches of `batch_size`
+    (the last may be smaller), `accum_steps` of them per step (the last step may have fewer); a model that
+    `skips_incomplete` batches takes no step whose last micro-batch is smaller than `batch_size`."""
+    full, rest = divmod(samples, batch_size)
+    steps = -(-(full + (rest > 0)) // accum_steps)
+    return steps - 1 if skips_incomplete and rest else steps
+
+
 def micro_steps(micro_batches: Sequence[dict]) -> list[MicroStep]:
     """One MicroStep per micro-batch, each weighted by its share of the step's images."""
     sizes = [_batch_size(batch) for batch in micro_batches]

@@ -20,7 +20,7 @@ It
     halves) in both players' steps, and reports D's verdicts on real images to
     `self.diff_augment.observe_real(pred)` (--diff_augment, --ada_target; the identity when off);
     --D_spectral reaches every network of role discriminator by itself;
-  - may add flags in `modify_commandline_options(parser, is_train)`;
+  - may add flags in `modify_commandline_options(parser, is_train)` and refuse them in `check_flags(opt)`;
   - to train with --accum_steps, lists in `accumulation_phases` the methods (each taking the step)
     that make one step, split where a loss needs an optimizer step taken before it in the same step
     (models/accumulation.py; the training engine runs them over the micro-batches);
@@ -102,6 +102,13 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
     # Many answers per input: the visuals that change with the latent code (test.py --n_samples
     # writes them once per code); a model with codes also overrides `latent_size` and `set_latent`.
     sample_visuals: ClassVar[tuple[str, ...]] = ()
+    # A model that trains on full batches only (BicycleGAN's halves) skips an epoch's incomplete last one.
+    skips_incomplete_batches: ClassVar[bool] = False
+
+    @classmethod
+    def check_flags(cls, opt) -> tuple[str, str] | None:
+        """(the flag, why) when the parsed `opt` holds a value or combination this model cannot work with."""
+        return None
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -176,8 +183,7 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
         `model_names` and `optimizers`. Called by `setup` before the schedulers are made, weights or
         a training state are loaded and networks are DDP-wrapped; nothing by default."""
 
-    def latent_size(self) -> int:
-        """How many numbers the latent code of this model's translation has (0: it takes the image alone)."""
+    def latent_size(self) -> int:  # numbers in the latent code of this model's translation (0: the image alone)
         return 0
 
     def set_latent(self, codes: torch.Tensor | None) -> None:
@@ -185,8 +191,7 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
         model's own choice again (e.g. a code encoded from a reference image)."""
         raise NotImplementedError(f"{type(self).__name__} takes no latent code")
 
-    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """An input tensor on the model's device, in its precision and memory format."""
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # on the model's device, precision, memory format
         return tensor.to(self.device, self.dtype, non_blocking=True).contiguous(memory_format=self.memory_format)
 
     def paired_input(self, input: dict) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -195,9 +200,8 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
         return self.to_device(source), self.to_device(target), paths
 
     def make_adam(self, parameters) -> torch.optim.Adam:
-        """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)). --fused_adam picks
-        PyTorch's fused kernel: several times faster on large networks (a pix2pix generator's
-        update: 166 -> 34 ms on 2 CPU cores), but it rounds differently (~1e-8), so it is opt-in."""
+        """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)). --fused_adam picks PyTorch's fused kernel:
+        a pix2pix generator's update 166 -> 34 ms on 2 CPU cores, but rounding differently (~1e-8): opt-in."""
         return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
                                 fused=True if self.opt.fused_adam else None)
 
@@ -266,11 +270,10 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
             net.to(dtype=self.dtype, memory_format=self.memory_format)
 
     def _add_stabilisers(self) -> None:
-        """--D_spectral on every discriminator (by its declared role) and the first draw of
-        --diff_augment, for every model alike. Both draw from the global generator, which is seeded
-        the same on every rank here, and only when asked for: without them nothing changes. The
-        discriminators `networks.build_discriminator` builds have their spectral norm from the start;
-        one a model built otherwise gets it here."""
+        """--D_spectral on every discriminator (by its declared role) and the first draw of --diff_augment, for
+        every model alike. Both draw from the global generator, seeded the same on every rank here, and only when
+        asked for. The discriminators `networks.build_discriminator` builds have their spectral norm from the
+        start; one a model built otherwise gets it here."""
         if self.isTrain and getattr(self.opt, "D_spectral", False):
             for net in self.networks_with_role(DISCRIMINATOR).values():
                 if not networks.has_spectral_norm(net):
@@ -283,8 +286,7 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
             net.eval()
 
     def test(self, nets: NetworkViews) -> None:
-        """Forward without gradients, for inference, with the networks as the caller runs them
-        (models/inference.py `inference_views`)."""
+        """Forward without gradients, with the networks as the caller runs them (models/inference.py)."""
         with torch.no_grad():
             self.forward(nets)
             self.compute_visuals()

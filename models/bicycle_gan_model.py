@@ -35,6 +35,7 @@ import itertools
 import torch
 from torch import nn
 
+from data import spatial_dims
 from models import networks
 from models.base_model import BaseModel
 from models.networks import encoder, patchgan_bicycle, unet
@@ -43,7 +44,7 @@ from models.networks.unet_latent import BASIC_UPSAMPLING, NONLINEARITIES, UPSAMP
 from models.training_step import TrainingStep
 from util import distributed
 from util.errors import UserError
-from util.flag_types import non_negative_float, non_negative_int
+from util.flag_types import Bounded, network_width, non_negative_float
 
 
 class BicycleGANModel(BaseModel):
@@ -54,6 +55,7 @@ class BicycleGANModel(BaseModel):
     accumulation_phases = ("optimize_parameters",)  # G and E step before D, on outputs made before either step
     input_visual = "real_A"
     sample_visuals = ("fake_B",)  # test.py --n_samples: fake_B_random0, 1, ...
+    skips_incomplete_batches = True  # an encoded and a random half of --batch_size each: as in BicycleGAN's code
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
@@ -69,10 +71,10 @@ class BicycleGANModel(BaseModel):
         parser._option_string_actions["--upsample"].choices = UPSAMPLINGS
         parser.add_argument("--use_dropout", dest="no_dropout", action="store_false", on_resume="architecture",
                             help="dropout in the generator (BicycleGAN's flag; off by default under this model)")
-        parser.add_argument("--nz", type=non_negative_int, default=8, on_resume="architecture", help="numbers in the latent code")
+        parser.add_argument("--nz", type=Bounded(int, low=0, high=1024, name="nz"), default=8, on_resume="architecture", help="numbers in the latent code")
         parser.add_argument("--where_add", type=str, default="all", choices=(*WHERE_ADD, "middle"), on_resume="architecture", help="where G takes the code: input (with the image only) or all (at every level on the way down)")
         parser.add_argument("--netE", type=networks.family_name_type(networks.ENCODER), default=encoder.DEFAULT, on_resume="architecture", help=networks.family_help(networks.ENCODER))
-        parser.add_argument("--nef", type=non_negative_int, default=64, on_resume="architecture", help="# of encoder filters in the first conv layer")
+        parser.add_argument("--nef", type=network_width, default=64, on_resume="architecture", help="# of encoder filters in the first conv layer")
         parser.add_argument("--nl", type=str, default="relu", choices=NONLINEARITIES, on_resume="architecture", help="the activation of G's way up")
         parser.add_argument("--netD2", type=networks.family_name_type(networks.DISCRIMINATOR), default=patchgan_bicycle.DEFAULT, on_resume="architecture", help="the discriminator of the random-code outputs (cLR-GAN)")
         parser.add_argument("--conditional_D", action="store_true", on_resume="architecture", help="the discriminators judge (A, B) pairs, not B alone")
@@ -90,9 +92,16 @@ class BicycleGANModel(BaseModel):
             parser.add_argument("--center_crop", action="store_true", on_resume="silent", help="crop the middle of each image (--load_size > --crop_size), as BicycleGAN's test.py does with it")
         return parser
 
+    @classmethod
+    def check_flags(cls, opt) -> tuple[str, str] | None:
+        """What BicycleGAN cannot train or test with, named when the options are parsed."""
+        return refusal(opt)
+
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx)
-        check_options(opt, ctx)
+        refused = refusal(opt)  # options not parsed by the option classes (a model built from Python) too
+        if refused:
+            raise UserError(refused[1])
         self.nz = opt.nz
         self.encodes = opt.isTrain or not opt.no_encode
         self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
@@ -282,19 +291,31 @@ def check_encoder_input(opt, images: torch.Tensor) -> None:
     networks.family_of(opt.netE, networks.ENCODER).check_input_size(opt, *images.shape[2:])
 
 
-def check_options(opt, ctx) -> None:
-    """One paragraph for each value BicycleGAN cannot train or test with."""
+def refusal(opt) -> tuple[str, str] | None:
+    """(the flag, one paragraph) for the first value, or combination, BicycleGAN cannot train or test with."""
+    if spatial_dims(opt) == 3:
+        return "dataset_mode", (f"--dataset_mode {opt.dataset_mode} gives volumes, and BicycleGAN takes pictures: no "
+                                f"3-D generator takes a latent code (docs/volumes.md, \"Not for volumes\"); for paired "
+                                f"volumes use --model pix2pix.")
     if opt.nz == 0:
-        raise UserError("--nz 0: BicycleGAN's generator needs a latent code to give several answers per input; "
-                        "pass --nz 8 (its default) or use --model pix2pix for one answer per input.")
+        return "nz", ("--nz 0: BicycleGAN's generator needs a latent code to give several answers per input; "
+                      "pass --nz 8 (its default) or use --model pix2pix for one answer per input.")
     if opt.where_add == "middle":
-        raise UserError("--where_add middle: BicycleGAN's code lists it but builds no such generator; choose "
-                        "--where_add all (its default: the code joins every level) or input.")
+        return "where_add", ("--where_add middle: BicycleGAN's code lists it but builds no such generator; choose "
+                             "--where_add all (its default: the code joins every level) or input.")
     if networks.family_of(opt.netG, networks.GENERATOR).latent_size(opt) != opt.nz:
-        raise UserError(f"--netG {opt.netG} takes no latent code of --nz {opt.nz} numbers, and BicycleGAN's "
+        return "netG", (f"--netG {opt.netG} takes no latent code of --nz {opt.nz} numbers, and BicycleGAN's "
                         f"generator must (G(A, z)); use --netG unet_256 or unet_128, or a family of your own whose "
                         f"latent_size is --nz.")
-    if opt.isTrain and opt.batch_size % 2:
-        raise UserError(f"--batch_size {opt.batch_size}: BicycleGAN splits each batch into an encoded and a random "
-                        f"half, so it must be even (per process under torchrun); pass --batch_size "
-                        f"{opt.batch_size + 1}.")
+    if not opt.isTrain:
+        return None
+    if opt.batch_size % 2:
+        return "batch_size", (f"--batch_size {opt.batch_size}: BicycleGAN splits each batch into an encoded and a "
+                              f"random half, so it must be even (per process under torchrun); pass --batch_size "
+                              f"{opt.batch_size + 1}.")
+    if opt.use_same_D and opt.lambda_GAN == 0 and opt.lambda_GAN2 > 0:
+        return "use_same_D", ("--use_same_D with --lambda_GAN 0: the one discriminator of --use_same_D is D, the "
+                              "encoded half's, and a GAN weight of 0 leaves D out, so nothing would judge the random "
+                              "half; drop --use_same_D (D2 then judges the random half) or give --lambda_GAN a "
+                              "weight above 0 (its default is 1).")
+    return None

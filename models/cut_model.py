@@ -26,7 +26,7 @@ from models.network_views import NetworkViews
 from models.training_step import TrainingStep
 from util import distributed
 from util.errors import UserError
-from util.flag_types import non_negative_float, norm_name, positive_float, positive_int
+from util.flag_types import Bounded, network_width, non_negative_float, norm_name, positive_float
 
 MODES = ("CUT", "FastCUT")
 # CUT's per-mode defaults (its CUTModel.modify_commandline_options); explicit flags win.
@@ -115,11 +115,11 @@ class CUTModel(BaseModel):
                             "not only the query's own image (CUT uses it for single-image translation)")
         parser.add_argument("--netF", type=str, default="mlp_sample", choices=cut_networks.NETF_KINDS,
                             on_resume="architecture", help="how to downsample the feature map")
-        parser.add_argument("--netF_nc", type=positive_int, default=256, on_resume="architecture",
+        parser.add_argument("--netF_nc", type=network_width, default=256, on_resume="architecture",
                             help="width of netF's projection MLP")
         parser.add_argument("--nce_T", type=positive_float, default=0.07, on_resume="noted",
                             help="temperature for NCE loss")
-        parser.add_argument("--num_patches", type=positive_int, default=256, on_resume="noted",
+        parser.add_argument("--num_patches", type=Bounded(int, low=1, high=65536, name="num_patches"), default=256, on_resume="noted",
                             help="number of patches per layer")
         parser.add_argument("--flip_equivariance", type=str2bool, nargs="?", const=True, default=False,
                             on_resume="noted", help="enforce flip-equivariance as additional regularization (FastCUT)")

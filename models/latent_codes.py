@@ -9,12 +9,14 @@ import numpy as np
 import torch
 
 from util.errors import UserError
+from util.flag_types import MAX_SAMPLES
 
 
 def draw_latent_codes(count: int, size: int, seed: int) -> torch.Tensor:
-    """`count` x `size` codes (float64) from a standard normal distribution seeded by `seed`."""
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise UserError(f"n_samples {count!r}: pass a whole number of samples, 1 or more.")
+    """`count` x `size` codes (float64) from a standard normal distribution seeded by `seed`; `count` from 1 to
+    `MAX_SAMPLES` (a UserError otherwise, before anything is allocated)."""
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SAMPLES:
+        raise UserError(f"n_samples {count!r}: pass a whole number of samples from 1 to {MAX_SAMPLES}.")
     return torch.randn(count, size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
@@ -30,4 +32,7 @@ def checked_latent_codes(codes: Any, size: int) -> torch.Tensor:
     if chosen.ndim != 2 or chosen.shape[1] != size or len(chosen) == 0 or not torch.isfinite(chosen).all():
         raise UserError(f"codes of shape {tuple(chosen.shape)}: the generator takes codes of {size} finite numbers; "
                         f"pass N x {size} values.")
+    if len(chosen) > MAX_SAMPLES:
+        raise UserError(f"{len(chosen)} codes: one answer is written per code and input, at most {MAX_SAMPLES}; "
+                        f"pass fewer.")
     return chosen

@@ -32,10 +32,12 @@ class LossWatch:
         self.first_bad_update = torch.full((), -1, dtype=torch.int64, device=device)
         self.epoch_loss_sum = torch.zeros((), dtype=self.sum_dtype, device=device)
         self.epoch_steps = 0
+        self.updates = 0  # optimizer updates this process has taken: losses exist only after the first
 
     def note(self, optimizer_index: int, loss: torch.Tensor) -> None:
         """Record one optimizer update's loss (device operations only; no host sync)."""
         loss = loss.detach()
+        self.updates += 1
         if optimizer_index == 0:
             self.epoch_loss_sum += loss.to(self.sum_dtype)
             self.epoch_steps += 1

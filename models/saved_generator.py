@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -90,9 +91,12 @@ def infer_architecture(state: dict, netG: str | None = None) -> dict:
     return networks.recognise_network(state)
 
 
-def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") -> nn.Module:
+def load_generator(path: str, arch: dict, device: torch.device | str = "cpu",
+                   flags_for: Callable[[dict], str] = describe_architecture) -> nn.Module:
     """The generator of architecture `arch` (`architecture_keys`), loaded with the weights in
-    `path`; raises a UserError naming the file, the architecture tried and the one the weights show."""
+    `path`; raises a UserError naming the file, the architecture tried and the one the weights show,
+    written by `flags_for` as the flags that build it in the caller's command line (default: the
+    flags of scripts/translate.py and Translator.load's keywords)."""
     state = load_state_dict_file(path, device)
     # the family sees in the weights what the flags do not say (CUT's blur layers)
     net = networks.rebuild_generator(SimpleNamespace(**arch), state, arch["input_nc"], arch["output_nc"])
@@ -102,7 +106,7 @@ def load_generator(path: str, arch: dict, device: torch.device | str = "cpu") ->
     except RuntimeError as err:
         lines = str(err).splitlines()
         seen = infer_architecture(state)
-        hint = (f" The weights look like {describe_architecture(seen)}; pass those." if seen
+        hint = (f" The weights look like {describe_architecture(seen)}; pass {flags_for(seen)}." if seen
                 else " They do not look like a generator of this project or the reference.")
         raise UserError(f"{path} does not fit {describe_architecture(arch)}.{hint} "
                         f"PyTorch says: {(lines[1] if len(lines) > 1 else lines[0]).strip()}") from None

@@ -117,6 +117,12 @@ class TrainingEngine:
         step.micro = None
 
     @property
+    def has_stepped(self) -> bool:
+        """Whether this process has updated weights yet: a model's losses and training visuals exist only then
+        (one that skips an incomplete batch may have skipped every batch so far, e.g. in a resumed epoch's end)."""
+        return self.loss_watch.updates > 0
+
+    @property
     def compile_choice(self) -> bool | None:
         """--compile: whether the run trains compiled (True) or eagerly (False), once the probe has
         decided; None before. Without --compile, the choice of the run this one continues (None if none).

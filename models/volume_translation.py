@@ -27,7 +27,7 @@ from PIL import Image
 from data.image_folder import is_image_file
 from data.volume_io import (VOLUME_EXTENSIONS, Window, from_network, is_volume_file, probe_volume, read_reference,
                             read_volume, to_network, volume_stem, write_volume)
-from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP
+from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP, batch_refusal
 from models.windows import Windows, check_window
 from util.errors import UserError
 from util.safe_files import atomic_write_by_name
@@ -80,6 +80,9 @@ def window_settings(flags: Any, source: str, patch_size: int | Sequence[int] | N
     if not (isinstance(batch, (int, np.integer)) and not isinstance(batch, bool) and batch >= 1):
         raise UserError(f"window_batch {batch!r} is not a whole number >= 1: how many windows go through the "
                         f"generator at once (default {WINDOW_BATCH}; fewer take less memory).")
+    refused = batch_refusal("window_batch", int(batch), sides)
+    if refused:
+        raise UserError(f"{refused}.")
     return WindowSettings(sides, float(overlap), int(batch))
 
 

@@ -37,6 +37,7 @@ from models.networks import GENERATOR, family_of
 from util.errors import UserError
 
 ALIGN = 4                # resnet generators halve the size twice: tiles start on this grid to match
+MAX_WINDOWS = 1_000_000  # per input: MONAI lists every window's position before translating the first
 WINDOW_SIGMA = 0.125     # of the window's side: MONAI's default Gaussian, the usual choice for patch-trained nets
 WEIGHT_FLOOR = 1e-12     # per axis: a weight, never a division by zero
 RAMP, GAUSSIAN = "ramp", "gaussian"
@@ -94,6 +95,15 @@ def in_windows(predictor: Callable[..., torch.Tensor], x: torch.Tensor, windows:
         size, overlap, padding = windows.size, windows.overlap, "replicate"
         weights = gaussian_weights(size, x.dtype, x.device)
 
+    count = window_count(spatial, size, overlap)
+    if count > MAX_WINDOWS:
+        what = (f"--tile {windows.size[0]} with --tile_overlap {windows.overlap:g}" if windows.blend == RAMP else
+                f"windows of {'x'.join(map(str, size))} voxels overlapping by --window_overlap {windows.overlap:g}")
+        fix = "a larger --tile" if windows.blend == RAMP else "a smaller --window_overlap (default 0.5)"
+        raise UserError(f"{what} cut an input of {'x'.join(map(str, spatial))} into {count} windows, more than the "
+                        f"{MAX_WINDOWS} one input may take (MAX_WINDOWS, models/windows.py: their positions are "
+                        f"listed first); use {fix}.")
+
     def run(images: torch.Tensor, predict: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         def own_output(window: torch.Tensor) -> torch.Tensor:
             out = predict(window)
@@ -125,6 +135,18 @@ def tile_stride(length: int, tile: int, overlap: int) -> int:
         return tile
     count = -(-(length - tile) // (tile - overlap)) + 1
     return ALIGN * -(-(-(-(length - tile) // (count - 1))) // ALIGN)
+
+
+def window_count(spatial: Sequence[int], size: Sequence[int], overlap: Sequence[float] | float) -> int:
+    """How many windows MONAI cuts an input of `spatial` sizes into: per axis one where the window covers
+    the input (padded to it), else enough, `int(size * (1 - overlap))` (at least 1) apart, to reach its end."""
+    fractions = overlap if isinstance(overlap, Sequence) else [overlap] * len(size)
+    count = 1
+    for length, side, fraction in zip(spatial, size, fractions):
+        length = max(length, side)
+        step = max(int(side * (1 - fraction)), 1)
+        count *= 1 if length == side else -(-(length - side) // step) + 1
+    return count
 
 
 def ramp_weights(size: Sequence[int], overlap: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

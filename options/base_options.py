@@ -19,10 +19,13 @@ import torch
 import data
 import models
 from models import networks
+from data.base_dataset import parse_data_range
+from data.volume_patches import batch_refusal
+from util.errors import UserError
 from util.util import broken_link
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
-from util.flag_types import (OneParagraphParser, finite_float, non_negative_int, norm_name, positive_float,
-                                positive_int)
+from util.flag_types import (Bounded, OneParagraphParser, batch_size, channel_count, finite_float, image_side,
+                             network_width, non_negative_int, norm_name, positive_float, positive_int, seed_value)
 from util.safe_files import atomic_write_json, atomic_write_text
 from util.training.resume_flags import SILENT, ignored
 
@@ -43,7 +46,7 @@ class BaseOptions:
         parser.add_argument("--checkpoints_dir", type=str, default="./checkpoints", on_resume="silent", help="models are saved here")
         parser.add_argument("--gpu_ids", type=str, default=None, on_resume="silent", help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
         parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], on_resume="silent", help="where to run: auto picks CUDA when available; under torchrun each process takes cuda:LOCAL_RANK")
-        parser.add_argument("--seed", type=int, default=None, on_resume=SEED_KEPT, help="seed every random generator so that the same command gives the same weights")
+        parser.add_argument("--seed", type=seed_value, default=None, on_resume=SEED_KEPT, help="seed every random generator so that the same command gives the same weights")
         parser.add_argument("--amp", type=str, default="none", choices=["none", "bf16", "fp16"], on_resume="noted", help="mixed precision: bf16 autocast (CPU or GPU), or fp16 autocast with a gradient scaler (CUDA only)")
         parser.add_argument("--channels_last", action="store_true", on_resume="noted", help="store images and weights in channels-last memory format (often faster convolutions)")
         parser.add_argument("--compile", action="store_true", on_resume="silent", help="compile the networks with torch.compile (slow first steps, faster afterwards)")
@@ -51,13 +54,13 @@ class BaseOptions:
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], on_resume="noted", help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
         # model parameters
         parser.add_argument("--model", type=models.model_name, default="cycle_gan", on_resume="architecture", help=f"chooses which model to use: {', '.join(models.builtin_model_names())}, or the module path of your own (mypackage.my_model)")
-        parser.add_argument("--input_nc", type=positive_int, default=3, on_resume="architecture", help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--output_nc", type=positive_int, default=3, on_resume="architecture", help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--ngf", type=positive_int, default=64, on_resume="architecture", help="# of gen filters in the last conv layer")
-        parser.add_argument("--ndf", type=positive_int, default=64, on_resume="architecture", help="# of discrim filters in the first conv layer")
+        parser.add_argument("--input_nc", type=channel_count, default=3, on_resume="architecture", help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
+        parser.add_argument("--output_nc", type=channel_count, default=3, on_resume="architecture", help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
+        parser.add_argument("--ngf", type=network_width, default=64, on_resume="architecture", help="# of gen filters in the last conv layer")
+        parser.add_argument("--ndf", type=network_width, default=64, on_resume="architecture", help="# of discrim filters in the first conv layer")
         parser.add_argument("--netD", type=networks.family_name_type(networks.DISCRIMINATOR), default=networks.DEFAULT_DISCRIMINATOR, on_resume="architecture", help=networks.family_help(networks.DISCRIMINATOR))
         parser.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=networks.DEFAULT_GENERATOR, on_resume="architecture", help=networks.family_help(networks.GENERATOR))
-        parser.add_argument("--n_layers_D", type=non_negative_int, default=3, on_resume="architecture", help="only used if netD==n_layers or multiscale")
+        parser.add_argument("--n_layers_D", type=Bounded(int, low=0, high=16, name="n_layers_D"), default=3, on_resume="architecture", help="only used if netD==n_layers or multiscale")
         parser.add_argument("--norm", type=norm_name, default="instance", choices=networks.NORMS, on_resume="architecture", help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes (the reference README's sync_batch means syncbatch, its sync_instance plain instance norm)")
         parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, on_resume=WEIGHTS_LOADED, help="network initialization")
         parser.add_argument("--init_gain", type=positive_float, default=0.02, on_resume=WEIGHTS_LOADED, help="scaling factor for normal, xavier and orthogonal.")
@@ -68,16 +71,16 @@ class BaseOptions:
         parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture", help="AtoB or BtoA")
         parser.add_argument("--serial_batches", action="store_true", on_resume="noted", help="if true, takes images in order to make batches, otherwise takes them randomly")
         parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent", help="# threads for loading data")
-        parser.add_argument("--batch_size", type=positive_int, default=1, on_resume="noted", help="input batch size (per process under torchrun)")
-        parser.add_argument("--load_size", type=positive_int, default=286, on_resume="noted", help="scale images to this size")
-        parser.add_argument("--crop_size", type=positive_int, default=256, on_resume="noted", help="then crop to this size")
+        parser.add_argument("--batch_size", type=batch_size, default=1, on_resume="noted", help="input batch size (per process under torchrun)")
+        parser.add_argument("--load_size", type=image_side, default=286, on_resume="noted", help="scale images to this size")
+        parser.add_argument("--crop_size", type=image_side, default=256, on_resume="noted", help="then crop to this size")
         parser.add_argument("--max_dataset_size", type=positive_int, default=float("inf"), on_resume="noted", help="Maximum number of samples allowed per dataset.")
         parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], on_resume="noted", help="scaling and cropping of images at load time")
         parser.add_argument("--no_flip", action="store_true", on_resume="noted", help="if specified, do not flip the images for data augmentation")
         parser.add_argument("--skip_bad_images", action="store_true", on_resume="silent", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
         parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", on_resume="noted", help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX B_MIN B_MAX; integer data use their type's full range. Default for float data: 0 1. scripts/data_range.py computes it")
         parser.add_argument("--display_channels", type=str, default="", on_resume="silent", help="comma-separated channels (from 0) shown in the 8-bit previews of images with more channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, otherwise the first 3 (2 channels: the first)")
-        parser.add_argument("--display_winsize", type=positive_int, default=256, on_resume="silent", help="display window size for both visdom and HTML")
+        parser.add_argument("--display_winsize", type=image_side, default=256, on_resume="silent", help="display window size for both visdom and HTML")
         # additional parameters
         parser.add_argument("--epoch", type=str, default="latest", on_resume="silent", help="which epoch to load? set to latest to use latest cached model")
         parser.add_argument("--load_iter", type=non_negative_int, default=0, on_resume="silent", help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
@@ -89,15 +92,16 @@ class BaseOptions:
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", on_resume="silent", help="specify wandb project name")
         # distributed parameters
         parser.add_argument("--ddp_backend", type=str, default="auto", choices=["auto", "nccl", "gloo"], on_resume="silent", help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with --device cuda lets several processes share one GPU (for testing)")
-        parser.add_argument("--ddp_timeout", type=positive_float, default=600.0, on_resume="silent", help="seconds a process waits for its peers before the whole run is stopped with an error")
+        parser.add_argument("--ddp_timeout", type=Bounded(float, low=0, low_open=True, high=1e6, name="ddp_timeout"), default=600.0, on_resume="silent", help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 
     def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
         """The full parser: base flags, then the chosen model's and dataset's own flags."""
         parser = OneParagraphParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         parser = self.initialize(parser)
-        known, _ = parser.parse_known_args(argv)
-        parser = models.get_option_setter(known.model)(parser, self.isTrain)
+        # --model alone: the model may widen other flags' choices (BicycleGAN's --upsample basic), which a
+        # parse of every flag would refuse before the model had a say
+        parser = models.get_option_setter(self._given(parser, argv, "model"))(parser, self.isTrain)
         # The model may have changed the default networks; their families may add flags of their own.
         known, _ = parser.parse_known_args(argv)
         parser = networks.family_of(known.netG, networks.GENERATOR).add_flags(parser)
@@ -109,6 +113,15 @@ class BaseOptions:
         if data.spatial_dims(known) == 3:
             self._default_to_volume_networks(parser, argv)
         return parser
+
+    @staticmethod
+    def _given(parser: argparse.ArgumentParser, argv: list[str] | None, dest: str) -> Any:
+        """The value of the one flag of destination `dest` in `argv` (its default when not given), parsed
+        without looking at the other flags."""
+        action = next(action for action in parser._actions if action.dest == dest)
+        probe = OneParagraphParser(add_help=False)
+        probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default)
+        return getattr(probe.parse_known_args(argv)[0], dest)
 
     @staticmethod
     def _default_to_volume_networks(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
@@ -142,7 +155,15 @@ class BaseOptions:
                          f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
+        refused = models.find_model_using_name(opt.model).check_flags(opt)
+        if refused:  # what the model cannot work with, before anything runs (and before its networks are judged)
+            flag, why = refused
+            parser.error(f"argument --{flag}: {why}")
         self._check_network_dims(parser, opt)
+        try:  # each MIN below its MAX, 2 or 4 numbers: known now, not when the first image is read
+            parse_data_range(opt.data_range)
+        except UserError as err:
+            parser.error(f"argument --data_range: {err}")
         if data.spatial_dims(opt) == 3:
             self._check_volume_flags(parser, opt)
         self.check_combinations(parser, opt)
@@ -173,6 +194,11 @@ class BaseOptions:
     def _check_volume_flags(parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse the
         picture flags that cannot apply (2-D augmentation), warn once about those that do nothing."""
+        for flag in ("batch_size", "window_batch"):  # patches at once: known now, before any is allocated
+            count, patch = getattr(opt, flag, None), getattr(opt, "patch_size", None)
+            refused = batch_refusal(f"--{flag}", count, patch) if count and patch else None
+            if refused:
+                parser.error(f"argument --{flag}: {refused}")
         if getattr(opt, "diff_augment", ""):
             parser.error(f"argument --diff_augment: --diff_augment {opt.diff_augment} transforms 2-D "
                          f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, whose augmentation is "

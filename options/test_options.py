@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+import data
 from options.base_options import BaseOptions, unwritable_folder_reason
-from util.flag_types import non_negative_int, positive_float, positive_int
+from util.errors import UserError
+from util.flag_types import MAX_SAMPLES, Bounded, positive_int, tile_side
+from util.safe_files import refuse_output_over_inputs
 
 
 class TestOptions(BaseOptions):
@@ -14,15 +18,15 @@ class TestOptions(BaseOptions):
         parser = super().initialize(parser)
         # test.py continues no run: its own flags are "silent" (util/training/resume_flags.py)
         parser.add_argument("--results_dir", type=str, default="./results/", on_resume="silent", help="saves results here.")
-        parser.add_argument("--aspect_ratio", type=positive_float, default=1.0, on_resume="silent", help="aspect ratio of result images")
+        parser.add_argument("--aspect_ratio", type=Bounded(float, low=0.01, high=100, name="aspect_ratio"), default=1.0, on_resume="silent", help="aspect ratio of result images")
         parser.add_argument("--phase", type=str, default="test", on_resume="noted", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", on_resume="silent", help="use eval mode during test time.")
         parser.add_argument("--num_test", type=positive_int, default=50, on_resume="silent", help="how many test images to run")
         # Large and non-square images (models/inference.py, models/windows.py, docs/evaluation.md).
-        parser.add_argument("--tile", type=non_negative_int, default=0, on_resume="silent", help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
-        parser.add_argument("--tile_overlap", type=non_negative_int, default=64, on_resume="silent", help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
+        parser.add_argument("--tile", type=tile_side, default=0, on_resume="silent", help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
+        parser.add_argument("--tile_overlap", type=tile_side, default=64, on_resume="silent", help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
         # Many answers per input: models whose generator takes a latent code (docs/inference.md).
-        parser.add_argument("--n_samples", type=non_negative_int, default=0, on_resume="silent", help="with a model whose generator takes a latent code: besides its own output, N more per input from N random codes drawn from --seed (reproducible); 0: none")
+        parser.add_argument("--n_samples", type=Bounded(int, low=0, high=MAX_SAMPLES, name="n_samples"), default=0, on_resume="silent", help="with a model whose generator takes a latent code: besides its own output, N more per input from N random codes drawn from --seed (reproducible); 0: none")
         parser.add_argument("--sync", action="store_true", on_resume="silent", help="with --n_samples: the same N codes for every input (otherwise each input draws its own)")
         # Metrics (util/evaluation/metrics.py, util/evaluation/metrics_report.py, docs/evaluation.md).
         parser.add_argument("--eval_metrics", action="store_true", on_resume="silent", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
@@ -45,3 +49,19 @@ class TestOptions(BaseOptions):
         if reason:
             parser.error(f"argument --results_dir: cannot create {opt.results_dir} ({reason}); "
                          f"choose another --results_dir")
+        inputs = [("of --dataroot", folder) for folder in data.folders_read(opt)]
+        if opt.eval_metrics and opt.fid_reference:
+            inputs.append(("--fid_reference", opt.fid_reference))
+        written = results_folder(opt)
+        try:  # the results must not land among (or around) the images translated
+            refuse_output_over_inputs(written, f"the results folder {written} (--results_dir {opt.results_dir})",
+                                      inputs, f"Pass a --results_dir apart from the data, e.g. --results_dir "
+                                      f"{os.path.normpath(opt.dataroot)}_results.")
+        except UserError as err:
+            parser.error(f"argument --results_dir: {err}")
+
+
+def results_folder(opt) -> str:
+    """The folder test.py writes: --results_dir/--name/<phase>_<epoch>[_iter<load_iter>]."""
+    folder = os.path.join(opt.results_dir, opt.name, f"{opt.phase}_{opt.epoch}")
+    return f"{folder}_iter{opt.load_iter}" if opt.load_iter > 0 else folder

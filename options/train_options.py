@@ -11,7 +11,9 @@ from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
-from util.flag_types import fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float, positive_int
+from util.flag_types import (Bounded, fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float,
+                             positive_int)
+from util.safe_files import refuse_output_over_inputs
 from util.training.resume_flags import ignored, refused
 
 # A saved schedule is of one --lr_policy; --epoch_count is where a new run's schedule starts.
@@ -28,7 +30,7 @@ class TrainOptions(BaseOptions):
         # visdom and HTML visualization parameters
         parser.add_argument("--display_freq", type=non_negative_int, default=400, on_resume="silent", help="frequency (in images) of showing training results on screen; 0: never")
         parser.add_argument("--display_ncols", type=non_negative_int, default=4, on_resume="silent", help="if positive, display all images in a single visdom web panel with certain number of images per row; 0: one window per image.")
-        parser.add_argument("--display_id", type=int, default=1, on_resume="silent", help="window id of the web display; 0 or less disables visdom")
+        parser.add_argument("--display_id", type=Bounded(int, name="display_id"), default=1, on_resume="silent", help="window id of the web display; 0 or less disables visdom")
         parser.add_argument("--display_server", type=str, default="http://localhost", on_resume="silent", help="visdom server of the web display")
         parser.add_argument("--display_env", type=str, default="main", on_resume="silent", help='visdom display environment name (default is "main")')
         parser.add_argument("--display_port", type=port_number, default=8097, on_resume="silent", help="visdom port of the web display")
@@ -67,13 +69,13 @@ class TrainOptions(BaseOptions):
                                  "without measuring")
         parser.add_argument("--fused_adam", action="store_true", on_resume="reapplied", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
         parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, on_resume="noted", help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper; hinge: the hinge loss of SAGAN/BigGAN, often steadier with --D_spectral (docs/training_tips.md)")
-        parser.add_argument("--pool_size", type=non_negative_int, default=50, on_resume="noted", help="the size of image buffer that stores previously generated images")
+        parser.add_argument("--pool_size", type=Bounded(int, low=0, high=1000, name="pool_size"), default=50, on_resume="noted", help="the size of image buffer that stores previously generated images")
         parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, on_resume=SCHEDULE, help="learning rate policy. [linear | step | plateau | cosine]")
         parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, on_resume="noted", help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
         parser.add_argument("--lr_decay_iters", type=positive_int, default=50, on_resume="reapplied", help="multiply by a gamma every lr_decay_iters iterations")
         # high resolution (docs/high_resolution.md)
-        parser.add_argument("--accum_steps", type=positive_int, default=1, on_resume="noted", help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
-        parser.add_argument("--num_D", type=positive_int, default=2, on_resume="architecture", help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
+        parser.add_argument("--accum_steps", type=Bounded(int, low=1, high=1024, name="accum_steps"), default=1, on_resume="noted", help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
+        parser.add_argument("--num_D", type=Bounded(int, low=1, high=8, name="num_D"), default=2, on_resume="architecture", help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
         parser.add_argument("--checkpoint_activations", action="store_true", on_resume="silent", help="activation checkpointing: the generators' residual blocks and U-Net levels recompute their activations in the backward pass instead of keeping them, for less memory at high resolution (a step takes longer; same results)")
         # small data and steadier training (models/diff_augment.py, docs/training_tips.md)
         parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", on_resume="noted", help="differentiable augmentation of every discriminator input, real and fake alike (DiffAugment): comma-separated color, translation, cutout, e.g. color,translation,cutout; a pix2pix pair gets one transform for both halves; empty: off. For datasets of a few hundred images or fewer")
@@ -133,6 +135,14 @@ class TrainOptions(BaseOptions):
         if reason:
             parser.error(f"argument --checkpoints_dir: cannot create the run folder {run_dir} ({reason}); "
                          f"choose another --checkpoints_dir (or --name)")
+        read = [("of --dataroot", folder) for folder in data.folders_read(opt)]
+        try:  # checkpoints and the page's images must not land among (or around) the training images
+            refuse_output_over_inputs(run_dir, f"the run folder {run_dir} (--checkpoints_dir {opt.checkpoints_dir} "
+                                      f"--name {opt.name})", read,
+                                      f"Pass a --checkpoints_dir apart from the data, e.g. --checkpoints_dir "
+                                      f"{os.path.normpath(opt.dataroot)}_checkpoints.")
+        except UserError as err:
+            parser.error(f"argument --checkpoints_dir: {err}")
 
     @staticmethod
     def check_high_resolution(parser: argparse.ArgumentParser, opt) -> None:

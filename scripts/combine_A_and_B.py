@@ -11,7 +11,10 @@ one process).
 Unlike the reference, nothing is silently dropped: an A image without its B partner (or a B image
 without its A), or a pair of different sizes, stops the script before anything is written, with
 exit status 2 and the offending files named (--skip_unmatched combines the matched pairs and lists
-the others).
+the others). A --fold_AB whose split folders would be, lie inside or contain --fold_A or --fold_B
+(e.g. --fold_AB equal to --fold_A, which would replace its images by the pairs) is refused before
+anything is written, and so is an image whose pixels cannot all be decoded (cut short after its
+header), named.
 """
 from __future__ import annotations
 
@@ -25,9 +28,11 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
+from data.image_io import PIL_UNREADABLE, unreadable  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
+from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 SHOWN = 5  # files named in one error message
 
@@ -48,6 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"argument --fold_AB: cannot write the pairs into {args.fold_AB} ({reason}); choose another "
                      f"--fold_AB")
     return args
+
+
+def apart_from(folder: str) -> str:
+    """A folder beside `folder` (its name + "_AB"), for the error's example."""
+    return os.path.normpath(folder) + "_AB"
 
 
 def _listing(paths: list[str]) -> str:
@@ -82,18 +92,20 @@ def _pairs_in_split(args: argparse.Namespace, split: str) -> tuple[list[tuple[st
 
 
 def image_size(path: str) -> tuple[int, int]:
-    """(width, height) from the file header; UserError naming the file if it is not an image."""
+    """(width, height) of the image `path`, every pixel decoded; UserError naming the file if it cannot
+    be (not an image, or cut short after its header, which the header alone does not show)."""
     try:
         with Image.open(path) as img:
+            img.load()
             return img.size
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read image {path} ({err}); replace or remove it.") from None
+    except PIL_UNREADABLE as err:
+        raise unreadable(path, err) from None
 
 
 def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Every (A, B, AB) triple to write and the unmatched files; raises UserError for folders that
-    are missing, have no splits, or pairs whose sizes differ (checked from headers, so before any
-    image is written)."""
+    are missing, have no splits, pairs whose sizes differ or images that cannot be decoded whole (each is
+    decoded, before any image is written)."""
     for flag, folder in (("--fold_A", args.fold_A), ("--fold_B", args.fold_B)):
         if not os.path.isdir(folder):
             raise UserError(f"{flag} {folder} is not a folder; it must hold split folders such as train/ and test/.")
@@ -101,6 +113,13 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[str
     if not splits:
         raise UserError(f"--fold_A {args.fold_A} has no split folders; put the A images in {args.fold_A}/train/ "
                         f"(and val/, test/) and the B images with the same names in {args.fold_B}/train/, ...")
+    read = [(f"{flag}'s split", os.path.join(folder, split)) for split in splits
+            for flag, folder in (("--fold_A", args.fold_A), ("--fold_B", args.fold_B))]
+    read += [("--fold_A", args.fold_A), ("--fold_B", args.fold_B)]
+    for split in splits:  # what is written, fold_AB/<split>, must be apart from what is read
+        refuse_output_over_inputs(os.path.join(args.fold_AB, split), f"--fold_AB {args.fold_AB} (its {split}/)", read,
+                                  f"Pass a --fold_AB apart from both, e.g. --fold_AB {apart_from(args.fold_A)} (or, "
+                                  f"as the reference's layout has it, --fold_A D/A --fold_B D/B --fold_AB D).")
     pairs, unmatched = [], []
     for split in splits:
         split_pairs, split_unmatched = _pairs_in_split(args, split)

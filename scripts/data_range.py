@@ -13,6 +13,8 @@ Volumes (.nii, .nii.gz; .npy with --volumes) need a window for every type of dat
 mostly outliers (metal in a CT, a bright vessel in an MR), so for them it prints robust percentiles instead:
 the values below which 0.5 % and 99.5 % of the voxels lie (estimated from up to 2 million voxels spread evenly
 over each volume), from the folders the volume modes read (<phase>/A and <phase>/B, or <phase>A and <phase>B).
+Where the two coincide (label or mask volumes, almost all background) it takes the smallest and largest value.
+A domain whose every value is the same (blank files) has no range: exit status 2, naming its folder.
 """
 from __future__ import annotations
 
@@ -72,14 +74,35 @@ def holds_nifti(folder: str) -> bool:
     return any(name.lower().endswith(NIFTI_EXTENSIONS) for _, _, files in os.walk(folder) for name in files)
 
 
-def robust_range(paths: list[str]) -> tuple[float, float]:
-    """The `VOLUME_PERCENTILES` of the voxels of all volumes in `paths` (each sampled evenly)."""
+def robust_range(paths: list[str]) -> tuple[float, float, str]:
+    """The `VOLUME_PERCENTILES` of the voxels of all volumes in `paths` (each sampled evenly), and how they
+    were found; where they coincide (label or mask volumes, almost all background) the smallest and largest
+    sampled value instead, since a window of no width maps nothing."""
     samples = []
     for path in paths:
         values = read_volume(path, None).array.ravel()  # refuses NaN and infinite values, naming the file
         samples.append(values[::max(1, -(-values.size // VOXELS_PER_VOLUME))])
-    low, high = np.percentile(np.concatenate(samples), VOLUME_PERCENTILES)
-    return float(low), float(high)
+    voxels = np.concatenate(samples)
+    low, high = (float(v) for v in np.percentile(voxels, VOLUME_PERCENTILES))
+    if low < high:
+        return low, high, (f"{VOLUME_PERCENTILES[0]:g} % of the voxels below {low:.6g}, {VOLUME_PERCENTILES[1]:g} % "
+                           f"below {high:.6g}")
+    share = 100 * float(np.mean(voxels == low))
+    smallest, largest = float(voxels.min()), float(voxels.max())
+    return smallest, largest, (f"{share:.4g} % of the voxels hold {low:.6g} (label or mask volumes?), so the range is "
+                               f"the smallest and largest value, {smallest:.6g} and {largest:.6g}")
+
+
+def refuse_constant(ranges: dict[str, tuple[float, float]], folders: dict[str, str]) -> None:
+    """A UserError naming a domain whose every value is the same: it has no range (a --data_range of MIN = MAX,
+    which train.py refuses) and nothing to translate."""
+    constant = {domain: low for domain, (low, high) in ranges.items() if low >= high}
+    if constant:
+        domain, value = next(iter(constant.items()))
+        raise UserError(f"every value read from {folders[domain]} is {value:.9g}: a constant domain has no range to "
+                        f"map to the network's -1..1 (and nothing to translate), so no --data_range can be given for "
+                        f"it. Check that --dataroot and --phase name the data (a folder of blank or all-background "
+                        f"files?), and replace those files.")
 
 
 @exits_on_user_error()
@@ -94,15 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     domains = volume_folders(args.dataroot, args.phase)
     volumes = args.volumes or any(holds_nifti(folder) for folder in domains.values())
     if volumes:
-        ranges = {domain: robust_range(list_volumes(folder)) for domain, folder in domains.items()}
-        for domain, (low, high) in ranges.items():
-            print(f"domain {domain}: {VOLUME_PERCENTILES[0]:g} % of the voxels below {low:.6g}, "
-                  f"{VOLUME_PERCENTILES[1]:g} % below {high:.6g}")
+        found = {domain: robust_range(list_volumes(folder)) for domain, folder in domains.items()}
+        ranges = {domain: (low, high) for domain, (low, high, _) in found.items()}
+        for domain, (_, _, how) in found.items():
+            print(f"domain {domain}: {how}")
     else:
-        ranges = {domain: value_range(make_dataset(folder))
-                  for domain, folder in folders(args.dataroot, args.phase).items()}
+        domains = folders(args.dataroot, args.phase)
+        ranges = {domain: value_range(make_dataset(folder)) for domain, folder in domains.items()}
         for domain, (low, high) in ranges.items():
             print(f"domain {domain}: min {low:.9g}, max {high:.9g}")
+    refuse_constant(ranges, domains)
     digits = ".6g" if volumes else ".9g"  # percentiles are estimates: no use printing them to the last bit
     if args.per_domain and len(ranges) == 2:
         flag = " ".join(f"{v:{digits}}" for low_high in ranges.values() for v in low_high)

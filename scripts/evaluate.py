@@ -31,10 +31,10 @@ from models import builtin_models  # noqa: E402
 from options.base_options import unwritable_file_reason  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.util import why_missing  # noqa: E402
-from util.flag_types import Bounded, OneParagraphParser, positive_int  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, batch_size  # noqa: E402
 from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
-from data.image_folder import PIL_EXTENSIONS, image_batches, list_images, load_image_tensor  # noqa: E402
+from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
 from util.safe_files import atomic_write_json  # noqa: E402
 
@@ -71,9 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inception_weights", default="", help="Inception weights file (default: "
                         "$IMG2IMG_INCEPTION_WEIGHTS, else weights-inception-2015-12-05-6726825d.pth in "
                         "$TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
-    parser.add_argument("--batch_size", type=positive_int, default=32, help="images of one size per Inception batch")
+    parser.add_argument("--batch_size", type=batch_size, default=32, help="images of one size per Inception batch")
     parser.add_argument("--device", default="cpu", help="device for the feature network (cpu, cuda)")
-    parser.add_argument("--kid_subsets", type=positive_int, default=KID_SUBSETS, help="KID: number of random subsets")
+    parser.add_argument("--kid_subsets", type=Bounded(int, low=1, high=100_000, name="kid_subsets"), default=KID_SUBSETS, help="KID: number of random subsets")
     parser.add_argument("--kid_subset_size", type=Bounded(int, low=2, name="kid_subset_size"), default=KID_SUBSET_SIZE,
                         help="KID: images per subset (capped at the set sizes)")
     parser.add_argument("--json", default="", help="where to write the scores (default RESULTS/evaluation.json)")
@@ -83,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if reason:  # refused now, not after the scores have been computed
         parser.error(f"argument --json: cannot write the scores to {json_path(args)} ({reason}); "
                      f"pass --json with another file")
+    if is_image_file(json_path(args)):  # an image among those scored (or any image) is never written over
+        parser.error(f"argument --json: {json_path(args)} is an image file name, and the scores are JSON; pass "
+                     f"--json with a .json file, e.g. --json {os.path.splitext(json_path(args))[0]}.json")
     return args
 
 

@@ -33,11 +33,16 @@ before its final tanh: weights whose output float32 arithmetic cannot pin down t
 two float32 runtimes could disagree by more) are refused with exit status 2 and nothing written.
 ONNX goes through torch.onnx.export(dynamo=True) (needs the onnx and onnxscript packages, no
 network); the ONNX check needs onnxruntime, and is skipped with a note when it is not installed.
+A --weights file that an export would replace (generator.pt exported beside itself) is refused before
+anything is loaded; weights that do not fit the flags are named with the flags that fit them, with the
+--model whose flags they are (--model bicycle_gan for a generator taking a latent code).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
 import sys
 import warnings
@@ -47,18 +52,19 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import data  # noqa: E402
-from models import create_model, networks  # noqa: E402
+from models import builtin_model_names, create_model, networks  # noqa: E402
 from models import saved_generator  # noqa: E402
 from models.windows import check_window  # noqa: E402
-from util.safe_files import atomic_write, atomic_write_by_name  # noqa: E402
+from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.flag_types import comma_choices, hw_sizes, non_negative_float, positive_int  # noqa: E402
+from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
 from models.inference import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
+EXTENSIONS = {"torchscript": ".pt", "onnx": ".onnx"}  # of the files each format writes
 
 
 class ExportOptions(TestOptions):
@@ -78,7 +84,7 @@ class ExportOptions(TestOptions):
         parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", on_resume="silent", help="comma-separated: torchscript, onnx")
         parser.add_argument("--check_sizes", type=hw_sizes, default=None, on_resume="silent", help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
         parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, on_resume="silent", help="largest absolute difference from PyTorch that passes the check")
-        parser.add_argument("--opset", type=positive_int, default=None, on_resume="silent", help="ONNX opset (default: torch's)")
+        parser.add_argument("--opset", type=Bounded(int, low=7, high=99, name="opset"), default=None, on_resume="silent", help="ONNX opset (default: torch's)")
         return parser
 
     def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
@@ -113,6 +119,15 @@ class ExportOptions(TestOptions):
             flag = "--export_dir" if opt.export_dir else ("--weights" if opt.weights else "--checkpoints_dir/--name")
             parser.error(f"argument {flag}: cannot write the exports into {export_dir(opt)} ({reason}); "
                          f"choose another --export_dir")
+        if opt.weights:  # a weights file named <stem>.pt (or .onnx) beside which the exports go would be replaced
+            stem = os.path.splitext(os.path.basename(opt.weights))[0]
+            outputs = [(f"the {name} export", os.path.join(export_dir(opt), stem + EXTENSIONS[name]))
+                       for name in opt.formats]
+            try:
+                refuse_overwriting_inputs(outputs, [opt.weights], f"Pass an --export_dir of its own, e.g. "
+                                          f"--export_dir {os.path.join(export_dir(opt), 'export')}.")
+            except UserError as err:
+                parser.error(f"argument --weights: {err}")
 
 
 VOLUME_MODE = "single_volume"  # the dataset mode a 3-D --netG implies when none is given
@@ -131,7 +146,7 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
     """The generator to export (CPU, float32, eval mode) and its file stem."""
     if opt.weights:
         architecture = {key: getattr(opt, key) for key in saved_generator.architecture_keys(opt.netG) if hasattr(opt, key)}
-        net = saved_generator.load_generator(opt.weights, architecture)
+        net = saved_generator.load_generator(opt.weights, architecture, flags_for=lambda seen: export_flags(opt, seen))
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
     model.setup(opt)
@@ -144,6 +159,22 @@ def load_generator(opt) -> tuple[torch.nn.Module, str]:
                         f"{', '.join(model.networks_with_role('generator'))}.")
     suffix = f"iter_{opt.load_iter}" if opt.load_iter > 0 else opt.epoch
     return getattr(model, "net" + which).float().eval(), f"{suffix}_net_{which}"
+
+
+def export_flags(opt, seen: dict) -> str:
+    """The flags of this script that build the architecture `seen` in the weights: those of the architecture,
+    with the --model whose flags they are (e.g. BicycleGAN's --nz, --where_add, --upsample basic) where the
+    command's own --model does not take them."""
+    flags = saved_generator.describe_architecture(seen)
+    for model in dict.fromkeys([opt.model, *builtin_model_names()]):
+        command = ["--weights", opt.weights, *(["--model", model] if model != opt.model else []), *flags.split()]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # a --model whose flags they are not: argparse's refusal
+                ExportOptions().build_parser(command).parse_args(command)
+        except SystemExit:
+            continue
+        return " ".join(command[2:])
+    return flags
 
 
 def window_size(opt) -> tuple[int, ...]:
@@ -302,10 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     runners = {}
     if "torchscript" in formats:
-        path = os.path.join(out_dir, stem + ".pt")
+        path = os.path.join(out_dir, stem + EXTENSIONS["torchscript"])
         runners["torchscript"] = (path, export_torchscript(module, path))
     if "onnx" in formats:
-        path = os.path.join(out_dir, stem + ".onnx")
+        path = os.path.join(out_dir, stem + EXTENSIONS["onnx"])
         export_onnx(module, path, in_channels, min_size, opt.opset, latent_size, window)
         runners["onnx"] = (path, run_onnx(path))
     worst = 0.0

@@ -10,7 +10,9 @@ to <split>/ in the same dataset folder, A on the left. The result is read by
 Partners are found by file name (a.png in trainA with a.png or a.jpg in trainB); files without a
 partner or pairs of different sizes stop the script with exit status 2, naming them. The reference
 paired the sorted lists by position instead; `--pair_by order` does that (the counts must agree).
-Output images keep A's file name and format.
+Output images keep A's file name and format. Every image is decoded whole before anything is
+written (a file cut short after its header is named), and a split whose output folder would be, lie
+inside or contain an input folder (folders named A and B: split "") is refused.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
+from data.image_io import PIL_UNREADABLE, unreadable  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.safe_files import atomic_write  # noqa: E402
+from util.safe_files import atomic_write, refuse_output_over_inputs  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 SHOWN = 5
@@ -62,16 +65,24 @@ def pair_files(a_paths: list[str], b_paths: list[str], by: str = "name") -> list
     return pairs
 
 
+def decoded_size(path: str) -> tuple[int, int]:
+    """(width, height) of the image `path`, every pixel decoded: a file cut short after its header (which
+    the header alone does not show) is a UserError naming it now, before anything is written."""
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.size
+    except PIL_UNREADABLE as err:
+        raise unreadable(path, err) from None
+
+
 def check_sizes(pairs: list[tuple[str, str]]) -> None:
-    """UserError naming the pairs whose images differ in size (or cannot be read), from headers."""
+    """UserError naming the pairs whose images differ in size, or the first image that cannot be decoded."""
     problems = []
     for a, b in pairs:
-        try:
-            with Image.open(a) as img_a, Image.open(b) as img_b:
-                if img_a.size != img_b.size:
-                    problems.append(f"{a} ({img_a.size[0]}x{img_a.size[1]}) vs {b} ({img_b.size[0]}x{img_b.size[1]})")
-        except (OSError, ValueError) as err:
-            raise UserError(f"cannot read the pair {a} / {b} ({err}); replace or remove the file.") from None
+        size_a, size_b = decoded_size(a), decoded_size(b)
+        if size_a != size_b:
+            problems.append(f"{a} ({size_a[0]}x{size_a[1]}) vs {b} ({size_b[0]}x{size_b[1]})")
     if problems:
         raise UserError(f"{len(problems)} pair(s) differ in size: {', '.join(problems[:SHOWN])}. A and B of a pair "
                         f"must have the same width and height.")
@@ -107,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     splits = sorted(d[:-1] for d in os.listdir(root) if d.endswith("A") and os.path.isdir(os.path.join(root, d)))
     if not splits:
         raise UserError(f"--dataset-path {root} has no <split>A folders (e.g. trainA and trainB, testA and testB).")
+    inputs = [(f"{split}{side}/", os.path.join(root, split + side)) for split in splits for side in "AB"]
+    for split in splits:  # <split>/ is written beside <split>A/ and <split>B/, never over or around them
+        refuse_output_over_inputs(os.path.join(root, split), f"the output folder {os.path.join(root, split)}", inputs,
+                                  "Name the split folders <split>A and <split>B, e.g. trainA and trainB, so that the "
+                                  "aligned images go to <split>/ beside them.")
     jobs = []
     for split in splits:
         b_dir = os.path.join(root, split + "B")

@@ -20,6 +20,8 @@ Layouts follow the reference repository:
 Output is byte-identical for a given seed. A dataset folder is reused when it already
 holds the expected files for the same parameters; otherwise it is rebuilt in a hidden
 temporary folder and renamed into place, so an interrupted run never leaves half a dataset.
+A folder of that name that this script did not make (no .demo_params.json) is never replaced:
+the script stops with exit status 2, naming it.
 
 Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 0]
        [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|bicyclegan|volumes]
@@ -40,7 +42,8 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from util.flag_types import OneParagraphParser  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, seed_value  # noqa: E402
 
 PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
 DEMO_FILES = (".png", ".nii.gz")  # what the demo datasets are made of
@@ -176,6 +179,11 @@ def _build(out_dir: Path, name: str, params: dict, splits: dict[str, int],
     if _is_complete(target, params, splits):
         print(f"reusing {target} ({_summary(target)})")
         return target
+    if target.exists() and not (target / PARAMS_FILE).is_file() and (not target.is_dir() or any(target.iterdir())):
+        # not a demo dataset of ours (those hold PARAMS_FILE): the user's data, which is never replaced
+        raise UserError(f"{target} exists and was not made by scripts/make_demo_dataset.py (it has no {PARAMS_FILE}), "
+                        f"so it is left alone and nothing was written; move it away, or pass another --out, e.g. "
+                        f"--out {out_dir / 'demo'}.")
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_dir))
     try:
@@ -327,23 +335,25 @@ def make_cyclegan_pairs(out_dir: Path, size: int = 64, seed: int = 0, n_test: in
     return _build(Path(out_dir), "demo_cyclegan_pairs", params, splits, make_split)
 
 
-def main(argv: list[str] | None = None) -> None:
+MAX_SIZE = 4096  # --size: an image side (its pixels are allocated whole)
+MAX_COUNT = 100_000  # --n_train, --n_test
+
+
+@exits_on_user_error()
+def main(argv: list[str] | None = None) -> int:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
-    parser.add_argument("--size", type=int, default=64, help="image side S in pixels")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--n_train", type=int, default=200,
+    parser.add_argument("--size", type=Bounded(int, low=16, high=MAX_SIZE, name="size"), default=64,
+                        help="image side S in pixels")
+    parser.add_argument("--seed", type=seed_value, default=0)
+    parser.add_argument("--n_train", type=Bounded(int, low=2, high=MAX_COUNT, name="n_train"), default=200,
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
-    parser.add_argument("--n_test", type=int, default=20,
+    parser.add_argument("--n_test", type=Bounded(int, low=2, high=MAX_COUNT, name="n_test"), default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
     parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan", "volumes"],
                         default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
                         "their true striped counterparts, for scoring); bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
-    if args.size < 16:
-        parser.error("--size must be at least 16")
-    if args.n_train < 2 or args.n_test < 2 or args.seed < 0:
-        parser.error("--n_train and --n_test must be at least 2 and --seed non-negative")
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task in ("cyclegan", "both", "cut"):
@@ -354,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
         make_cyclegan_pairs(args.out, args.size, args.seed, args.n_test // 2)
     if args.task == "volumes":
         make_volume_demo(args.out, args.seed)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    exit_with_status(main())

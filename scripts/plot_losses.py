@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USER_ERROR
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(log)), "loss_plot.png")
+    if os.path.realpath(out) == os.path.realpath(log):  # the plot would replace the log it is drawn from
+        print(f"error: --output {out} is the log {log} the plot is drawn from, so nothing was written; pass another "
+              f"--output, e.g. -o {os.path.splitext(out)[0]}_plot.png.", file=sys.stderr)
+        return EXIT_USER_ERROR
     sections = parse_loss_log(log)
     curves = loss_curves(sections)
     if not curves.x:

@@ -14,8 +14,9 @@ become
                                                 labels, for CycleGAN;
 val becomes test, as in the reference; JPEG quality 100 without chroma subsampling. Photos and labels
 are paired by their Cityscapes name (<city>_<sequence>_<frame>), not by position: a file without its
-partner, or a split without files, stops the script before anything is written (exit status 2, the
-files named).
+partner, a split without files, a file that cannot be decoded whole (every file is decoded once before
+anything is written), or an --output_dir whose folders would be, lie inside or contain --gtFine_dir or
+--leftImg8bit_dir stops the script before anything is written (exit status 2, the files named).
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from data.image_io import PIL_UNREADABLE  # noqa: E402
 from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa: E402
+from util.safe_files import refuse_output_over_inputs  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 SIZE = 256  # the reference's fixed size
@@ -65,8 +68,16 @@ def _resized(path: str) -> Image.Image:
     try:
         with Image.open(path) as image:
             return image.convert("RGB").resize((SIZE, SIZE), Image.BICUBIC)
-    except OSError as err:
+    except PIL_UNREADABLE as err:
         raise UserError(f"cannot read {path} ({' '.join(str(err).split())}); restore it from the Cityscapes zip.") from None
+
+
+def check_decodable(pairs: list[tuple[str, str]]) -> None:
+    """Decode every file of `pairs` whole (a PNG cut short after its header shows it only then): a
+    UserError naming the first that fails, before anything is written."""
+    for pair in pairs:
+        for path in pair:
+            _resized(path)
 
 
 def write_split(pairs: list[tuple[str, str]], output_dir: str, split: str) -> None:
@@ -96,7 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.isdir(getattr(args, flag)):
             raise UserError(f"--{flag} {getattr(args, flag)} is not a folder; pass the unzipped Cityscapes folder "
                             f"(download it from https://cityscapes-dataset.com).")
+    inputs = (("--gtFine_dir", args.gtFine_dir), ("--leftImg8bit_dir", args.leftImg8bit_dir))
+    apart = os.path.join(os.path.dirname(os.path.abspath(args.gtFine_dir)), "cityscapes_prepared")  # beside gtFine
+    for ours in SPLITS.values():  # the folders written must be apart from the Cityscapes folders read
+        for folder in (ours, ours + "A", ours + "B"):
+            refuse_output_over_inputs(os.path.join(args.output_dir, folder),
+                                      f"--output_dir {args.output_dir} (its {folder}/)", inputs,
+                                      f"Pass an --output_dir apart from both, e.g. --output_dir {apart}.")
     pairs = {split: find_pairs(args.gtFine_dir, args.leftImg8bit_dir, split) for split in SPLITS}  # all checked first
+    for split_pairs in pairs.values():
+        check_decodable(split_pairs)
     for split, ours in SPLITS.items():
         write_split(pairs[split], args.output_dir, ours)
     return 0

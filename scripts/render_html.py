@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from util.flag_types import OneParagraphParser  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, image_side  # noqa: E402
 from util.errors import exit_with_status  # noqa: E402
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -138,13 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("page", type=Path, help="the HTML file, e.g. checkpoints/NAME/web/index.html")
     parser.add_argument("-o", "--output", type=Path, default=Path("shot.png"), help="screenshot PNG to write")
-    parser.add_argument("--width", type=int, default=1200)
-    parser.add_argument("--height", type=int, default=900)
-    parser.add_argument("--min-ink", type=float, default=0.02,
+    parser.add_argument("--width", type=image_side, default=1200, help="window width in pixels")
+    parser.add_argument("--height", type=image_side, default=900, help="window height in pixels")
+    parser.add_argument("--min-ink", type=Bounded(float, low=0, high=1, name="fraction"), default=0.02,
                         help="smallest fraction of non-white pixels for the page to count as rendered")
-    parser.add_argument("--colors", type=int, default=0, help="if > 0, save the screenshot with this many colours")
+    parser.add_argument("--colors", type=Bounded(int, low=0, high=256, name="colors"), default=0, help="if > 0, save the screenshot with this many colours")
     parser.add_argument("--chromium", default=None, help="the browser binary (default: $CHROMIUM or chromium on PATH)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds Chromium may take")
+    parser.add_argument("--timeout", type=Bounded(float, low=0, low_open=True, high=3600, name="timeout"), default=60.0, help="seconds Chromium may take")
     args = parser.parse_args(argv)
 
     if not args.page.is_file():

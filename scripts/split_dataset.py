@@ -10,7 +10,8 @@ the same split, and two folders holding the same file names (e.g. the A and B ha
 data, before combine_A_and_B.py) are split identically. Counts are the ratios times the number of
 images, rounded so that they add up and every split with a ratio above 0 gets at least one image.
 Files are copied (--mode copy), moved (move) or symlinked (symlink); a destination split folder
-that already holds images is refused (exit status 2) so that two splits never mix.
+that already holds images is refused (exit status 2) so that two splits never mix, and so is a split
+folder that is, lies inside or contains --source.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.flag_types import OneParagraphParser  # noqa: E402
+from util.flag_types import OneParagraphParser, seed_value  # noqa: E402
+from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 
 def split_counts(total: int, ratios: list[float]) -> list[int]:
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratios", default="0.8,0.1,0.1", help="fractions of the images per split")
     parser.add_argument("--splits", default="train,val,test", help="names of the split folders")
     parser.add_argument("--domain", default="", help="appended to each split folder: A gives trainA, valA, testA")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffle")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the shuffle")
     parser.add_argument("--mode", choices=["copy", "move", "symlink"], default="copy", help="how files get there")
     args = parser.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--source {args.source} has {len(names)} image(s), fewer than the {needed} splits with a "
                         f"ratio above 0; add images or set some --ratios to 0.")
     folders = [os.path.join(args.dest, split + args.domain) for split in splits]
+    apart = os.path.normpath(args.source) + "_split"  # beside --source
+    for folder in folders:  # a split folder that is, lies inside or holds --source would mix into what is read
+        refuse_output_over_inputs(folder, f"--dest {args.dest} (its {os.path.basename(folder)}/)",
+                                  (("--source", args.source),), f"Pass a --dest apart from it, e.g. --dest {apart}.")
     for folder in folders:
         if os.path.isdir(folder) and any(is_image_file(n) for n in os.listdir(folder)):
             raise UserError(f"{folder} already holds images; splitting into it would mix two splits. Empty it or "

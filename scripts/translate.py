@@ -6,8 +6,9 @@
 
     python scripts/translate.py scans/ --checkpoint checkpoints/ct2mr --output mr/   # a volume run
 
-INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns.
-Each image is written to --output under its own name, in its own format and at its own precision (a
+INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns; an
+--output that is, lies inside or contains an input folder, or is an input file's own folder, is refused
+before the model is loaded (util/safe_files.py: nothing is ever written over an input). Each image is written to --output under its own name, in its own format and at its own precision (a
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
 .npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
 map to the network's values by the --data_range the model trained with. A model trained on volumes (a
@@ -15,7 +16,9 @@ map to the network's values by the --data_range the model trained with. A model 
 sliding windows of the --patch_size it trained on (--window_overlap, --window_batch), into a file of the
 same name (x.nii.gz -> OUTPUT/x.nii.gz, with the input's affine and header); the flags of pictures
 (--tile, --n_samples, --codes, --reference) are refused for it, and its flags for a picture model.
-Files that are not images (or volumes), cannot be decoded or cannot be written are skipped; the summary lists them with the reason. Exit status 0 when at least one image was translated, 2 with one paragraph
+Files that are not images (or volumes), cannot be decoded, declare more than the limits of data/image_io.py
+or data/volume_io.py in their headers, or cannot be written are skipped; the summary lists them with the
+reason, and the others are translated. Exit status 0 when at least one image was translated, 2 with one paragraph
 when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
 docs/inference.md explains --direction, --no_eval and the architecture flags.
 """
@@ -35,14 +38,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
-from data.volume_patches import patch_size  # noqa: E402
+from data.volume_patches import patch_size, window_batch  # noqa: E402
 from models import networks  # noqa: E402
+from models.networks import unet_latent  # noqa: E402
 from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
 from util.util import broken_link  # noqa: E402
-from util.flag_types import (OneParagraphParser, finite_float, fraction_below_one, non_negative_int,  # noqa: E402
-                             positive_int)
+from util.flag_types import (Bounded, OneParagraphParser, channel_count, finite_float, fraction_below_one,  # noqa: E402
+                             network_width, sample_count, seed_value, tile_side, MAX_SAMPLES)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,27 +60,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
-    parser.add_argument("--tile", type=non_negative_int, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
-    parser.add_argument("--tile_overlap", type=non_negative_int, default=64, help="pixels by which neighbouring tiles overlap")
+    parser.add_argument("--tile", type=tile_side, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
+    parser.add_argument("--tile_overlap", type=tile_side, default=64, help="pixels by which neighbouring tiles overlap")
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the dropout masks with --no_eval, and of the latent codes of --n_samples")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the dropout masks with --no_eval, and of the latent codes of --n_samples")
     many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
-    many.add_argument("--n_samples", type=positive_int, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
+    many.add_argument("--n_samples", type=sample_count, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
     many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
     many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
     volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes are translated in blended sliding windows")
     volumes.add_argument("--patch_size", type=patch_size, default=None, metavar="D[,H,W]", help="the window's size in voxels, one number for a cube; default: the --patch_size the run trained on (its train_opt.json)")
     volumes.add_argument("--window_overlap", type=fraction_below_one, default=None, metavar="F", help="the fraction of a window by which neighbouring windows overlap (0 <= F < 1); default 0.5, as test.py")
-    volumes.add_argument("--window_batch", type=positive_int, default=None, metavar="N", help="windows translated at once (memory vs speed); default 4")
+    volumes.add_argument("--window_batch", type=window_batch, default=None, metavar="N", help="windows translated at once (memory vs speed); default 4")
     parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
-    arch.add_argument("--ngf", type=positive_int, default=None)
-    arch.add_argument("--input_nc", type=positive_int, default=None)
-    arch.add_argument("--output_nc", type=positive_int, default=None)
-    arch.add_argument("--upsample", choices=networks.UPSAMPLINGS, default=None)
+    arch.add_argument("--ngf", type=network_width, default=None)
+    arch.add_argument("--input_nc", type=channel_count, default=None)
+    arch.add_argument("--output_nc", type=channel_count, default=None)
+    arch.add_argument("--upsample", choices=(*networks.UPSAMPLINGS, *unet_latent.UPSAMPLINGS), default=None,
+                      help="transpose or resize; a latent U-Net's (BicycleGAN's): basic or bilinear")
     arch.add_argument("--no_dropout", action="store_true", default=None)
+    # a generator that takes a latent code (BicycleGAN's U-Net), where its weights alone do not say enough
+    arch.add_argument("--nz", type=Bounded(int, low=1, high=1024, name="nz"), default=None,
+                      help="numbers in the latent code")
+    arch.add_argument("--where_add", choices=unet_latent.WHERE_ADD, default=None, help="where the code joins the U-Net")
+    arch.add_argument("--nl", choices=unet_latent.NONLINEARITIES, default=None, help="the activation of its way up")
     args = parser.parse_args(argv)
     # the architecture keywords of Translator.load, as the group names them
     args.architecture = {action.dest: getattr(args, action.dest) for action in arch._group_actions}
@@ -170,9 +181,26 @@ def translate_all(translator: Translator, jobs: list[tuple[str, str]], tile: int
     return done
 
 
+def refuse_output_among_inputs(inputs: list[str], output: str) -> None:
+    """Raise `UserError` when --output is, lies inside or contains an input folder, or is the folder of an
+    input file (whose translation, of the same name, would replace it): before the model is loaded."""
+    folders, files = [], []
+    for item in inputs:
+        for path in (sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]):
+            (folders if os.path.isdir(path) else files).append(path)
+    apart = f"Pass an --output apart from the inputs, e.g. --output {os.path.normpath(output)}_translated."
+    refuse_output_over_inputs(output, f"--output {output}", [("INPUT", folder) for folder in folders], apart)
+    for path in files:
+        folder = os.path.dirname(path) or "."
+        if folder_overlap(output, folder) == "is":
+            raise UserError(f"--output {output} is the folder of the input {path}: its translation, written under "
+                            f"its own name, would replace it, so nothing was written. {apart}")
+
+
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    refuse_output_among_inputs(args.inputs, args.output)
     window = {name: getattr(args, name) for name in ("patch_size", "window_overlap", "window_batch")}
     given = [name for name, value in window.items() if value is not None]
     try:
@@ -271,7 +299,12 @@ def read_codes(path: str, size: int) -> torch.Tensor:
     from models.latent_codes import checked_latent_codes
 
     try:
-        codes = np.load(path) if path.endswith(".npy") else np.loadtxt(path, ndmin=2)
+        if path.endswith(".npy"):  # the shape its header declares, checked before the codes are loaded
+            shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
+            if len(shape) not in (1, 2) or (len(shape) == 2 and shape[0] > MAX_SAMPLES):
+                raise UserError(f"--codes {path} holds an array of shape {shape}; pass N x {size} codes, N at most "
+                                f"{MAX_SAMPLES} (one answer is written per code and input).")
+        codes = np.load(path, allow_pickle=False) if path.endswith(".npy") else np.loadtxt(path, ndmin=2)
     except (OSError, ValueError) as err:
         raise UserError(f"--codes {path} cannot be read ({' '.join(str(err).split())}); pass a .npy file or a text "
                         f"file with one code of {size} numbers a line.") from None

@@ -20,14 +20,16 @@ The server is visdom's own (arguments this script does not know, such as -readon
 -enable_login, are passed to it), with one change: its page also opens under tornado 6.6 and later,
 which refuse it with HTTP 403 (docs/visualization.md).
 
-Exit status: 0; 2 a bad flag, visdom missing, or (--install_scripts) a package that could not be
-fetched or verified, each named in one paragraph. Needs only the standard library and visdom, not this
+Exit status: 0; 2 a bad flag (a --port outside 1..65535, a --static_dir that is a file), visdom missing,
+a port already in use, or (--install_scripts) a package that could not be fetched or verified, each
+named in one paragraph. Needs only the standard library and visdom, not this
 repository, so it also runs from an environment that has nothing else.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import hashlib
 import io
 import json
@@ -103,11 +105,42 @@ def visdom_static_dir() -> Path:
     return Path(get_visdom_path("static"))
 
 
+class ServerError(Exception):
+    """A flag or an environment the server cannot start with (the message says which and what to do)."""
+
+
 def prepare_static_dir(static_dir: Path) -> None:
     """A folder other than visdom's own gets a copy of visdom's page first (index.html, main.js, ...),
-    e.g. for a visdom installed where this user cannot write."""
+    e.g. for a visdom installed where this user cannot write. ServerError when `static_dir` is not a
+    folder or cannot be written."""
+    if static_dir.exists() and not static_dir.is_dir():
+        raise ServerError(f"--static_dir {static_dir} is a file, not a folder; pass a folder (it gets a copy of "
+                          f"visdom's page), or leave --static_dir out to serve visdom's own")
     if not (static_dir / "index.html").is_file() and static_dir.resolve() != visdom_static_dir().resolve():
-        shutil.copytree(visdom_static_dir(), static_dir, dirs_exist_ok=True)
+        try:
+            shutil.copytree(visdom_static_dir(), static_dir, dirs_exist_ok=True)
+        except OSError as err:
+            raise ServerError(f"--static_dir {static_dir}: cannot copy visdom's page there ({err}); pass a folder "
+                              f"you can write to") from err
+
+
+def port_number(text: str) -> int:
+    """An argparse `type`: a TCP port a server can listen on, 1 to 65535 (a larger number would wrap)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
+    return port
+
+
+class OneParagraphParser(argparse.ArgumentParser):
+    """argparse's errors as one paragraph, exit status 2, like the rest of this project's scripts."""
+
+    def error(self, message: str):
+        print(f"error: {' '.join(message.split())}. `python {self.prog} --help` lists every flag.", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
 
 
 def missing_files(static_dir: Path, packages: tuple[NpmPackage, ...] = PAGE_PACKAGES) -> list[str]:
@@ -261,7 +294,8 @@ def page_static_handler():
 
 
 def serve(static_dir: Path, port: int, hostname: str, env_path: str | None, visdom_args: list[str]) -> None:
-    """visdom's server (visdom.server.run_server.main), serving its page from `static_dir`."""
+    """visdom's server (visdom.server.run_server.main), serving its page from `static_dir`; ServerError
+    when it cannot listen on `port` (in use, or not this user's to take)."""
     from visdom.server import app
     from visdom.server.run_server import main as visdom_main
     # visdom turns tornado's debug mode on, which would restart the server whenever a module file changes
@@ -270,13 +304,23 @@ def serve(static_dir: Path, port: int, hostname: str, env_path: str | None, visd
                                 static_handler_class=page_static_handler(), autoreload=False)
     sys.argv = ["visdom", "-port", str(port), "--hostname", hostname,
                 *(["-env_path", env_path] if env_path else []), *visdom_args]
-    visdom_main()
+    try:
+        visdom_main()
+    except OSError as err:  # from tornado's listen(), before anything is served
+        if err.errno == errno.EADDRINUSE:
+            why = "another program (perhaps a visdom server started earlier) already listens there"
+        else:
+            why = " ".join(str(err).split())
+        raise ServerError(f"cannot listen on --port {port}: {why}; stop that program, or start this server on a "
+                          f"free port (e.g. --port {port + 1 if port < 65535 else 8097}) and give train.py the "
+                          f"same --display_port") from err
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Other arguments go to visdom's "
-                                     "server: -readonly, -bind_local, -enable_login, -logging_level LEVEL, ...")
-    parser.add_argument("--port", type=int, default=8097, help="port to listen on (train.py's --display_port)")
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0], epilog="Other arguments go to visdom's "
+                                "server: -readonly, -bind_local, -enable_login, -logging_level LEVEL, ...")
+    parser.add_argument("--port", type=port_number, default=8097,
+                        help="port to listen on, 1 to 65535 (train.py's --display_port)")
     parser.add_argument("--hostname", default="localhost",
                         help="host name in the address it prints (it listens on every interface unless -bind_local)")
     parser.add_argument("--env_path", default=None,
@@ -299,15 +343,19 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     static_dir = Path(args.static_dir).resolve() if args.static_dir else visdom_static_dir()
-    prepare_static_dir(static_dir)
-    if args.install_scripts:
-        registry = (args.registry or os.environ.get("NPM_CONFIG_REGISTRY") or os.environ.get("npm_config_registry")
-                    or DEFAULT_REGISTRY)
-        return install_scripts(static_dir, registry)
-    missing = missing_files(static_dir)
-    if missing:
-        print(missing_paragraph(static_dir, missing), flush=True)
-    serve(static_dir, args.port, args.hostname, args.env_path, visdom_args)
+    try:
+        prepare_static_dir(static_dir)
+        if args.install_scripts:
+            registry = (args.registry or os.environ.get("NPM_CONFIG_REGISTRY")
+                        or os.environ.get("npm_config_registry") or DEFAULT_REGISTRY)
+            return install_scripts(static_dir, registry)
+        missing = missing_files(static_dir)
+        if missing:
+            print(missing_paragraph(static_dir, missing), flush=True)
+        serve(static_dir, args.port, args.hostname, args.env_path, visdom_args)
+    except ServerError as err:
+        print(f"error: {err}.", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 

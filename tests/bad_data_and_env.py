@@ -124,7 +124,7 @@ def b_split_dataset_no_folders(work):
 
 
 def b_demo_dataset_too_small(work):
-    return Setup(["--size", "8", "--out", str(work / "demo")], stderr_has=("--size", "at least 16"),
+    return Setup(["--size", "8", "--out", str(work / "demo")], stderr_has=("--size", ">= 16"),
                  stderr_lacks=("usage:",), after=lambda: _assert_absent(work / "demo"))
 
 

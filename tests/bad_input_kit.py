@@ -2,6 +2,9 @@
 how a case is run (in the test process by default; as a subprocess where the process matters)."""
 from __future__ import annotations
 
+import contextlib
+import os
+import resource
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +33,13 @@ class Setup:
     after: Callable[[], None] | None = None  # more checks once the run is over (raise to fail)
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the run
     cleanup: list[Callable[[], None]] = field(default_factory=list)  # always run, even on failure
+    unchanged: tuple = ()     # input files and folders: every file's bytes (and a folder's file names) kept
+    absent: tuple = ()        # paths a refused run must not have created (nothing written)
+    stdout_lacks: tuple = ()  # e.g. a refusal before training: no "The number of training images"
+    memory_cap: bool = False  # run with little address space beyond what the process holds (`address_space_cap`)
+    # the command the refusal suggests, from the arguments and the refusal's text (`suggested`): run after it,
+    # it must succeed (exit 0, no error), so that every fix a message offers is one that works
+    suggestion: Callable[[list[str], str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,57 @@ class Outcome:
     result: subprocess.CompletedProcess
     setup: Setup
     guards: dict[Path, bytes]             # checkpoints in the run folder before the run, and their bytes
+    inputs_before: dict[Path, bytes] = field(default_factory=dict)  # Setup.unchanged's files, before the run
+
+
+def suggested(*flags: str, drop: tuple[str, ...] = ()) -> Callable[[list[str], str], list[str]]:
+    """The command a refusal suggests: the arguments with each of `flags` set to the value the message gives
+    it as an example ("... e.g. --fold_AB D/A_AB"), else last ("; pass --batch_size 2"), and the `drop`ped
+    flags (without a value) left out."""
+    def command(args: list[str], message: str) -> list[str]:
+        args = [arg for arg in args if arg not in drop]
+        for flag in flags:
+            assert f"{flag} " in message, (flag, message)
+            example = f"e.g. {flag} "
+            after = message.split(example, 1)[1] if example in message else message.rsplit(f"{flag} ", 1)[1]
+            value = after.split()[0].rstrip(".,;)")
+            if flag in args:  # its last occurrence is the one argparse keeps
+                args[len(args) - 1 - args[::-1].index(flag) + 1] = value
+            else:
+                args += [flag, value]
+        return args
+    return command
+
+
+def snapshot(paths) -> dict[Path, bytes]:
+    """Every file under `paths` (files, or folders walked) and its bytes; a symbolic link is kept as a link."""
+    files: dict[Path, bytes] = {}
+    for path in map(Path, paths):
+        found = [path] if not path.is_dir() else sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink())
+        for file in found:
+            files[file] = f"-> {os.readlink(file)}".encode() if file.is_symlink() else file.read_bytes()
+    return files
+
+
+# What a run under `memory_cap` may allocate beyond what the process has mapped: enough for any run of
+# the corpus's small inputs, far below what a size taken on trust from a flag or a header asks for.
+MEMORY_HEADROOM = 3 << 30
+
+
+@contextlib.contextmanager
+def address_space_cap(headroom: int = MEMORY_HEADROOM):
+    """Within the block, this process may map at most `headroom` bytes more than it has mapped now (the
+    soft RLIMIT_AS, i.e. `ulimit -v`): an allocation sized by an unchecked number fails with MemoryError
+    (a traceback the corpus refuses) instead of taking the machine's memory. The limit is lifted after."""
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + headroom if hard == resource.RLIM_INFINITY else min(hard, mapped + headroom)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 # ---------------------------------------------------------------------------------- input builders
@@ -128,16 +189,19 @@ def execute(case: Case, work: Path, capsys: pytest.CaptureFixture) -> Outcome:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 torch.save({"weight": torch.arange(6.0)}, path)
             guards[path] = path.read_bytes()
+        inputs_before = snapshot(setup.unchanged)
         if case.parse_only:
             assert not setup.env, "parse_only cases run in the test process, whose environment stays"
             result = parse_in_process(case.script, setup.args, capsys)
         elif case.own_process or setup.env:  # environment variables are read by a fresh interpreter
+            assert not setup.memory_cap, "memory_cap runs in the test process"
             result = run_script(case.script, *setup.args, timeout=240, env=setup.env)
         else:
-            result = run_in_process(case.script, *setup.args, capsys=capsys)
+            with address_space_cap() if setup.memory_cap else contextlib.nullcontext():
+                result = run_in_process(case.script, *setup.args, capsys=capsys)
         if setup.after is not None:
             setup.after()
     finally:
         for cleanup in setup.cleanup:
             cleanup()
-    return Outcome(result, setup, guards)
+    return Outcome(result, setup, guards, inputs_before)

@@ -15,7 +15,11 @@ paragraph and nothing else -- in the test process Python warnings go to pytest, 
 a test.py refusal and a run that proceeds with a warning in the corpus, and a train.py refusal met
 in a DataLoader worker process (`test_truncated_jpeg_found_during_training...`).
 What a case is and how it runs: tests/bad_input_kit.py; the flag and path cases:
-tests/bad_flags_and_paths.py; the image cases are here.
+tests/bad_flags_and_paths.py; the image cases are here. A case may also ask that its inputs stay
+byte-identical and nothing be written (`Setup.unchanged`, `Setup.absent`: no tool writes over what it
+reads, tests/bad_tools_overwrite.py), that it run under a memory limit so that an allocation sized by an
+unchecked number fails it (`Setup.memory_cap`, tests/bad_sizes.py), and that the fix its refusal suggests
+be run and succeed (`Setup.suggestion`).
 """
 from __future__ import annotations
 
@@ -41,8 +45,14 @@ from bad_damaged_files import DAMAGED_FILE_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
 from bad_hires import HIRES_CASES
+from bad_empty_epochs import EMPTY_EPOCH_CASES
+from bad_flag_combinations import FLAG_COMBINATION_CASES
+from bad_sizes import SIZE_CASES
+from bad_tools_overwrite import TOOL_OVERWRITE_CASES
+from bad_volumes import VOLUME_CASES
+from bad_visdom_server import VISDOM_SERVER_CASES
 from bad_input_kit import (CYCLE, NAME, PIX, SMALL, Case, Setup, random_pixels, aligned, eval_args, execute, mode_of,
-                           run_args, train_in_process)
+                           run_args, snapshot, train_in_process)
 from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 
 
@@ -325,6 +335,12 @@ CASES = [
     *HIRES_CASES,
     *AUGMENT_CASES,
     *CUT_CASES,
+    *TOOL_OVERWRITE_CASES,
+    *VISDOM_SERVER_CASES,
+    *EMPTY_EPOCH_CASES,
+    *VOLUME_CASES,
+    *SIZE_CASES,
+    *FLAG_COMBINATION_CASES,
 ]
 
 
@@ -343,6 +359,11 @@ def test_bad_input_corpus(case: Case, capsys, tmp_path):
         assert str(text) in out, (str(text), context)
     for text in setup.stderr_lacks:
         assert str(text) not in err, (str(text), context)
+    for text in setup.stdout_lacks:
+        assert str(text) not in out, (str(text), context)
+    assert snapshot(setup.unchanged) == outcome.inputs_before, f"an input was changed or added to\n{context}"
+    for path in setup.absent:
+        assert not Path(path).exists(), f"{path} was written\n{context}"
     if case.exit == 0:
         assert not any(line.startswith("error:") for line in err.splitlines()), context
         if case.own_process:  # a representative: a real process's stderr is the warning and nothing else
@@ -353,6 +374,10 @@ def test_bad_input_corpus(case: Case, capsys, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), context
     for path, before in outcome.guards.items():
         assert path.read_bytes() == before, f"{path} was changed by a refused run"
+    if setup.suggestion is not None:  # the fix the message offers works
+        fixed = run_in_process(case.script, *setup.suggestion(setup.args, lines[0]), capsys=capsys)
+        assert fixed.returncode == 0 and "error:" not in fixed.stderr, \
+            f"the suggested command {fixed.args} failed: exit {fixed.returncode}\n{fixed.stderr[-3000:]}"
 
 
 # ================================================================================== other cases
@@ -469,3 +494,51 @@ def test_diverging_run_stops_with_one_message_and_keeps_the_last_finite_checkpoi
     assert {p.name: p.read_bytes() for p in run_dir.glob("latest_*.pth")} == saved
     assert all(finite_weights(run_dir / name) for name in saved if "_net_" in name)
     assert not (run_dir / "2_net_G_A.pth").exists()
+
+
+# ================================================================================== epochs without a step
+def test_an_epoch_without_a_step_is_judged_by_each_processs_share_under_any_launcher(tmp_path):
+    """The refusal of an empty epoch (tests/bad_empty_epochs.py) counts the processes as the sampler deals the
+    samples out: 4 samples on 2 processes are 2 each, too few for BicycleGAN's --batch_size 4."""
+    import train
+    from bad_empty_epochs import BICYCLE
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+    from util.errors import UserError
+
+    common = ["--dataroot", str(tmp_path / "data"), "--checkpoints_dir", str(tmp_path / "ck"), "--load_size", "128",
+              "--crop_size", "128"]
+    bicycle = TrainOptions().parse([*common, *BICYCLE, "--batch_size", "4"])
+    two = DistContext(world_size=2)
+    with pytest.raises(UserError) as refused:
+        train.check_epoch_has_steps(bicycle, two, 4)
+    for text in ("holds 4 sample(s)", "each of the 2 process(es) takes 2", "--batch_size 4", "--batch_size 2",
+                 "fewer processes"):
+        assert text in str(refused.value), (text, str(refused.value))
+    train.check_epoch_has_steps(bicycle, two, 8)  # 4 each: one step
+    train.check_epoch_has_steps(bicycle, DistContext(), 4)  # one process takes all 4
+    pix2pix = TrainOptions().parse([*common, "--model", "pix2pix", "--batch_size", "4"])
+    train.check_epoch_has_steps(pix2pix, two, 1)  # an incomplete batch is trained on
+
+
+# ================================================================================== NIfTI under a picture mode
+def test_the_volume_mode_a_nifti_refusal_names_reads_the_same_folders(tmp_path, capsys):
+    """The refusal of tests/bad_volumes.py ("NIfTI volumes for pix2pix's aligned mode ...") names a mode that
+    reads those very files: its dataset is built from them (8-bit volumes: no --data_range needed)."""
+    import numpy as np
+
+    from bad_volumes import save_volume, volume
+    from data import create_dataset
+    from options.train_options import TrainOptions
+
+    for side in "AB":
+        for i in range(2):
+            save_volume(tmp_path / "data" / f"train{side}" / f"{i}.nii.gz", (volume(i) * 255).astype(np.uint8))
+    common = ["--dataroot", str(tmp_path / "data"), "--checkpoints_dir", str(tmp_path / "ck"), "--model", "pix2pix"]
+    refused = run_in_process("train.py", *common, "--num_threads", "0", capsys=capsys)
+    message = assert_user_error(refused, "--dataset_mode aligned_volume", f"--dataroot {tmp_path / 'data'}")
+    mode = message.split("pass --dataset_mode ", 1)[1].split()[0]
+    opt = TrainOptions().parse([*common, "--dataset_mode", mode, "--patch_size", "8", "--input_nc", "1",
+                                "--output_nc", "1"])
+    dataset = create_dataset(opt, 0).dataset
+    assert len(dataset) == 2 and dataset[0]["A"].shape == (1, 8, 8, 8)

@@ -169,13 +169,41 @@ def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, synced
 ], ids=["odd_batch", "no_code", "encoder_too_big_for_the_crop", "where_add_middle", "generator_without_code"])
 def test_bad_values_are_refused_in_one_paragraph_before_anything_is_written(paired_root, tmp_path, capsys, flags,
                                                                             says):
-    assert load_script("train.py").main(args(paired_root, tmp_path, "bad", "--max_dataset_size", "2", *flags)) == 2
-    err = capsys.readouterr().err.strip()
+    result = run_in_process("train.py", *args(paired_root, tmp_path, "bad", "--max_dataset_size", "2", *flags),
+                            capsys=capsys)
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
     for text in says:
         assert text in err, (text, err)
     written = {path.name for path in (tmp_path / "bad").glob("*")} if (tmp_path / "bad").exists() else set()
     assert not written - {".run.lock"}, written  # no checkpoint, options or log
+
+
+def test_an_epoch_whose_first_batch_is_skipped_logs_and_shows_nothing_rather_than_failing(paired_root, tmp_path,
+                                                                                            capsys):
+    """A resumed epoch may start where only an incomplete batch is left, which BicycleGAN skips: nothing has
+    been trained in this process yet, so a print or display point there has no losses or images to show
+    (this was an AttributeError with a small --print_freq)."""
+    import train
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+    from util.training.position import Position
+
+    opt = TrainOptions().parse(args(paired_root, tmp_path, "skip", "--max_dataset_size", "3", "--batch_size", "2",
+                                    "--print_freq", "1", "--display_freq", "1", "--n_epochs", "1",
+                                    "--n_epochs_decay", "0"))
+    run, _ = train.set_up(opt, DistContext())
+    try:
+        progress = Position(epoch=1, images_done=2, total_iters=2)  # 2 of the 3 images done: 1 left
+        assert train.train_one_epoch(run, progress)
+        assert not run.engine.has_stepped
+        assert "(epoch: 1" not in capsys.readouterr().out  # no loss line without a step
+        train.train_one_epoch(run, Position(epoch=1))  # a whole epoch: one step of 2, the last image skipped
+        assert run.engine.has_stepped and "loss_G_L1" in vars(run.model)
+    finally:
+        run.visualizer.close()
+        run.stop.uninstall()
 
 
 def test_test_py_scores_the_samples_diversity_and_realism_beside_the_encoded_outputs_fidelity(
@@ -299,17 +327,18 @@ def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_
 
 
 def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, tmp_path):
-    """out/a_sample0.png is an input too: a.png's first sample would overwrite it, so a.png is skipped."""
-    (tmp_path / "in").mkdir()
-    (tmp_path / "out").mkdir()
+    """out/sub/a_sample0.png is an input too: in/sub/a.png's first sample would overwrite it, so a.png is
+    skipped. (An --output that is an input file's own folder is refused before anything is written.)"""
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "out" / "sub").mkdir(parents=True)
     for name in ("a.png", "b.png"):
-        shutil.copy(input_image, tmp_path / "in" / name)
-    shutil.copy(input_image, tmp_path / "out" / "a_sample0.png")
-    before = (tmp_path / "out" / "a_sample0.png").read_bytes()
-    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "a_sample0.png"),
+        shutil.copy(input_image, tmp_path / "in" / "sub" / name)
+    shutil.copy(input_image, tmp_path / "out" / "sub" / "a_sample0.png")
+    before = (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes()
+    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "sub" / "a_sample0.png"),
                         "--checkpoint", str(trained), "--output", str(tmp_path / "out"), "--n_samples", "2")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "out" / "a_sample0.png").read_bytes() == before
-    assert f"its output {tmp_path / 'out' / 'a_sample0.png'} would overwrite the input" in result.stdout
-    assert not (tmp_path / "out" / "a_sample1.png").exists()
-    assert (tmp_path / "out" / "b_sample0.png").exists() and (tmp_path / "out" / "b_sample1.png").exists()
+    assert (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes() == before
+    assert f"its output {tmp_path / 'out' / 'sub' / 'a_sample0.png'} would overwrite the input" in result.stdout
+    assert not (tmp_path / "out" / "sub" / "a_sample1.png").exists()
+    assert (tmp_path / "out" / "sub" / "b_sample0.png").exists() and (tmp_path / "out" / "sub" / "b_sample1.png").exists()

@@ -235,8 +235,9 @@ def test_test_py_refuses_a_tile_size_the_generator_cannot_take(resnet_checkpoint
     spec = importlib.util.spec_from_file_location("test_py_script", ROOT / "test.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
-    status = script.main(["--dataroot", str(tmp_path), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
+    (tmp_path / "data").mkdir()
+    Image.new("RGB", (32, 32)).save(tmp_path / "data" / "a.png")
+    status = script.main(["--dataroot", str(tmp_path / "data"), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
                           "--checkpoints_dir", str(resnet_checkpoint), "--results_dir", str(tmp_path / "out"),
                           "--device", "cpu", "--tile", "50"])
     assert status == 2

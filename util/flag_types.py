@@ -35,11 +35,12 @@ class Bounded:
 
     def describe(self) -> str:
         noun = "an integer" if self.kind is int else "a number"
+        shown = (lambda v: str(int(v))) if self.kind is int else (lambda v: f"{v:g}")  # 4294967295, not 4.29e+09
         bounds = []
         if self.low is not None:
-            bounds.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            bounds.append(f"{'>' if self.low_open else '>='} {shown(self.low)}")
         if self.high is not None:
-            bounds.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+            bounds.append(f"{'<' if self.high_open else '<='} {shown(self.high)}")
         return f"{noun} {' and '.join(bounds)}" if bounds else f"{noun}"
 
     def __call__(self, text: str) -> int | float:
@@ -62,15 +63,33 @@ finite_float = Bounded(float, name="finite_float")
 port_number = Bounded(int, low=1, high=65535, name="port_number")
 fraction_below_one = Bounded(float, low=0, high=1, high_open=True, name="fraction_below_one")  # 0 <= x < 1
 
+# Flags whose value sizes an allocation (pixels, channels, network widths, images in memory at once) have
+# an upper bound too, so that a mistyped number is refused when parsed instead of asking for terabytes.
+# Each bound is far above any run that fits in a GPU's memory (docs/training_tips.md, "Ranges of the flags
+# that size memory"; tests/test_flag_ranges.py checks that every numeric flag has a range).
+MAX_IMAGE_SIDE = 16384   # pixels: --load_size, --crop_size, --tile, --display_winsize, export check sizes
+MAX_CHANNELS = 1024      # --input_nc, --output_nc (hyperspectral images have a few hundred bands)
+MAX_WIDTH = 4096         # filters of a network's first layer: --ngf, --ndf, --nef, --netF_nc
+MAX_BATCH = 4096         # images at once: --batch_size (per process)
+MAX_SAMPLES = 1000       # answers per input: --n_samples
+MAX_SEED = 2 ** 32 - 1   # NumPy's seeds
+image_side = Bounded(int, low=1, high=MAX_IMAGE_SIDE, name="image_side")
+channel_count = Bounded(int, low=1, high=MAX_CHANNELS, name="channel_count")
+network_width = Bounded(int, low=1, high=MAX_WIDTH, name="network_width")
+batch_size = Bounded(int, low=1, high=MAX_BATCH, name="batch_size")
+sample_count = Bounded(int, low=1, high=MAX_SAMPLES, name="sample_count")
+seed_value = Bounded(int, low=0, high=MAX_SEED, name="seed_value")
+tile_side = Bounded(int, low=0, high=MAX_IMAGE_SIDE, name="tile_side")  # --tile, --tile_overlap (0: none)
+
 def hw_sizes(text: str) -> list[tuple[int, int]]:
     """An argparse `type` for image sizes: "256x256,200x312" -> [(256, 256), (200, 312)], height x width,
     each at least 1; a size written as one number is refused rather than guessed to be a square."""
     sizes = []
     for part in text.split(","):
         sides = part.strip().lower().split("x")
-        if len(sides) != 2 or not all(side.strip().isdigit() and int(side) >= 1 for side in sides):
-            raise argparse.ArgumentTypeError(f"expected sizes HEIGHTxWIDTH (whole numbers >= 1) separated by commas, "
-                                             f"e.g. 256x256,200x312; got {text!r}"
+        if len(sides) != 2 or not all(side.strip().isdigit() and 1 <= int(side) <= MAX_IMAGE_SIDE for side in sides):
+            raise argparse.ArgumentTypeError(f"expected sizes HEIGHTxWIDTH (whole numbers from 1 to {MAX_IMAGE_SIDE}) "
+                                             f"separated by commas, e.g. 256x256,200x312; got {text!r}"
                                              + (f" ({part.strip()!r} is not one)" if "," in text else ""))
         sizes.append((int(sides[0]), int(sides[1])))
     return sizes

@@ -13,13 +13,17 @@ Every file a run writes goes through here (checkpoints through util/training/che
 
 Temporary files are named `.<name>.<random>.tmp` in the target's folder (the Checkpointer removes a
 killed run's at the next start).
+
+No tool writes over what it reads: before writing, every script that writes files asks
+`refuse_output_over_inputs` whether the folder it writes is, lies inside or contains an input folder,
+and `refuse_overwriting_inputs` whether a file it writes is one of its input files.
 """
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterable
 
 from util.errors import UserError
 
@@ -115,3 +119,50 @@ def read_json_object(path: str, advice: str) -> dict:
     else:
         why = f"{type(saved).__name__}: {saved}" if isinstance(saved, Exception) else "it holds no JSON object"
     raise UserError(f"{path} is damaged ({why}). {advice}")
+
+
+# ---------------------------------------------------------------------------------- outputs apart from inputs
+def folder_overlap(output: str, input_folder: str) -> str | None:
+    """How the folder `output` overlaps the folder `input_folder`: "is", "lies inside" or "contains";
+    None when they are apart. Both are compared as real paths (relative paths and symbolic links
+    resolved, as far as they exist), so a link to an input folder is that folder; neither needs to exist."""
+    out, into = os.path.realpath(output), os.path.realpath(input_folder)
+    if out == into:
+        return "is"
+    if out.startswith(into.rstrip(os.sep) + os.sep):
+        return "lies inside"
+    if into.startswith(out.rstrip(os.sep) + os.sep):
+        return "contains"
+    return None
+
+
+def refuse_output_over_inputs(output: str, output_flag: str, inputs: Iterable[tuple[str, str]],
+                              fix: str = "") -> None:
+    """Raise `UserError` when the folder a tool writes, `output` (named by `output_flag`, e.g.
+    "--fold_AB D/A" or "the output folder D/train (--dataset-path D)"), is, lies inside or contains
+    one of the `inputs`, (what names it, folder) pairs such as ("--fold_A", "D/A"): a tool that wrote
+    there would replace, or mix its files into, what it reads. Call it before anything is written.
+    `fix` says what to do instead (default: choose a folder apart from the inputs)."""
+    for name, folder in inputs:
+        how = folder_overlap(output, folder)
+        if how is None:
+            continue
+        real = os.path.realpath(output)
+        linked = "" if real == os.path.abspath(output) else f" (through a symbolic link: {real})"
+        same = "" if os.path.realpath(folder) == os.path.abspath(folder) else f" (really {os.path.realpath(folder)})"
+        effect = ("would replace its files" if how == "is" else
+                  "would put the outputs among the files it reads" if how == "lies inside" else
+                  "would mix the outputs with the files it reads")
+        raise UserError(f"{output_flag}{linked} {how} the input folder {name} {folder}{same}: writing there {effect}, so "
+                        f"nothing was written. {fix or 'Choose an output folder apart from every input folder.'}")
+
+
+def refuse_overwriting_inputs(outputs: Iterable[tuple[str, str]], inputs: Iterable[str], fix: str = "") -> None:
+    """Raise `UserError` when one of the files about to be written, `outputs` ((what names it, path)
+    pairs), is one of the `inputs` files (compared as real paths). Call it before anything is written."""
+    real_inputs = {os.path.realpath(path): path for path in inputs}
+    for name, path in outputs:
+        source = real_inputs.get(os.path.realpath(path))
+        if source is not None:
+            raise UserError(f"{name} {path} would overwrite the input {source}, so nothing was written. "
+                            f"{fix or 'Choose another output folder.'}")

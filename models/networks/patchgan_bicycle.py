@@ -17,7 +17,7 @@ from torch import nn
 
 from models.networks.family import DISCRIMINATOR, NetworkFamily, SizeRule
 from models.networks.layers import get_norm_layer
-from util.flag_types import positive_int
+from util.flag_types import Bounded
 
 # name -> (strided layers, judged at several scales)
 _LAYERS = {"basic_256_multi": 3, "basic_128_multi": 2}
@@ -75,7 +75,7 @@ class BicyclePatchGANFamily(NetworkFamily):
     @staticmethod
     def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if "--num_Ds" not in parser._option_string_actions:  # --netD and --netD2 may both be of this family
-            parser.add_argument("--num_Ds", type=positive_int, default=2, on_resume="architecture",
+            parser.add_argument("--num_Ds", type=Bounded(int, low=1, high=8, name="num_Ds"), default=2, on_resume="architecture",
                                 help="with --netD/--netD2 basic_*_multi: the number of scales each judges at")
         return parser
 

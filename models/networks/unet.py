@@ -129,11 +129,12 @@ class UnetFamily(NetworkFamily):
         return not self.latent_size(flags)  # the levels below the outermost; BicycleGAN's U-Net has none
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
-        if self.latent_size(flags):
+        if self.latent_size(flags):  # BicycleGAN's defaults for what an architecture given in part leaves out
             return LatentUnetGenerator(input_nc, output_nc, flags.nz, self.depth, flags.ngf,
                                        norm_layer=None if flags.norm == "none" else get_norm_layer(flags.norm),
-                                       nl_layer=nonlinearity(flags.nl), use_dropout=not flags.no_dropout,
-                                       upsample=flags.upsample, where_add=flags.where_add,
+                                       nl_layer=nonlinearity(getattr(flags, "nl", None) or "relu"),
+                                       use_dropout=not flags.no_dropout, upsample=flags.upsample,
+                                       where_add=getattr(flags, "where_add", None) or "all",
                                        sliced_pads=wants_sliced_pads(flags))
         net = UnetGenerator(input_nc, output_nc, self.depth, flags.ngf, norm_layer=get_norm_layer(flags.norm),
                             use_dropout=not flags.no_dropout, recompute=wants_checkpointing(flags))
