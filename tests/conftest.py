@@ -18,7 +18,7 @@ import torch
 # In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
 from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
                          pytest_sessionfinish, pytest_terminal_summary)
-from forked_processes import run_forked, run_torchrun
+from processes import run_ranks, run_script_process
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -79,10 +79,12 @@ def unpaired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_script(script: str, *args: str, timeout: float = 300, env: dict | None = None,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `python <script> args...` from the repository root, as a user would; capture output."""
+               cwd: Path | None = None, new_interpreter: bool = False) -> subprocess.CompletedProcess:
+    """Run `python <script> args...` from the repository root, as a user would, in a process of its own
+    (forked with torch imported, or a new interpreter: tests/processes.py); capture output."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return run_forked([sys.executable, str(ROOT / script), *args], cwd or ROOT, full_env, timeout)
+    return run_script_process([sys.executable, str(ROOT / script), *args], cwd or ROOT, full_env, timeout,
+                              new_interpreter=new_interpreter)
 
 
 _script_modules: dict[str, ModuleType] = {}
@@ -138,13 +140,21 @@ def torchrun_command(script: str, *args: str, nproc: int = 2, extra: tuple[str, 
 
 def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
              env: dict | None = None) -> subprocess.CompletedProcess:
-    """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
-    `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
-    code, forked from a process that imported it once, and so are the workers it starts
-    (tests/forked_processes.py)."""
-    arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
-    code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
-    return subprocess.CompletedProcess(["torchrun", *arguments], code, out, err)
+    """`torchrun --nproc_per_node=N script args` as a user starts it (a new interpreter, whose workers are
+    new interpreters), one thread per worker; past `timeout` it and all its workers are killed (then
+    TimeoutExpired). For what only the launcher shows; N processes compared with one use `ranks`."""
+    command = torchrun_command(script, *args, nproc=nproc, extra=extra)
+    return run_script_process(command, ROOT, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, timeout)
+
+
+def ranks(script: str, *args: str, nproc: int = 2, timeout: float = 240, env: dict | None = None
+          ) -> subprocess.CompletedProcess:
+    """`python <script> args` as the `nproc` workers of `torchrun --nproc_per_node=N` on one node (their
+    rank variables, one thread each), started by torch.multiprocessing without the launcher
+    (tests/processes.py): for the tests that compare N processes with one. Exit status of the first
+    failing rank, the ranks' output one after the other; past `timeout` all are killed (TimeoutExpired)."""
+    return run_ranks(ROOT / script, list(args), {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT,
+                     timeout, nprocs=nproc, port=free_port())
 
 
 # Small networks and no display, so that a few iterations take seconds on a CPU.

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, run_in_process, run_script, torchrun
+from conftest import load_script, ranks, run_in_process, run_script
 from test_distributed import assert_same_weights, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
@@ -77,7 +77,7 @@ def test_two_processes_accumulating_two_micro_batches_train_what_one_process_doe
     accumulated = reordered_copy(paired_root, tmp_path / "micro", tuple(range(8)))
     whole = reordered_copy(paired_root, tmp_path / "whole", (0, 1, 4, 5, 2, 3, 6, 7))
     assert load_script("train.py").main(args(whole, tmp_path, "one", "--batch_size", "8", *equivalence)) == 0
-    ok(torchrun("train.py", *args(accumulated, tmp_path, "two", "--batch_size", "2", "--accum_steps", "2",
+    ok(ranks("train.py", *args(accumulated, tmp_path, "two", "--batch_size", "2", "--accum_steps", "2",
                                   *equivalence)))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)

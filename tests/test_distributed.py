@@ -1,8 +1,11 @@
-"""DistributedDataParallel, for real: torchrun with 2 processes and the gloo backend on the CPU.
+"""DistributedDataParallel, for real: 2 processes and the gloo backend on the CPU.
 
 The central promise: N processes x batch b train the same model as 1 process x batch N*b. The
 one-process references are trained in this process through train.main (a process of their own
 would prove nothing), on one thread as every torchrun worker; one run serves every check it can.
+The 2-process runs that only have to be N processes are started as torchrun's workers would be,
+without the launcher (conftest.ranks); torchrun itself runs where it is the point: two nodes meeting
+at its rendezvous, and a failing rank that its agent must end the others for.
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT, free_port, load_script, run_in_process, torchrun
-from forked_processes import ForkedProcess
+from conftest import FAST_FLAGS, ROOT, free_port, load_script, ranks, run_in_process, torchrun
+from processes import ScriptProcess
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +103,7 @@ def test_two_processes_equal_one_with_double_batch_whatever_is_drawn_at_random(v
                                                                               tmp_path):
     flags, batch, atol = RANDOM_VARIANTS[variant]
     assert train.main(cycle_gan_args(unpaired_root, tmp_path, "one", 2 * batch, *flags)) == 0
-    ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", batch, *flags)))
+    ok(ranks("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", batch, *flags)))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"), atol=atol)
 
 
@@ -110,7 +113,7 @@ def pix2pix_runs(train, paired_root, tmp_path_factory) -> Path:
     batch norm in two processes with batch 1 each (<folder>/two)."""
     ckpt = tmp_path_factory.mktemp("pix2pix")
     assert train.main(pix2pix_args(paired_root, ckpt, "one", 2, "batch")) == 0
-    ok(torchrun("train.py", *pix2pix_args(paired_root, ckpt, "two", 1, "syncbatch")))
+    ok(ranks("train.py", *pix2pix_args(paired_root, ckpt, "two", 1, "syncbatch")))
     return ckpt
 
 
@@ -128,11 +131,13 @@ def test_logged_losses_are_averaged_over_all_ranks(pix2pix_runs):
 
 
 # A rank left waiting for a peer that has stopped would wait --ddp_timeout seconds. The tests below
-# set it far beyond torchrun()'s own time limit, so a run that ends at all ended without waiting.
+# set it far beyond the runs' own time limit, so a run that ends at all ended without waiting.
 NEVER = ["--ddp_timeout", "3600"]
 
 
 def test_batch_norm_under_ddp_is_refused_with_advice_on_every_rank(paired_root, tmp_path):
+    # Under torchrun for real: the one copy of the message relies on the launcher ending the other ranks
+    # as soon as rank 0 exits with it (util/distributed.report_user_error).
     result = torchrun("train.py", *pix2pix_args(paired_root, tmp_path, "bn", 1, "batch"), *NEVER)
     assert result.returncode != 0
     assert "--norm syncbatch" in result.stderr and "--norm instance" in result.stderr
@@ -151,8 +156,12 @@ def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, un
     # only for several per node), and two 2-thread processes on 2 cores wait for each other's
     # cores at every parallel region (60 s instead of 15).
     one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
-    agents = [ForkedProcess(command, ROOT, one_thread, merge_stderr=True) for _ in range(2)]
-    outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+    agents = [ScriptProcess(command, ROOT, one_thread, merge_stderr=True) for _ in range(2)]
+    try:
+        outputs = [agent.communicate(timeout=240)[0] for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
     assert all(agent.returncode == 0 for agent in agents), "\n".join(o[-3000:] for o in outputs)
     for epoch in ("1", "2", "latest"):
         assert_same_weights(weights(one_process_cycle_gan, epoch), weights(tmp_path / "nodes", epoch))
@@ -170,8 +179,9 @@ def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_
 
 
 def assert_a_failing_rank_ends_every_rank_quickly(unpaired_root: Path, tmp_path: Path, *flags: str) -> None:
-    """2 processes (with `flags`) where only rank 1 meets a broken image: all end without waiting
-    for --ddp_timeout (NEVER: beyond torchrun()'s limit), and the error names the file once."""
+    """2 processes (with `flags`) under a real torchrun, where only rank 1 meets a broken image: its
+    agent ends all without waiting for --ddp_timeout (NEVER: beyond torchrun()'s limit), and the error
+    names the file once."""
     root = tmp_path / "data"
     shutil.copytree(unpaired_root, root)
     # With --serial_batches rank 1 reads the odd indices: only it meets the broken image.
@@ -191,7 +201,7 @@ def test_distributed_test_output_equals_single_process_output(pix2pix_runs, pair
               "--model", "pix2pix", "--netG", "resnet_6blocks", "--no_dropout", "--norm", "batch",
               "--load_size", "32", "--crop_size", "32", "--ngf", "8", "--ndf", "8"]
     ok(run_in_process("test.py", *common, "--results_dir", str(tmp_path / "one"), capsys=capsys))
-    ok(torchrun("test.py", *common, "--results_dir", str(tmp_path / "two")))
+    ok(ranks("test.py", *common, "--results_dir", str(tmp_path / "two")))
     one = tmp_path / "one" / "one" / "test_latest"
     two = tmp_path / "two" / "one" / "test_latest"
     names = sorted(p.name for p in (one / "images").iterdir())
@@ -228,5 +238,5 @@ except RuntimeError as err:
     print(f"rank {{ctx.rank}} caught: {{err}}")
 distributed.shutdown()
 """)
-    result = ok(torchrun(str(script)))
+    result = ok(ranks(str(script)))
     assert result.stdout.count("caught: network G has different weights on different ranks") == 2

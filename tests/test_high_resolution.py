@@ -1,10 +1,10 @@
 """High resolution (docs/high_resolution.md): gradient accumulation equals a larger batch, in one
-process and under torchrun; the multi-scale discriminator and feature matching train, save, resume,
+process and in 2 processes; the multi-scale discriminator and feature matching train, save, resume,
 validate and count their FLOPs; activation checkpointing leaves the gradients unchanged.
 
 Tiny networks (--ngf 4 --ndf 4) on the 32 px demo images, float64 where runs are compared (as in
 tests/test_distributed.py), trained in this process through train.main and shared by the tests of
-the module; one torchrun run, where DDP itself is what is proven.
+the module; one 2-process run (as torchrun's workers), where DDP itself is what is proven.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_script, torchrun
+from conftest import load_script, ranks
 from test_distributed import assert_same_weights, ok, weights
 
 pytestmark = pytest.mark.slow
@@ -100,8 +100,8 @@ def test_an_accumulating_run_continued_between_optimizer_steps_ends_identical(tr
 def test_two_processes_accumulating_two_micro_batches_equal_one_process_with_batch_four(runs, unpaired_root, tmp_path):
     """2 processes x 2 micro-batches of 1 (every micro-batch but the last in no_sync): the image
     pool, gathered over the ranks, sees the global batch in the same order."""
-    ok(torchrun("train.py", *args(unpaired_root, tmp_path, "ddp", *CYCLE_GAN, *EQUIVALENCE, "--batch_size", "1",
-                                  "--accum_steps", "2")))
+    ok(ranks("train.py", *args(unpaired_root, tmp_path, "ddp", *CYCLE_GAN, *EQUIVALENCE, "--batch_size", "1",
+                               "--accum_steps", "2")))
     assert_same_weights(weights(runs / "cycle_gan_batch4"), weights(tmp_path / "ddp"))
     assert "global batch = 4 (1 per micro-batch x 2 accumulation steps x 2 processes" in \
         (tmp_path / "ddp" / "loss_log.txt").read_text()

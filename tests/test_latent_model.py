@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import ROOT, load_script, torchrun
+from conftest import ROOT, load_script, ranks
 from test_distributed import assert_same_weights, ok, weights
 from util.errors import UserError
 
@@ -51,7 +51,7 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(paired_ro
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
                    "--no_flip", "--max_dataset_size", "4"]
     assert load_script("train.py").main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
-    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
+    ok(ranks("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
     assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, run_in_process, torchrun
+from conftest import load_script, ranks, run_in_process
 from models import networks
 from test_distributed import assert_same_weights, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
@@ -127,7 +127,7 @@ def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_ba
     """float64: 2 processes x batch 1 == 1 process x batch 2, patches, flips and the pool drawn at random."""
     assert load_script("train.py").main(unpaired_args(unpaired_volumes, tmp_path, "one", model,
                                                       "--batch_size", "2")) == 0
-    ok(torchrun("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
+    ok(ranks("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert any(value.ndim == 5 for value in one["latest_net_G.pth" if model == "cut" else "latest_net_G_A.pth"].values())
     assert_same_weights(one, two)
