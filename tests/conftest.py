@@ -2,6 +2,7 @@
 scripts loaded as modules, one compute thread; the opt-in `benchmark` marker."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -9,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -111,6 +113,24 @@ def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None
     code = exit_status(main, list(args))
     captured = capsys.readouterr()
     return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+
+
+def built_with_actions(build: Callable[[], argparse.ArgumentParser]) -> tuple[argparse.ArgumentParser,
+                                                                               list[argparse.Action]]:
+    """`build()`'s parser and the actions added to it, in order: recorded as the public `add_argument` of
+    util.flag_types.OneParagraphParser returns them (argparse lists them only in a private attribute)."""
+    from util.flag_types import OneParagraphParser
+
+    actions: list[argparse.Action] = []
+    add_argument = OneParagraphParser.add_argument
+
+    def recording(self: OneParagraphParser, *args, **kwargs) -> argparse.Action:
+        actions.append(add_argument(self, *args, **kwargs))
+        return actions[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(OneParagraphParser, "add_argument", recording)
+        return build(), actions
 
 
 def exit_status(main, argv: list[str]) -> int:

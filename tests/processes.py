@@ -258,22 +258,22 @@ class ScriptProcess:
                 command[1], command[2:], str(cwd), dict(env), self._out, self._err, _interpreter_path()))
             self._process.start()
             self.pid = self._process.pid
-            self._popen = None
+            self._subprocess = None
         else:
             self._not_forked = "asked for" if new_interpreter else "not `python script.py ...`"
             with open(self._out, "a") as out, open(self._err, "a") as err:
-                self._popen = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
+                self._subprocess = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
                                                stdin=subprocess.DEVNULL, start_new_session=True)
-            self.pid = self._popen.pid
+            self.pid = self._subprocess.pid
         _alive.add(self)
 
     def poll(self) -> int | None:
-        self.returncode = self._popen.poll() if self._popen else self._process.exitcode
+        self.returncode = self._subprocess.poll() if self._subprocess else self._process.exitcode
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self._popen:
-            self._popen.wait(timeout)
+        if self._subprocess:
+            self._subprocess.wait(timeout)
         else:
             self._process.join(timeout)
             if self._process.exitcode is None:
@@ -291,7 +291,7 @@ class ScriptProcess:
 
     def why_new_interpreter(self) -> str | None:
         """None if it is a fork (the script runs in it as `__main__`); else why it is a new interpreter."""
-        if self._popen:
+        if self._subprocess:
             return self._not_forked
         why = Path(f"{self._out}.why")
         return why.read_text() if why.exists() else None

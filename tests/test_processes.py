@@ -18,15 +18,15 @@ from processes import ScriptProcess, children_of, run_ranks, run_script_process
 
 REPORT = '''
 import sys
-preloaded = "torch._dynamo" in sys.modules  # imported by the forkserver, or not yet (a new interpreter)
-import json, os, threading, time, numpy, torch, torch._dynamo
+preloaded = "torch" in sys.modules  # imported by the forkserver, or not yet (a new interpreter)
+import json, os, threading, time, numpy, torch
 def late():
     time.sleep(0.5)
     print("a thread that is not a daemon ran to its end", file=sys.stderr)
 threading.Thread(target=late).start()
 print(json.dumps({"name": __name__, "file": __file__, "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(),
                   "threads": torch.get_num_threads(), "variable": os.environ.get("IMG2IMG_TEST_VARIABLE"),
-                  "dynamo_verbose": torch._dynamo.config.verbose, "torch_seed": torch.initial_seed(),
+                  "torch_seed": torch.initial_seed(),
                   "numpy": int(numpy.random.randint(2**31)), "pid": os.getpid(), "preloaded": preloaded,
                   "launch": {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
                                                                       "LOCAL_WORLD_SIZE", "MASTER_ADDR")}}))
@@ -74,22 +74,33 @@ def test_a_forked_script_sees_what_a_new_interpreter_gives_it(report_script, tmp
     assert all(err == fresh.stderr == "a thread that is not a daemon ran to its end\n" for _, err in outputs)
 
 
-def test_a_variable_read_at_import_by_what_the_server_imported_reaches_the_script(report_script, tmp_path):
-    # torch._dynamo's config reads TORCHDYNAMO_VERBOSE when the forkserver imports it: a fork would keep
-    # the server's value, so the process becomes a new interpreter (same pid and output) and sees it.
-    env = {**os.environ, "TORCHDYNAMO_VERBOSE": "1"}
-    command = [sys.executable, str(report_script), "0"]
+COMPILING = """
+import os, sys
+preloaded = "torch" in sys.modules
+import torch
+def step(x):
+    return x + 1, torch.compiler.is_compiling()
+print(torch.compile(step, backend="eager")(torch.zeros(1))[1], preloaded, os.getpid())
+"""
+
+
+def test_a_variable_read_at_import_by_what_the_server_imported_reaches_the_script(tmp_path):
+    # TORCH_COMPILE_DISABLE is read once, when torch's compiler is imported (in the forkserver, before
+    # any test): a fork would compile anyway, so the process becomes a new interpreter (the same pid and
+    # output files) that reads it, as the user's run does.
+    script = tmp_path / "compiling.py"
+    script.write_text(COMPILING)
+    command = [sys.executable, str(script)]
+    env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
     process = ScriptProcess(command, tmp_path, env)
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    (seen,) = report(out)
-    assert seen["dynamo_verbose"] is True and not seen["preloaded"] and seen["pid"] == process.pid
-    assert "TORCHDYNAMO_VERBOSE" in process.why_new_interpreter()
-    fresh = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert same_in_every_run(seen) == same_in_every_run(report(fresh.stdout)[0])
-    # without it, the same script is forked and sees the server's value, which is a new interpreter's
-    (plain,) = report(run_script_process(command, tmp_path, dict(os.environ), timeout=60).stdout)
-    assert plain["preloaded"] and plain["dynamo_verbose"] is False
+    out, err = process.communicate(timeout=120)
+    fresh = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert process.returncode == fresh.returncode == 0, err
+    assert out.split()[:2] == fresh.stdout.split()[:2] == ["False", "False"]  # not compiled; not preloaded
+    assert out.split()[2] == str(process.pid) and "TORCH_COMPILE_DISABLE" in process.why_new_interpreter()
+    # without it, the same script is forked, and compiles as a new interpreter would
+    plain = ScriptProcess(command, tmp_path, dict(os.environ))
+    assert plain.communicate(timeout=120)[0].split()[:2] == ["True", "True"] and plain.why_new_interpreter() is None
 
 
 def test_a_pythonpath_entry_hiding_a_module_the_server_imported_gets_a_new_interpreter(tmp_path):
@@ -200,7 +211,7 @@ while not os.path.exists(sys.argv[1]):
 
 
 @pytest.mark.slow
-def test_a_torchrun_agents_children_are_its_workers(tmp_path):
+def test_the_processes_a_torchrun_agent_started_are_its_workers(tmp_path):
     script = tmp_path / "waiting.py"
     script.write_text(WAITING)
     go = tmp_path / "go"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, free_port, run_in_process, torchrun_command
+from conftest import ROOT, built_with_actions, free_port, run_in_process, torchrun_command
 from processes import ScriptProcess, run_ranks, run_script_process
 from models import networks
 from util.errors import UserError
@@ -257,8 +257,8 @@ def test_training_state_written_before_options_were_recorded_still_resumes_bit_i
 # ---------------------------------------------------------------------------------- flags changed on --continue_train
 # (end to end, with the runs' messages: the RESUME_FLAG_CASES of tests/test_bad_input.py)
 def built_in_parsers(options_classes: tuple = ()):
-    """(what, parser) for train.py (and test.py, unless `options_classes` says otherwise) with every
-    built-in model and dataset mode, and with every built-in network family."""
+    """(what, the actions of its parser) for train.py (and test.py, unless `options_classes` says
+    otherwise) with every built-in model and dataset mode, and with every built-in network family."""
     import data
     import models
     from options.test_options import TestOptions
@@ -271,16 +271,17 @@ def built_in_parsers(options_classes: tuple = ()):
     for options_class in options_classes or (TrainOptions, TestOptions):
         for command in commands:
             try:
-                parser = options_class().build_parser(["--dataroot", "x", *command])
+                _, actions = built_with_actions(lambda: options_class().build_parser(["--dataroot", "x", *command]))
             except SystemExit:  # --model test does not train
                 continue
-            yield f"{options_class.__name__} {' '.join(command)}", parser
+            yield f"{options_class.__name__} {' '.join(command)}", actions
 
 
-def declared(parser) -> dict[str, str]:
-    """Each long option of `parser` (but --help) -> the name of the class it declares (None: none)."""
+def declared(actions: list) -> dict[str, str]:
+    """Each long option of a parser's `actions` (but --help) -> the name of the class it declares (None:
+    none)."""
     return {option: resume_flags.class_name(getattr(action, "on_resume", None))
-            for action in parser._actions if action.dest != "help"
+            for action in actions if action.dest != "help"
             for option in action.option_strings if option.startswith("--")}
 
 
@@ -292,8 +293,8 @@ def declared_classes(*argv: str) -> dict:
 
 
 def test_every_built_in_flag_declares_what_a_change_of_it_does_on_continue_train():
-    undeclared = sorted({f"{option} ({what})" for what, parser in built_in_parsers()
-                         for option, name in declared(parser).items() if name is None})
+    undeclared = sorted({f"{option} ({what})" for what, actions in built_in_parsers()
+                         for option, name in declared(actions).items() if name is None})
     assert not undeclared, f"declare on_resume= where these flags are added: {undeclared}"
 
 
@@ -327,8 +328,8 @@ def test_the_docs_list_every_built_in_training_flag_under_the_class_it_declares(
     from options.train_options import TrainOptions
 
     declared_by_class: dict[str, set[str]] = {}
-    for _, parser in built_in_parsers((TrainOptions,)):
-        for option, name in declared(parser).items():
+    for _, actions in built_in_parsers((TrainOptions,)):
+        for option, name in declared(actions).items():
             declared_by_class.setdefault(name, set()).add(option)
     listed = flags_in_docs_table()
     assert set(listed) == set(resume_flags.CLASS_NAMES), listed.keys()
