@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
-from test_distributed import assert_same_weights, ok, weights
+from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights, interrupt_when_logged, run_two_ranks, train_command
 
 pytestmark = pytest.mark.slow
@@ -173,7 +173,7 @@ def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(t
              "--print_freq", "1", "--save_latest_freq", "2"]
     assert train.main(args(unpaired_root, tmp_path, "one", "--batch_size", "2", *flags)) == 0
     ok(ranks("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
     killed = args(unpaired_root, tmp_path, "killed", *flags)
     interrupt_when_logged(train_command(killed, nproc=2), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,",

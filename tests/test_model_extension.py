@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, load_script, ranks, run_in_process, run_script
-from test_distributed import assert_same_weights, ok, weights
+from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
                    "--no_flip", "--no_dropout", "--max_dataset_size", "4"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
     ok(ranks("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path,
