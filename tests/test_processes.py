@@ -84,6 +84,7 @@ print(torch.compile(step, backend="eager")(torch.zeros(1))[1], preloaded, os.get
 """
 
 
+@pytest.mark.slow  # two new interpreters that compile
 def test_a_variable_read_at_import_by_what_the_server_imported_reaches_the_script(tmp_path):
     # TORCH_COMPILE_DISABLE is read once, when torch's compiler is imported (in the forkserver, before
     # any test): a fork would compile anyway, so the process becomes a new interpreter (the same pid and

@@ -63,6 +63,7 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, *extra: str, networks: list[
             "--dataset_mode", "aligned_volume", "--data_range", "0", "20000", "--patch_size", "16", *networks, *extra]
 
 
+@pytest.mark.slow
 def test_pix2pix_trained_on_patches_of_a_real_scan_restores_a_held_out_half_better_than_untrained_and_identity(
         real_scan_pairs, tmp_path):
     train, test = load_script("train.py"), load_script("test.py")
@@ -121,6 +122,7 @@ def unpaired_args(root: Path, ckpt: Path, name: str, model: str, *extra: str) ->
             "--serial_batches", "--print_freq", "1", "--save_latest_freq", "2", *SMALL_NETS, *model_flags, *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["cycle_gan", "cut"])
 def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_batch(model, unpaired_volumes,
                                                                                      tmp_path):
@@ -133,6 +135,7 @@ def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_ba
     assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
+@pytest.mark.slow
 def test_a_killed_3d_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_volumes, tmp_path, capsys):
     """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
     run here, on one thread as the killed process, so the arithmetic is the same."""
