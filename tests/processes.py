@@ -199,7 +199,8 @@ def run_ranks(script: Path | str, args: list[str], env: dict[str, str], cwd: Pat
         code, failure = 1, str(raised)
     finally:
         for process in context.processes:
-            _kill_session(process.pid)
+            if process.exitcode is None:  # not yet reaped: its pid is still its own
+                _kill_session(process.pid)
             process.join()
     outputs = [[Path(folder.name, f"rank{rank}.{stream}").read_text() for rank in range(nprocs)]
                for stream in ("out", "err")]
@@ -263,7 +264,7 @@ class ScriptProcess:
             self._not_forked = "asked for" if new_interpreter else "not `python script.py ...`"
             with open(self._out, "a") as out, open(self._err, "a") as err:
                 self._subprocess = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
-                                               stdin=subprocess.DEVNULL, start_new_session=True)
+                                                    stdin=subprocess.DEVNULL, start_new_session=True)
             self.pid = self._subprocess.pid
         _alive.add(self)
 
