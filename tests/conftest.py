@@ -10,7 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -52,6 +52,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
+
+
+@pytest.fixture(autouse=True)
+def environment_given_back() -> Iterator[None]:
+    """Each test leaves os.environ as it found it. What an in-process run or a library puts there (wandb's
+    WANDB_SERVICE, --deterministic's CUBLAS_WORKSPACE_CONFIG) would otherwise reach every later process of
+    this test process, and make each of its forks a new interpreter (tests/processes.py)."""
+    before = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value and name != "PYTEST_CURRENT_TEST":
+            os.environ[name] = value
 
 
 def load_script(relative_path: str) -> ModuleType:

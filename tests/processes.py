@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import json
 import os
 import runpy
@@ -51,6 +52,11 @@ import torch.multiprocessing
 PRELOADED = ["torch", "torchvision", "torch._dynamo"]
 _forkserver = torch.multiprocessing.get_context("forkserver")
 _forkserver.set_forkserver_preload(PRELOADED)
+# The test process imports them too, before any test copies os.environ: what these imports put into the
+# environment (torch._dynamo: TORCHINDUCTOR_CACHE_DIR, its default) is then in the server's and in the
+# environments the tests pass on alike.
+for module in PRELOADED:
+    importlib.import_module(module)
 
 # Variables that may differ between the server's environment and a forked process's without a new
 # interpreter: redone in the fork (OMP_NUM_THREADS, PYTHONPATH); set by pytest per test; the terminal's
