@@ -158,7 +158,7 @@ def torchrun_command(script: Path, *args: str) -> list[str]:
             str(script), *args]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real torchrun: new interpreters
 def test_ranks_see_what_torchruns_workers_see(report_script, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "IMG2IMG_TEST_VARIABLE": "seen"}
     fresh = subprocess.run(torchrun_command(report_script, "0", "--flag"), cwd=tmp_path, env=env,
@@ -181,7 +181,6 @@ time.sleep(60)
 '''
 
 
-@pytest.mark.slow
 def test_a_failing_rank_ends_the_others_at_once_and_gives_its_status(tmp_path):
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
@@ -211,7 +210,7 @@ while not os.path.exists(sys.argv[1]):
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real torchrun: new interpreters
 def test_the_processes_a_torchrun_agent_started_are_its_workers(tmp_path):
     script = tmp_path / "waiting.py"
     script.write_text(WAITING)
