@@ -2,6 +2,7 @@
 scripts loaded as modules, one compute thread; the opt-in `benchmark` marker."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +21,7 @@ import torch
 # In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
 from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
                          pytest_sessionfinish, pytest_terminal_summary)
-from forked_processes import run_forked, run_torchrun
+from processes import run_ranks, run_script_process
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -53,6 +55,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
 
 
+@pytest.fixture(autouse=True)
+def environment_given_back() -> Iterator[None]:
+    """Each test leaves os.environ as it found it. What an in-process run or a library puts there (wandb's
+    WANDB_SERVICE, --deterministic's CUBLAS_WORKSPACE_CONFIG) would otherwise reach every later process of
+    this test process, and make each of its forks a new interpreter (tests/processes.py)."""
+    before = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value and name != "PYTEST_CURRENT_TEST":
+            os.environ[name] = value
+
+
 def load_script(relative_path: str) -> ModuleType:
     """A script of the repository (e.g. "dev/benchmark.py") imported as a module, as tests
     need its functions; its folder is put on sys.path for the modules it imports from there (dev/bench)."""
@@ -80,10 +96,12 @@ def unpaired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_script(script: str, *args: str, timeout: float = 300, env: dict | None = None,
-               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `python <script> args...` from the repository root, as a user would; capture output."""
+               cwd: Path | None = None, new_interpreter: bool = False) -> subprocess.CompletedProcess:
+    """Run `python <script> args...` from the repository root, as a user would, in a process of its own
+    (forked with torch imported, or a new interpreter: tests/processes.py); capture output."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return run_forked([sys.executable, str(ROOT / script), *args], cwd or ROOT, full_env, timeout)
+    return run_script_process([sys.executable, str(ROOT / script), *args], cwd or ROOT, full_env, timeout,
+                              new_interpreter=new_interpreter)
 
 
 _script_modules: dict[str, ModuleType] = {}
@@ -110,6 +128,24 @@ def run_in_process(script: str, *args: str, capsys: pytest.CaptureFixture | None
     code = exit_status(main, list(args))
     captured = capsys.readouterr()
     return subprocess.CompletedProcess([script, *args], code, captured.out, captured.err)
+
+
+def built_with_actions(build: Callable[[], argparse.ArgumentParser]) -> tuple[argparse.ArgumentParser,
+                                                                               list[argparse.Action]]:
+    """`build()`'s parser and the actions added to it, in order: recorded as the public `add_argument` of
+    util.flag_types.OneParagraphParser returns them (argparse lists them only in a private attribute)."""
+    from util.flag_types import OneParagraphParser
+
+    actions: list[argparse.Action] = []
+    add_argument = OneParagraphParser.add_argument
+
+    def recording(self: OneParagraphParser, *args, **kwargs) -> argparse.Action:
+        actions.append(add_argument(self, *args, **kwargs))
+        return actions[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(OneParagraphParser, "add_argument", recording)
+        return build(), actions
 
 
 def exit_status(main, argv: list[str]) -> int:
@@ -139,13 +175,21 @@ def torchrun_command(script: str, *args: str, nproc: int = 2, extra: tuple[str, 
 
 def torchrun(script: str, *args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240,
              env: dict | None = None) -> subprocess.CompletedProcess:
-    """`torchrun --nproc_per_node=N script args` as a user starts it, one thread per worker; past
-    `timeout` it and all its workers are killed (then TimeoutExpired). The agent is torchrun's own
-    code, forked from a process that imported it once, and so are the workers it starts
-    (tests/forked_processes.py)."""
-    arguments = torchrun_arguments(script, *args, nproc=nproc, extra=extra)
-    code, out, err = run_torchrun(arguments, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT, timeout)
-    return subprocess.CompletedProcess(["torchrun", *arguments], code, out, err)
+    """`torchrun --nproc_per_node=N script args` as a user starts it (a new interpreter, whose workers are
+    new interpreters), one thread per worker; past `timeout` it and all its workers are killed (then
+    TimeoutExpired). For what only the launcher shows; N processes compared with one use `ranks`."""
+    command = torchrun_command(script, *args, nproc=nproc, extra=extra)
+    return run_script_process(command, ROOT, {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, timeout)
+
+
+def ranks(script: str, *args: str, nproc: int = 2, timeout: float = 240, env: dict | None = None
+          ) -> subprocess.CompletedProcess:
+    """`python <script> args` as the `nproc` workers of `torchrun --nproc_per_node=N` on one node (their
+    rank variables, one thread each), started by torch.multiprocessing without the launcher
+    (tests/processes.py): for the tests that compare N processes with one. Exit status of the first
+    failing rank, the ranks' output one after the other; past `timeout` all are killed (TimeoutExpired)."""
+    return run_ranks(ROOT / script, list(args), {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, ROOT,
+                     timeout, nprocs=nproc, port=free_port())
 
 
 _engines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

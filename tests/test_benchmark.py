@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from conftest import ROOT, load_script
-from forked_processes import run_forked
+from processes import run_script_process
 from models import networks
 
 benchmark = load_script("dev/benchmark.py")
@@ -274,8 +274,8 @@ def test_resume_keeps_finished_measurements(tmp_path):
 def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("benchmark")
     started = time.perf_counter()
-    proc = run_forked([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)], ROOT,
-                      dict(os.environ), timeout=3600)
+    proc = run_script_process([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)],
+                              ROOT, dict(os.environ), timeout=3600)
     runtime = time.perf_counter() - started
     assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-5000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
     print(f"benchmark --quick took {runtime:.0f} s")

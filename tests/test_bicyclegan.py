@@ -17,8 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, run_in_process, run_script, torchrun
-from test_distributed import assert_same_weights, ok, weights
+from conftest import load_script, ranks, run_in_process, run_script
+from test_distributed import assert_trained_alike, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
@@ -77,11 +77,11 @@ def test_two_processes_accumulating_two_micro_batches_train_what_one_process_doe
     accumulated = reordered_copy(paired_root, tmp_path / "micro", tuple(range(8)))
     whole = reordered_copy(paired_root, tmp_path / "whole", (0, 1, 4, 5, 2, 3, 6, 7))
     assert load_script("train.py").main(args(whole, tmp_path, "one", "--batch_size", "8", *equivalence)) == 0
-    ok(torchrun("train.py", *args(accumulated, tmp_path, "two", "--batch_size", "2", "--accum_steps", "2",
+    ok(ranks("train.py", *args(accumulated, tmp_path, "two", "--batch_size", "2", "--accum_steps", "2",
                                   *equivalence)))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one) == set(two)
-    assert_same_weights(one, two)
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
 def test_accumulated_micro_batches_train_what_one_batch_of_their_halves_does(paired_root, tmp_path):
@@ -96,7 +96,7 @@ def test_accumulated_micro_batches_train_what_one_batch_of_their_halves_does(pai
     assert train(args(tmp_path / "whole", tmp_path, "one_batch", "--batch_size", "4", *same)) == 0
     accumulated, one_batch = weights(tmp_path / "accumulated"), weights(tmp_path / "one_batch")
     assert {"latest_net_G.pth", "latest_net_E.pth", "latest_net_D.pth", "latest_net_D2.pth"} <= set(one_batch)
-    assert_same_weights(accumulated, one_batch)
+    assert_trained_alike(tmp_path / "accumulated", tmp_path / "one_batch")
 
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(paired_root, tmp_path, capsys):

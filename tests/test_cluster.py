@@ -3,8 +3,10 @@ per node, pre-emption with requeue, and the Kubernetes example.
 
 SLURM is not installed here. tests/fake_slurm/ holds stand-ins put first on PATH: `srun` starts
 the tasks of a step on this machine with the variables srun gives them and forwards SIGTERM to
-every task; `scontrol` records `requeue`. The batch scripts run unchanged under bash, and
-train.py runs for real (2 processes, gloo, CPU).
+every task; `scontrol` records `requeue`. The batch scripts run unchanged under bash (with torchrun
+itself in slurm_train.sh), and train.py runs for real (2 processes, gloo, CPU). The reference run and
+the srun tasks' run are 2 ranks started by torch.multiprocessing with torchrun's and srun's variables
+(tests/processes.py): what they show is train.py's side of the launch.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import pytest
 import torch
 
 from conftest import ROOT, free_port, run_in_process
-from forked_processes import ForkedProcess
+from processes import run_ranks, srun_variables
 from options.train_options import TrainOptions
-from test_resume import ENV, assert_identical, cycle_gan, final_weights, run, train_command
+from test_resume import ENV, assert_identical, cycle_gan, final_weights, run_two_ranks, succeeded
 from util import distributed
 from util.distributed import SLURM_PORT_BASE, SLURM_PORT_SPAN, launch_environment
 from util.errors import UserError
@@ -184,23 +186,18 @@ def slurm_job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def torchrun_weights(unpaired_root, tmp_path_factory) -> dict:
     ckpt = tmp_path_factory.mktemp("torchrun")
-    run(train_command(two_rank_args(unpaired_root, ckpt, "run"), nproc=2))
+    run_two_ranks(two_rank_args(unpaired_root, ckpt, "run"))
     return final_weights(ckpt / "run")
 
 
 @pytest.mark.slow
 def test_srun_tasks_without_torchrun_train_the_same_model_as_torchrun(torchrun_weights, unpaired_root, tmp_path):
-    command = [sys.executable, str(ROOT / "train.py"), *two_rank_args(unpaired_root, tmp_path, "srun")]
-    step = {**slurm_job_env(tmp_path), "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost"}
-    tasks = [ForkedProcess(command, ROOT, {**step, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)},
-                           merge_stderr=True) for rank in range(2)]
-    try:
-        outputs = [task.communicate(timeout=240)[0] for task in tasks]
-    finally:
-        for task in tasks:
-            task.kill()
-    assert [task.returncode for task in tasks] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    assert "global batch = 2 (1 per process x 2 processes)" in outputs[0]
+    # The variables srun gives the 2 tasks of a step in a job on one node, no torchrun's; MASTER_PORT a
+    # free port rather than the one derived from the job id.
+    job = {**ENV, "SLURM_JOB_ID": JOB_ID, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "localhost"}
+    result = succeeded(run_ranks(ROOT / "train.py", two_rank_args(unpaired_root, tmp_path, "srun"), job, ROOT,
+                                 timeout=240, launch=srun_variables(2, free_port())))
+    assert "global batch = 2 (1 per process x 2 processes)" in result.stdout
     assert_identical(final_weights(tmp_path / "srun"), torchrun_weights)
 
 

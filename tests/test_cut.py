@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import load_script, run_in_process, torchrun
-from test_distributed import assert_same_weights, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run, train_command
+from conftest import load_script, ranks, run_in_process
+from test_distributed import assert_trained_alike, ok
+from test_resume import assert_identical, final_weights, interrupt_when_logged, run_two_ranks, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -195,17 +195,20 @@ def test_a_checkpoint_in_cuts_layout_loads_in_test_py_and_the_translator(trained
 
 def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(train, unpaired_root, tmp_path):
     """FastCUT (flip coin) with the identity NCE and negatives from the whole global batch: 2 x 1 == 1 x 2
-    in float64; and a 2-process run killed (SIGKILL to a worker) and continued ends as the whole one."""
+    in float64; and a 2-process run killed (SIGKILL to a worker of a real torchrun, which then ends the
+    other) and continued ends as the whole one. The 2-process runs that are not killed are ranks
+    started without the launcher (conftest.ranks)."""
     flags = ["--dtype", "float64", *TWO_EPOCHS, "--serial_batches", "--no_flip", "--max_dataset_size", "4",
              "--CUT_mode", "FastCUT", "--nce_idt", "--nce_includes_all_negatives_from_minibatch",
              "--print_freq", "1", "--save_latest_freq", "2"]
     assert train.main(args(unpaired_root, tmp_path, "one", "--batch_size", "2", *flags)) == 0
-    ok(torchrun("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    ok(ranks("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
-    killed = train_command(args(unpaired_root, tmp_path, "killed", *flags), nproc=2)
-    interrupt_when_logged(killed, tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,", victim="worker")
-    assert "resuming from" in run(killed + ["--continue_train"]).stdout
+    killed = args(unpaired_root, tmp_path, "killed", *flags)
+    interrupt_when_logged(train_command(killed, nproc=2), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,",
+                          victim="worker")
+    assert "resuming from" in run_two_ranks(killed + ["--continue_train"]).stdout
     assert_identical(final_weights(tmp_path / "two"), final_weights(tmp_path / "killed"))
 
 

@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, load_script
-from forked_processes import ForkedProcess
+from processes import ScriptProcess
 
 NAME = "run"
 TINY = ["--model", "pix2pix", "--netG", "resnet_6blocks", "--ngf", "4", "--ndf", "4", "--load_size", "32",
@@ -296,7 +296,7 @@ def test_run_killed_at_a_random_point_inside_a_save_continues_and_tests_from_the
              "--no_html", "--no_progress", "--n_epochs", "1", "--n_epochs_decay", "1", "--ema_decay", "0.5",
              "--save_latest_freq", "1"]
     command = [sys.executable, str(ROOT / "train.py"), *flags]
-    proc = ForkedProcess(command, ROOT, {**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = ScriptProcess(command, ROOT, {**os.environ, "OMP_NUM_THREADS": "1"})
     seen, deadline = set(), time.time() + 120
     try:
         # counted from the first complete save on, so that there is a last good state to go back to

@@ -269,16 +269,18 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # process saves and resumes through the same code (test_resume.py), and compiles the same
     # networks (the tests above), so this torchrun run stands for both. It is also the suite's run of a
     # worker killed under torchrun and the run continued by hand with --continue_train (test_resume.py
-    # has torchrun restart the workers on its own).
-    from test_resume import assert_identical, final_weights, interrupt_when_logged, pix2pix, run, train_command
+    # has torchrun restart the workers on its own). The run killed is a real torchrun (its agent ends the
+    # other worker); the uninterrupted and the continued runs are the same 2 ranks without the launcher.
+    from test_resume import (assert_identical, final_weights, interrupt_when_logged, pix2pix, run_two_ranks,
+                             train_command)
     # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
     # probe picks by timing, and a run continued before it chose times again).
     flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0"]
-    run(train_command(pix2pix(paired_root, tmp_path, "whole") + flags, nproc=2))
+    run_two_ranks(pix2pix(paired_root, tmp_path, "whole") + flags)
     args = pix2pix(paired_root, tmp_path, "cut") + flags
     interrupt_when_logged(train_command(args, nproc=2), tmp_path / "cut" / "loss_log.txt",
                           "(epoch: 2, iters: 2,", victim="worker")
-    run(train_command(args + ["--continue_train"], nproc=2))
+    run_two_ranks(args + ["--continue_train"])
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
     # every network compiled in bf16 trains: finite losses at every logged step
     lines = [line for line in (tmp_path / "whole" / "loss_log.txt").read_text().splitlines() if line.startswith("(")]

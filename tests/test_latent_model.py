@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import ROOT, load_script, torchrun
-from test_distributed import assert_same_weights, ok, weights
+from conftest import ROOT, load_script, ranks
+from test_distributed import assert_trained_alike, ok
 from util.errors import UserError
 
 pytestmark = pytest.mark.slow
@@ -51,8 +51,8 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(paired_ro
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
                    "--no_flip", "--max_dataset_size", "4"]
     assert load_script("train.py").main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
-    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    ok(ranks("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
 def test_test_py_writes_the_encoded_output_and_n_reproducible_samples_per_input(trained, paired_root):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.utilities import dim_zero_cat
 
-from conftest import load_script, torchrun
+from conftest import load_script, ranks
 from util.evaluation import inception
 from util.errors import UserError
 from util.evaluation.fid_kid import InceptionFeatureDistances, frechet_distance
@@ -267,10 +267,10 @@ def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inc
                                                                              monkeypatch):
     from test_distributed import ok
 
-    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and torchrun's
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and the ranks'
     monkeypatch.setenv(inception.OFFLINE_ENV, "1")
     load_script("tests/metrics_ddp_script.py").main(str(tmp_path / "one.json"))  # one process: this one
-    ok(torchrun("tests/metrics_ddp_script.py", str(tmp_path / "two.json")))
+    ok(ranks("tests/metrics_ddp_script.py", str(tmp_path / "two.json")))
     one, two = (json.loads((tmp_path / name).read_text()) for name in ("one.json", "two.json"))
     assert set(one["metrics"]) == {"L1_B", "PSNR_B", "SSIM_B", "FID_B", "KID_B", "KID_B_std", "L1_A", "PSNR_A", "SSIM_A"}
     assert one["counts"] == two["counts"] == {"B": {"paired": 5, "outputs": 5, "reference": 5}}

@@ -1,6 +1,6 @@
 """A new model is one file: a model that exists only in the test suite
 (tests/custom_models/feature_matching_model.py, which no product file knows) goes through everything a
-built-in model does -- training through train.py in one process and two under torchrun, validation with
+built-in model does -- training through train.py in one process and two as torchrun's workers, validation with
 best and EMA checkpoints, an exact resume, test.py, the Translator and scripts/export.py.
 
 Its projection netF is built from the first training batch (as CUT's head is), before DDP wraps it.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, load_script, run_in_process, run_script, torchrun
-from test_distributed import assert_same_weights, ok, weights
+from conftest import ROOT, load_script, ranks, run_in_process, run_script
+from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
@@ -68,8 +68,8 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--serial_batches",
                    "--no_flip", "--no_dropout", "--max_dataset_size", "4"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
-    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    ok(ranks("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path,

@@ -1,7 +1,7 @@
 """A new network family is one file: a generator family that exists only in the test suite
 (tests/custom_networks/dilated_net.py, which no product file knows), used as
 `--netG custom_networks.dilated_net`, goes through everything a built-in one does: training in one
-process and two under torchrun, an exact resume, architecture.json, test.py (tiled too), the
+process and two as torchrun's workers, an exact resume, architecture.json, test.py (tiled too), the
 Translator and scripts/export.py. Its own flag (--dilated_blocks) and its size rule, receptive
 radius and checkpointable blocks come from its file alone."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, load_script, run_in_process, run_script, torchrun
-from test_distributed import assert_same_weights, ok, weights
+from conftest import ROOT, load_script, ranks, run_in_process, run_script
+from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 pytestmark = pytest.mark.slow
@@ -83,8 +83,8 @@ def test_two_processes_train_the_same_weights_as_one_with_double_batch(train, pa
     equivalence = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "0", "--serial_batches",
                    "--no_flip", "--max_dataset_size", "4", "--norm", "instance"]
     assert train.main(args(paired_root, tmp_path, "one", "--batch_size", "2", *equivalence)) == 0
-    ok(torchrun("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    ok(ranks("train.py", *args(paired_root, tmp_path, "two", "--batch_size", "1", *equivalence), env=ENV))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, paired_root, tmp_path,

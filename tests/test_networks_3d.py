@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import ROOT, torchrun
+from conftest import ROOT, ranks
 from models import networks
 from models.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util.errors import UserError
@@ -333,7 +333,7 @@ distributed.shutdown()
 def test_two_processes_normalise_volumes_with_the_statistics_of_the_whole_batch(tmp_path):
     script = tmp_path / "sync3d.py"
     script.write_text(SYNC_SCRIPT.format(root=str(ROOT)))
-    result = torchrun(str(script), timeout=120)
+    result = ranks(str(script), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("matches") == 2
 

@@ -11,6 +11,7 @@ import torch
 
 import data
 import models
+from conftest import built_with_actions
 from options.base_options import save_options
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
@@ -271,11 +272,12 @@ def numeric_flags_without_range(options_cls) -> set[str]:
     unchecked = set()
     for model in models.builtin_model_names():
         for dataset in data.DATASETS:
+            argv = ["--dataroot", "x", "--model", model, "--dataset_mode", dataset]
             try:
-                parser = options_cls().build_parser(["--dataroot", "x", "--model", model, "--dataset_mode", dataset])
+                _, actions = built_with_actions(lambda: options_cls().build_parser(argv))
             except SystemExit:  # e.g. --model test cannot be trained
                 continue
-            unchecked |= {action.option_strings[0] for action in parser._actions
+            unchecked |= {action.option_strings[0] for action in actions
                           if action.type in (int, float) and action.dest not in UNBOUNDED}
     return unchecked
 

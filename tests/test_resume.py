@@ -2,7 +2,10 @@
 
 Runs are killed for real (SIGKILL, SIGTERM) at iterations chosen by watching loss_log.txt, and
 resumed with `--continue_train` (or restarted by torchrun on its own); their final weights are
-compared with torch.equal against a run that was never interrupted.
+compared with torch.equal against a run that was never interrupted. The runs killed are processes of
+their own (tests/processes.py); the uninterrupted and continued ones run in this process, or as
+ranks started by torch.multiprocessing where they have two; torchrun itself where it is the point
+(a worker killed and restarted with --max-restarts).
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_in_process, torchrun_command
-from forked_processes import ForkedProcess, run_forked
+from conftest import ROOT, built_with_actions, free_port, run_in_process, torchrun_command
+from processes import ScriptProcess, run_ranks, run_script_process
 from models import networks
 from util.errors import UserError
 from util.training import resume_flags
@@ -46,13 +49,21 @@ def pix2pix(root: Path, ckpt: Path, name: str) -> list[str]:
 
 
 def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
+    """`python train.py args`, or with `nproc` `torchrun --nproc_per_node=nproc [extra] train.py args`."""
     if nproc:
         return torchrun_command("train.py", *args, nproc=nproc, extra=extra)
     return [sys.executable, str(ROOT / "train.py"), *args]
 
 
 def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return succeeded(run_forked(command, ROOT, {**ENV, **(env or {})}, timeout=300))
+    """`command` (train_command's) run to its end in a process of its own; it must succeed."""
+    return succeeded(run_script_process(command, ROOT, {**ENV, **(env or {})}, timeout=300))
+
+
+def run_two_ranks(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """train.py with `args` as the 2 workers of a one-node torchrun, started without the launcher
+    (conftest.ranks): a 2-process reference or continuation whose launcher proves nothing."""
+    return succeeded(run_ranks(ROOT / "train.py", args, {**ENV, **(env or {})}, ROOT, timeout=300, port=free_port()))
 
 
 def run_here(args: list[str]) -> subprocess.CompletedProcess:
@@ -67,17 +78,23 @@ def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProces
 
 
 def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int = signal.SIGKILL,
-                          victim: str = "process", env: dict | None = None) -> ForkedProcess:
+                          victim: str = "process", env: dict | None = None) -> ScriptProcess:
     """Start `command`, wait until `marker` appears in `log`, then send `sig` to the process
-    (or, with victim="worker", to the last torchrun worker). Returns the finished process."""
-    proc = ForkedProcess(command, ROOT, {**ENV, **(env or {})}, merge_stderr=True)
-    deadline = time.time() + 240
-    while not (log.exists() and marker in log.read_text()):
-        assert proc.poll() is None, f"finished before {marker!r}:\n{proc.output_so_far()[0][-3000:]}"
-        assert time.time() < deadline, f"{marker!r} never logged"
-        time.sleep(0.01)
-    os.kill(proc.torchrun_workers()[-1] if victim == "worker" else proc.pid, sig)
-    proc.output = proc.communicate(timeout=240)[0]
+    (or, with victim="worker", to the last worker of the torchrun agent `command` starts). Returns the
+    finished process."""
+    proc = ScriptProcess(command, ROOT, {**ENV, **(env or {})}, merge_stderr=True)
+    try:
+        deadline = time.time() + 240
+        while not (log.exists() and marker in log.read_text()):
+            assert proc.poll() is None, f"finished before {marker!r}:\n{proc.output_so_far()[0][-3000:]}"
+            assert time.time() < deadline, f"{marker!r} never logged"
+            time.sleep(0.01)
+        workers = proc.children() if victim == "worker" else []
+        assert victim != "worker" or workers, "the torchrun agent has no workers"
+        os.kill(workers[-1] if victim == "worker" else proc.pid, sig)
+        proc.output = proc.communicate(timeout=240)[0]
+    finally:
+        proc.kill()  # a test that failed leaves nothing running
     return proc
 
 
@@ -166,27 +183,24 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(unpaired_root,
 def test_a_second_run_on_the_same_folder_is_refused_while_the_first_is_alive(unpaired_root, tmp_path):
     args = cycle_gan(unpaired_root, tmp_path, "busy")
     args[args.index("--n_epochs") + 1] = "50"
-    first = subprocess.Popen(train_command(args), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    first = ScriptProcess(train_command(args), ROOT, ENV)
     try:
         log = tmp_path / "busy" / "loss_log.txt"
         while not (log.exists() and "(epoch: 1, iters: 1," in log.read_text()):
-            assert first.poll() is None
+            assert first.poll() is None, first.output_so_far()
             time.sleep(0.05)
-        second = subprocess.run(train_command(args), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+        second = run_script_process(train_command(args), ROOT, ENV, timeout=120)
         assert second.returncode == 2
         assert "another training run is using" in second.stderr and str(tmp_path / "busy") in second.stderr
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the first run goes on undisturbed
     finally:
         first.kill()
-        first.wait()
     # once the first run is gone (killed, even), the folder is free again: --continue_train gets past the
     # lock and resumes. (How far the first run got depends on the machine's speed: with --n_epochs 1 the
     # continuation trains on, or says that the run is already past its last epoch.)
     args[args.index("--n_epochs") + 1] = "1"
-    resumed = subprocess.run(train_command(args + ["--continue_train"]), cwd=ROOT, env=ENV, capture_output=True,
-                             text=True, timeout=300)
+    resumed = run_script_process(train_command(args + ["--continue_train"]), ROOT, ENV, timeout=300)
     assert "another training run is using" not in resumed.stderr
     assert "resuming from" in resumed.stdout
     assert resumed.returncode == 0 or (resumed.returncode == 2 and "nothing is left to train" in resumed.stderr), \
@@ -215,9 +229,10 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
 def test_two_process_run_whose_worker_is_killed_is_restarted_by_torchrun_and_ends_as_the_uninterrupted_run(
         unpaired_root, tmp_path):
     # CycleGAN: its image pool is one for all ranks, resumed too. With --max-restarts, torchrun restarts
-    # the workers and they continue on their own. (A worker killed and the run continued by hand with
-    # --continue_train under torchrun: tests/test_fast_path.py's torchrun run, with every speed flag.)
-    run(train_command(cycle_gan(unpaired_root, tmp_path, "whole"), nproc=2))
+    # the workers and they continue on their own: torchrun itself is the point, so it runs for real; the
+    # uninterrupted reference is the same 2 ranks without it. (A worker killed under torchrun and the run
+    # continued by hand with --continue_train: tests/test_fast_path.py's torchrun run, every speed flag.)
+    run_two_ranks(cycle_gan(unpaired_root, tmp_path, "whole"))
     args = cycle_gan(unpaired_root, tmp_path, "elastic")
     restarted = interrupt_when_logged(train_command(args, nproc=2, extra=("--max-restarts=1",)),
                                       tmp_path / "elastic" / "loss_log.txt", "(epoch: 2, iters: 2,", victim="worker")
@@ -242,8 +257,8 @@ def test_training_state_written_before_options_were_recorded_still_resumes_bit_i
 # ---------------------------------------------------------------------------------- flags changed on --continue_train
 # (end to end, with the runs' messages: the RESUME_FLAG_CASES of tests/test_bad_input.py)
 def built_in_parsers(options_classes: tuple = ()):
-    """(what, parser) for train.py (and test.py, unless `options_classes` says otherwise) with every
-    built-in model and dataset mode, and with every built-in network family."""
+    """(what, the actions of its parser) for train.py (and test.py, unless `options_classes` says
+    otherwise) with every built-in model and dataset mode, and with every built-in network family."""
     import data
     import models
     from options.test_options import TestOptions
@@ -256,16 +271,17 @@ def built_in_parsers(options_classes: tuple = ()):
     for options_class in options_classes or (TrainOptions, TestOptions):
         for command in commands:
             try:
-                parser = options_class().build_parser(["--dataroot", "x", *command])
+                _, actions = built_with_actions(lambda: options_class().build_parser(["--dataroot", "x", *command]))
             except SystemExit:  # --model test does not train
                 continue
-            yield f"{options_class.__name__} {' '.join(command)}", parser
+            yield f"{options_class.__name__} {' '.join(command)}", actions
 
 
-def declared(parser) -> dict[str, str]:
-    """Each long option of `parser` (but --help) -> the name of the class it declares (None: none)."""
+def declared(actions: list) -> dict[str, str]:
+    """Each long option of a parser's `actions` (but --help) -> the name of the class it declares (None:
+    none)."""
     return {option: resume_flags.class_name(getattr(action, "on_resume", None))
-            for action in parser._actions if action.dest != "help"
+            for action in actions if action.dest != "help"
             for option in action.option_strings if option.startswith("--")}
 
 
@@ -277,8 +293,8 @@ def declared_classes(*argv: str) -> dict:
 
 
 def test_every_built_in_flag_declares_what_a_change_of_it_does_on_continue_train():
-    undeclared = sorted({f"{option} ({what})" for what, parser in built_in_parsers()
-                         for option, name in declared(parser).items() if name is None})
+    undeclared = sorted({f"{option} ({what})" for what, actions in built_in_parsers()
+                         for option, name in declared(actions).items() if name is None})
     assert not undeclared, f"declare on_resume= where these flags are added: {undeclared}"
 
 
@@ -312,8 +328,8 @@ def test_the_docs_list_every_built_in_training_flag_under_the_class_it_declares(
     from options.train_options import TrainOptions
 
     declared_by_class: dict[str, set[str]] = {}
-    for _, parser in built_in_parsers((TrainOptions,)):
-        for option, name in declared(parser).items():
+    for _, actions in built_in_parsers((TrainOptions,)):
+        for option, name in declared(actions).items():
             declared_by_class.setdefault(name, set()).add(option)
     listed = flags_in_docs_table()
     assert set(listed) == set(resume_flags.CLASS_NAMES), listed.keys()

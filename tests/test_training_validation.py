@@ -1,9 +1,9 @@
 """Validation during training tells the user which epoch is best: metrics of held-out images per
 epoch, the best checkpoint (raw and moving-average weights) that test.py applies, the same numbers
-under torchrun as in one process, and all of it surviving a crash and --continue_train.
+in 2 processes as in one, and all of it surviving a crash and --continue_train.
 
 train.py and test.py run in this process (run_in_process, on one thread); processes of their own
-only where the process is the point: torchrun's workers, and a run killed by SIGKILL."""
+only where the process is the point: 2 ranks (as torchrun's workers), and a run killed by SIGKILL."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, demo_data, run_in_process, torchrun
+from conftest import FAST_FLAGS, demo_data, ranks, run_in_process
 
 # one thread, as the killed run's process (OMP_NUM_THREADS=1): its weights are compared bit for bit
 TINY = ["--load_size", "32", "--crop_size", "32", "--netG", "resnet_6blocks", "--no_html", "--no_progress"]
@@ -89,10 +89,10 @@ def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model
     # so any difference is validation's own.
     data, norm = (paired_data, ["--norm", "instance"]) if model == "pix2pix" else (unpaired_data, [])
     flags = ["--model", model, *norm, "--lr", "1e-20", "--n_epochs", "1", "--n_epochs_decay", "0", "--val_freq", "1"]
-    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and torchrun's
+    monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and the ranks'
     monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
     ok(train(capsys, data, tmp_path, "one", *flags))
-    ok(torchrun("train.py", *train_args(data, tmp_path, "two", *flags), timeout=300))
+    ok(ranks("train.py", *train_args(data, tmp_path, "two", *flags), timeout=300))
     one, two = metrics_rows(tmp_path / "one")[0], metrics_rows(tmp_path / "two")[0]
     expected = ["L1", "PSNR", "SSIM"] if model == "pix2pix" else ["FID_B", "KID_B", "FID_A", "KID_A"]
     assert set(expected) <= set(one["metrics"])

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, run_in_process, torchrun
+from conftest import load_script, ranks, run_in_process
 from models import networks
-from test_distributed import assert_same_weights, ok, weights
+from test_distributed import assert_trained_alike, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
 nib = pytest.importorskip("nibabel")
@@ -63,6 +63,7 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, *extra: str, networks: list[
             "--dataset_mode", "aligned_volume", "--data_range", "0", "20000", "--patch_size", "16", *networks, *extra]
 
 
+@pytest.mark.slow
 def test_pix2pix_trained_on_patches_of_a_real_scan_restores_a_held_out_half_better_than_untrained_and_identity(
         real_scan_pairs, tmp_path):
     train, test = load_script("train.py"), load_script("test.py")
@@ -121,18 +122,20 @@ def unpaired_args(root: Path, ckpt: Path, name: str, model: str, *extra: str) ->
             "--serial_batches", "--print_freq", "1", "--save_latest_freq", "2", *SMALL_NETS, *model_flags, *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["cycle_gan", "cut"])
 def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_batch(model, unpaired_volumes,
                                                                                      tmp_path):
     """float64: 2 processes x batch 1 == 1 process x batch 2, patches, flips and the pool drawn at random."""
     assert load_script("train.py").main(unpaired_args(unpaired_volumes, tmp_path, "one", model,
                                                       "--batch_size", "2")) == 0
-    ok(torchrun("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
+    ok(ranks("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert any(value.ndim == 5 for value in one["latest_net_G.pth" if model == "cut" else "latest_net_G_A.pth"].values())
-    assert_same_weights(one, two)
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
+@pytest.mark.slow
 def test_a_killed_3d_run_continued_ends_bit_identical_to_the_uninterrupted_one(unpaired_volumes, tmp_path, capsys):
     """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
     run here, on one thread as the killed process, so the arithmetic is the same."""
