@@ -120,7 +120,8 @@ class BaseOptions:
         without looking at the other flags."""
         action = next(action for action in parser._actions if action.dest == dest)
         probe = OneParagraphParser(add_help=False)
-        probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default)
+        probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default,
+                           on_resume=action.on_resume)  # the flag itself, alone
         return getattr(probe.parse_known_args(argv)[0], dest)
 
     @staticmethod
