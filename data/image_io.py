@@ -96,6 +96,17 @@ def _content_hint(path: str) -> str:
     return f" (it holds text starting {start!r})"
 
 
+def decoded_size(path: str) -> tuple[int, int]:
+    """(width, height) of the image `path`, every pixel decoded: a file cut short after its header (which
+    the header alone does not show) is a UserError naming it (`unreadable`), before a tool writes anything."""
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.size
+    except PIL_UNREADABLE as err:
+        raise unreadable(path, err) from None
+
+
 def unreadable(path: str, err: BaseException) -> UserError:
     """The `UserError` for a file that could not be opened or decoded: what is wrong, and the fix."""
     try:

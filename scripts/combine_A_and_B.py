@@ -28,7 +28,7 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
-from data.image_io import PIL_UNREADABLE, unreadable  # noqa: E402
+from data.image_io import decoded_size  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
@@ -91,17 +91,6 @@ def _pairs_in_split(args: argparse.Namespace, split: str) -> tuple[list[tuple[st
     return pairs, unmatched
 
 
-def image_size(path: str) -> tuple[int, int]:
-    """(width, height) of the image `path`, every pixel decoded; UserError naming the file if it cannot
-    be (not an image, or cut short after its header, which the header alone does not show)."""
-    try:
-        with Image.open(path) as img:
-            img.load()
-            return img.size
-    except PIL_UNREADABLE as err:
-        raise unreadable(path, err) from None
-
-
 def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Every (A, B, AB) triple to write and the unmatched files; raises UserError for folders that
     are missing, have no splits, pairs whose sizes differ or images that cannot be decoded whole (each is
@@ -132,7 +121,7 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], list[str
                         f"pass --skip_unmatched to combine only the matched pairs.")
     mismatched = []
     for path_A, path_B, _ in pairs:
-        (wa, ha), (wb, hb) = image_size(path_A), image_size(path_B)
+        (wa, ha), (wb, hb) = decoded_size(path_A), decoded_size(path_B)
         if (wa, ha) != (wb, hb):
             mismatched.append(f"{path_A} ({wa}x{ha}) vs {path_B} ({wb}x{hb})")
     if mismatched:

@@ -24,7 +24,7 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
-from data.image_io import PIL_UNREADABLE, unreadable  # noqa: E402
+from data.image_io import decoded_size  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.safe_files import atomic_write, refuse_output_over_inputs  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
@@ -63,17 +63,6 @@ def pair_files(a_paths: list[str], b_paths: list[str], by: str = "name") -> list
                         f"the other folder: {', '.join(unmatched[:SHOWN])}{more}. Rename or remove them, or pass "
                         f"--pair_by order to pair the sorted lists by position as the reference did.")
     return pairs
-
-
-def decoded_size(path: str) -> tuple[int, int]:
-    """(width, height) of the image `path`, every pixel decoded: a file cut short after its header (which
-    the header alone does not show) is a UserError naming it now, before anything is written."""
-    try:
-        with Image.open(path) as img:
-            img.load()
-            return img.size
-    except PIL_UNREADABLE as err:
-        raise unreadable(path, err) from None
 
 
 def check_sizes(pairs: list[tuple[str, str]]) -> None:
