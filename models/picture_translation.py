@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,19 +30,18 @@ ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.f
 DataRange = tuple[float, float]
 
 
+@dataclass
 class PictureTranslation:
     """The pictures a Translator of a 2-D generator takes and gives. `forward(batch, tile, tile_overlap)`
     maps N x C x H x W in [-1, 1] to the output in [-1, 1] (the Translator's generator, padded and
     tiled); `who` names the generator in messages ("the generator of <run> (<netG>, a 2-D network)")."""
 
-    def __init__(self, who: str, input_nc: int, output_nc: int, input_range: DataRange | None,
-                 output_range: DataRange | None, forward: Callable[[torch.Tensor, int, int], torch.Tensor]) -> None:
-        self.who = who
-        self.input_nc = input_nc
-        self.output_nc = output_nc
-        self.input_range = input_range
-        self.output_range = output_range
-        self.forward = forward
+    who: str
+    input_nc: int
+    output_nc: int
+    input_range: DataRange | None
+    output_range: DataRange | None
+    forward: Callable[[torch.Tensor, int, int], torch.Tensor]
 
     def translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
         """One picture (a path, PIL image, NumPy array or tensor) translated; anything else refused."""

@@ -126,19 +126,18 @@ def volume_array(array: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(volume, dtype=np.float32)
 
 
+@dataclass
 class VolumeTranslation:
     """The volumes a Translator of a 3-D generator takes and gives (the module docstring of
     models/translator.py lists them). `forward` maps a batch (N, C, D, H, W) in [-1, 1] to the output
     in [-1, 1] (the Translator's sliding window); `who` names the generator in messages."""
 
-    def __init__(self, who: str, input_nc: int, output_nc: int, input_range: Window | None,
-                 output_range: Window | None, forward: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.who = who
-        self.input_nc = input_nc
-        self.output_nc = output_nc
-        self.input_range = input_range
-        self.output_range = output_range
-        self.forward = forward
+    who: str
+    input_nc: int
+    output_nc: int
+    input_range: Window | None
+    output_range: Window | None
+    forward: Callable[[torch.Tensor], torch.Tensor]
 
     def translate(self, volume: Any) -> Any:
         """One volume (a path, NumPy array or tensor) translated; anything else refused in one paragraph."""
