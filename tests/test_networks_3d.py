@@ -15,7 +15,8 @@ from models import networks
 from models.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util.errors import UserError
 
-GENERATORS_3D = ["resnet_9blocks_3d", "resnet_6blocks_3d", "unet_32_3d", "unet_64_3d", "unet_128_3d"]
+GENERATORS_3D = ["resnet_9blocks_3d", "resnet_6blocks_3d", "unet_8_3d", "unet_16_3d", "unet_32_3d", "unet_64_3d",
+                 "unet_128_3d"]
 # each 3-D generator's 2-D twin, of the same depth (the same layers, one dimension fewer)
 TWIN_2D = {"resnet_9blocks_3d": "resnet_9blocks", "resnet_6blocks_3d": "resnet_6blocks", "unet_128_3d": "unet_128"}
 
@@ -33,7 +34,7 @@ def volume(*sides: int, channels: int = 1, batch: int = 2) -> torch.Tensor:
 # ---------------------------------------------------------------- sizes
 @pytest.mark.parametrize("netG,sides", [
     ("resnet_6blocks_3d", (16, 24, 32)), ("resnet_9blocks_3d", (8, 12, 20)),
-    ("unet_32_3d", (32, 64, 32)), ("unet_64_3d", (64, 64, 64)),
+    ("unet_8_3d", (32, 32, 24)), ("unet_16_3d", (16, 48, 32)), ("unet_32_3d", (32, 64, 32)), ("unet_64_3d", (64, 64, 64)),
 ])
 @pytest.mark.parametrize("upsample", ["transpose", "resize"])
 def test_3d_generators_keep_the_volume_size_of_sizes_their_rule_takes_deterministically(netG, sides, upsample):
@@ -52,6 +53,7 @@ def test_3d_generators_keep_the_volume_size_of_sizes_their_rule_takes_determinis
 @pytest.mark.parametrize("netG,sides,mentions", [
     ("resnet_6blocks_3d", (16, 24, 30), ["multiples of 4", "16x24x30", "--patch_size"]),
     ("resnet_9blocks_3d", (4, 8, 8), ["at least 8", "4x8x8"]),  # multiples of 4, too small for the blocks
+    ("unet_16_3d", (32, 32, 24), ["multiples of 16", "32x32x24"]),
     ("unet_32_3d", (32, 48, 32), ["multiples of 32", "32x48x32"]),
     ("unet_64_3d", (32, 64, 64), ["at least 64", "32x64x64"]),
 ])

@@ -34,12 +34,13 @@ class UnetGenerator(nn.Module):
         # Built from the innermost block outwards.
         level = functools.partial(UnetSkipConnectionBlock, input_nc=None, norm_layer=norm_layer, dims=dims,
                                   recompute=recompute)
-        unet_block = level(ngf * 8, ngf * 8, submodule=None, innermost=True)
-        for _ in range(num_downs - 5):
-            unet_block = level(ngf * 8, ngf * 8, submodule=unet_block, use_dropout=use_dropout)
-        unet_block = level(ngf * 4, ngf * 8, submodule=unet_block)
-        unet_block = level(ngf * 2, ngf * 4, submodule=unet_block)
-        unet_block = level(ngf, ngf * 2, submodule=unet_block)
+        # Level d (0: the outermost) holds widths[d] channels inside and widths[d - 1] at its border; the
+        # reference's levels below the fourth all hold ngf * 8, and only those between the fourth and the
+        # innermost have dropout. Shallower U-Nets (the 3-D unet_8_3d, unet_16_3d) keep the same widths.
+        widths = [ngf * min(2 ** d, 8) for d in range(num_downs)]
+        unet_block = level(widths[-2], widths[-1], submodule=None, innermost=True)
+        for d in range(num_downs - 2, 0, -1):
+            unet_block = level(widths[d - 1], widths[d], submodule=unet_block, use_dropout=use_dropout and d >= 4)
         # the outermost level would gain nothing from recomputing: its output is the network's
         self.model = UnetSkipConnectionBlock(output_nc, ngf, input_nc=input_nc, submodule=unet_block,
                                              outermost=True, norm_layer=norm_layer, dims=dims)

@@ -1,8 +1,9 @@
-"""The volumetric U-Net generators (`--netG unet_32_3d`, `unet_64_3d`, `unet_128_3d`): unet.py's
-U-Net built with every layer in 3-D (`UnetGenerator(..., dims=3)`), for pix2pix (and CycleGAN) on
-medical volumes. `num_downs` halvings (5, 6, 7: log2 of the number) with skip connections, so a
-volume whose sides are 2**num_downs is 1x1x1 at the bottleneck; sizes smaller than the 2-D ones
-because volumes are trained in patches.
+"""The volumetric U-Net generators (`--netG unet_8_3d` ... `unet_128_3d`): unet.py's U-Net built with
+every layer in 3-D (`UnetGenerator(..., dims=3)`), for pix2pix (and CycleGAN) on medical volumes.
+`num_downs` halvings (3 to 7: log2 of the number) with skip connections, so a volume whose sides are
+2**num_downs is 1x1x1 at the bottleneck; sizes smaller than the 2-D ones because volumes are trained
+in patches, and the shallow ones (8, 16) for thin slabs (24 slices) and restoration, where the detail
+is carried by the skips rather than the bottleneck.
 
 Layers and keys are the 2-D reference's (`model.model.0.weight`, nested one `model` per level) with
 Conv3d and ConvTranspose3d (4x4x4, stride 2) and 3-D norms; the conv weights are 5-D, which tells
@@ -19,16 +20,16 @@ from models.networks.layers import (check_volume_size, get_norm_layer, norm_seen
                                     wants_checkpointing)
 from models.networks.unet import UnetFamily, UnetGenerator
 
-_DEPTHS = {"unet_32_3d": 5, "unet_64_3d": 6, "unet_128_3d": 7}
+_DEPTHS = {"unet_8_3d": 3, "unet_16_3d": 4, "unet_32_3d": 5, "unet_64_3d": 6, "unet_128_3d": 7}
 
 
 class Unet3dFamily(NetworkFamily):
-    """unet_32_3d / unet_64_3d / unet_128_3d: volume sides that are multiples of 32 (64, 128)."""
+    """unet_8_3d ... unet_128_3d: volume sides that are multiples of 8 (16, 32, 64, 128)."""
 
     role = "generator"
     names = tuple(_DEPTHS)
     shape_flags = ("ngf", "norm", "no_dropout", "upsample")
-    description = "unet_32_3d, unet_64_3d, unet_128_3d: a U-Net for volumes of 32 (64, 128) voxels a side"
+    description = "unet_8_3d ... unet_128_3d: a U-Net for volumes whose sides are multiples of 8 (16, 32, 64, 128)"
     # pix2pix's U-Nets: 6 halvings fit the default 64-voxel patches
     stands_in_for = dict.fromkeys(UnetFamily.names, "unet_64_3d")
 
