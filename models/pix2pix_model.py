@@ -1,4 +1,6 @@
-"""pix2pix (Isola et al.): a conditional GAN for paired images, G(A) judged together with A, plus L1."""
+"""pix2pix (Isola et al.): a conditional GAN for paired images, G(A) judged together with A, plus L1.
+With --lambda_GAN 0 no discriminator is built: G learns by L1 alone (the paper's L1-only baseline), what
+restoration scored by MAE and PSNR wants (docs/volumes.md, "A restoration recipe")."""
 from __future__ import annotations
 
 import torch
@@ -34,25 +36,42 @@ class Pix2PixModel(BaseModel):
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
             parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, on_resume="noted", help="weight for L1 loss")
+            parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="architecture",
+                                help="weight of D's judgement in G's loss; 0: no D, G learns by L1 alone")
             parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, on_resume="noted", help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's intermediate features on the real and the generated pair, per scale; pix2pixHD uses 10 with --netD multiscale); 0: off")
         return parser
 
+    @classmethod
+    def check_flags(cls, opt) -> tuple[str, str] | None:
+        """Flags that act on the discriminator, given with --lambda_GAN 0 (which builds none)."""
+        if not opt.isTrain or opt.lambda_GAN > 0:
+            return None
+        for flag, value, acts_on in (("lambda_feat", opt.lambda_feat > 0, "matches the discriminator's features"),
+                                     ("diff_augment", bool(opt.diff_augment), "augments the discriminator's inputs")):
+            if value:
+                return flag, (f"--{flag} {getattr(opt, flag)} {acts_on}, and --lambda_GAN 0 builds no "
+                              f"discriminator: drop --{flag}, or give D a weight, e.g. --lambda_GAN 1 (the default).")
+        return None
+
     def __init__(self, opt, ctx):
         super().__init__(opt, ctx)
-        self.loss_names = ["G_GAN", "G_L1", "D_real", "D_fake"]
-        if self.isTrain and opt.lambda_feat > 0:
+        self.judged = self.isTrain and opt.lambda_GAN > 0  # a discriminator is built and trained
+        self.loss_names = ["G_GAN", "G_L1", "D_real", "D_fake"] if self.judged else ["G_L1"]
+        if self.judged and opt.lambda_feat > 0:
             self.loss_names.append("G_feat")
         self.visual_names = ["real_A", "fake_B", "real_B"]
-        self.model_names = ["G", "D"] if self.isTrain else ["G"]
+        self.model_names = ["G", "D"] if self.judged else ["G"]
         self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
         if self.isTrain:
+            self.criterionL1 = torch.nn.L1Loss()
+            self.optimizer_G = self.make_adam(self.netG.parameters())
+            self.optimizers = [self.optimizer_G]
+        if self.judged:
             self.netD = networks.build_discriminator(opt, opt.input_nc + opt.output_nc).to(self.device)
             # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
             self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
-            self.criterionL1 = torch.nn.L1Loss()
-            self.optimizer_G = self.make_adam(self.netG.parameters())
             self.optimizer_D = self.make_adam(self.netD.parameters())
-            self.optimizers = [self.optimizer_G, self.optimizer_D]
+            self.optimizers.append(self.optimizer_D)
 
     def set_input(self, input: dict) -> None:
         self.real_A, self.real_B, self.image_paths = self.paired_input(input)
@@ -79,8 +98,12 @@ class Pix2PixModel(BaseModel):
         return loss_D
 
     def generator_loss(self, netD) -> torch.Tensor:
-        """G's loss: D should take (A, G(A)) for real, and G(A) should be close to B (L1)."""
+        """G's loss: D should take (A, G(A)) for real, and G(A) should be close to B (L1); without D
+        (--lambda_GAN 0) the L1 term alone."""
         with self.autocast():
+            self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
+            if not self.judged:
+                return self.loss_G_L1
             # one transform for the pair and for the real pair feature matching compares it with
             real_A, fake_B, real_B = self.diff_augment(self.real_A, self.fake_B, self.real_B)
             fake_AB = torch.cat((real_A, fake_B), 1)
@@ -89,14 +112,17 @@ class Pix2PixModel(BaseModel):
                 self.loss_G_feat = loss_feat * self.opt.lambda_feat
             else:
                 pred_fake, self.loss_G_feat = netD(fake_AB), 0.0
-            self.loss_G_GAN = self.criterionGAN(pred_fake, True, for_discriminator=False)
-            self.loss_G_L1 = self.criterionL1(self.fake_B, self.real_B) * self.opt.lambda_L1
+            self.loss_G_GAN = self.criterionGAN(pred_fake, True, for_discriminator=False) * self.opt.lambda_GAN
             loss_G = self.loss_G_GAN + self.loss_G_L1
             return loss_G + self.loss_G_feat if self.opt.lambda_feat > 0 else loss_G
 
     def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():
             self.forward(step.nets)
+        if not self.judged:
+            self.loss_G = self.generator_loss(None)
+            step.update_weights(self.optimizer_G, self.loss_G)
+            return
         self.loss_D = self.discriminator_loss(step)
         step.update_weights(self.optimizer_D, self.loss_D)
         with step.frozen("D") as netD:  # G's step: D judges only
@@ -108,6 +134,8 @@ class Pix2PixModel(BaseModel):
         detached, so G runs without a graph here, and its batch-norm statistics are left to the
         second phase's pass over the same micro-batch (with the same dropout draws), as without
         accumulation G's one pass updates them once."""
+        if not self.judged:
+            return  # no D: the second phase is G's whole step
         with torch.no_grad(), buffers_kept(self.netG), self.autocast():
             self.forward(step.nets)
         self.loss_D = self.discriminator_loss(step)
@@ -117,6 +145,10 @@ class Pix2PixModel(BaseModel):
         """Second phase, after D's step: G's gradient on one micro-batch, judged by the stepped D."""
         with self.autocast():
             self.forward(step.nets)
+        if not self.judged:
+            self.loss_G = self.generator_loss(None)
+            step.update_weights(self.optimizer_G, self.loss_G)
+            return
         with step.frozen("D") as netD:
             self.loss_G = self.generator_loss(netD)
             step.update_weights(self.optimizer_G, self.loss_G)

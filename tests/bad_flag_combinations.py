@@ -25,6 +25,18 @@ def bicycle_refused(*flags: str, names: tuple = (), drop: tuple[str, ...] = (), 
     return build
 
 
+def pix2pix_without_D(*flags: str, names: tuple = ()):
+    """pix2pix --lambda_GAN 0 (no discriminator) with a flag that acts on the discriminator; its fix
+    (a weight for D) trains."""
+    def build(work: Path) -> Setup:
+        from bad_input_kit import PIX, aligned
+
+        aligned(work / "data" / "train", 2)
+        return Setup(run_args(work, *PIX, "--lambda_GAN", "0", *flags), stderr_has=(flags[0], "--lambda_GAN 0", *names),
+                     stdout_lacks=("The number of training images",), suggestion=suggested("--lambda_GAN"))
+    return build
+
+
 def b_bicycle_upsample_basic_as_its_docs_say(work):
     """docs/bicyclegan.md: --upsample basic|bilinear under this model (the flag parsed before the model
     widened its choices was refused)."""
@@ -96,11 +108,16 @@ FLAG_COMBINATION_CASES = [
          b_export_bicycle_generator_with_wrong_flags, 2, script="scripts/export.py"),
     Case("translate.py takes --nz and --where_add input for a generator whose weights do not show them",
          b_translate_where_add_input_with_its_flags, 0, script="scripts/translate.py"),
+    Case("pix2pix --lambda_GAN 0 --lambda_feat 10 is refused when parsed and --lambda_GAN 1 trains",
+         pix2pix_without_D("--lambda_feat", "10", names=("no discriminator", "drop --lambda_feat")), 2),
+    Case("pix2pix --lambda_GAN 0 --diff_augment color is refused when parsed and --lambda_GAN 1 trains",
+         pix2pix_without_D("--diff_augment", "color", names=("no discriminator",)), 2),
     # combinations known when parsed
     flag_out_of_range("--data_range", "1", "0", names=("each MIN below its MAX",)),
     flag_out_of_range("--data_range", "0", "1", "2", names=("A_MIN A_MAX B_MIN B_MAX",), script="test.py"),
     # ranges (tests/test_flag_ranges.py checks that every numeric flag of every parser has one)
     flag_out_of_range("--seed", "-1", names=(">= 0", "<= 4294967295")),
+    flag_out_of_range("--lambda_GAN", "-1", names=(">= 0",)),
     flag_out_of_range("--ddp_timeout", "1e20", names=("<= 1e+06",)),
     flag_out_of_range("--n_layers_D", "1000", names=("<= 16",)),
     flag_out_of_range("--num_D", "100", "--netD", "multiscale", names=("<= 8",)),
