@@ -1,8 +1,9 @@
 """Volumes end to end: pix2pix, CycleGAN and CUT on 3-D images (NIfTI), trained on patches, applied to
 whole volumes in sliding windows (docs/volumes.md).
 
-One real scan (nibabel's anatomical.nii, from the installed package) and tiny synthetic volumes; the
-networks are the 3-D families with a handful of filters, so each run takes seconds.
+Real scans from the installed nibabel (example4d's EPI for the restoration recipe of docs/volumes.md,
+anatomical.nii elsewhere) and tiny synthetic volumes; the networks are the 3-D families with a handful of
+filters, so each run takes seconds.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pytest
 import torch
 
 from conftest import load_script, ranks, run_in_process
-from models import networks
 from test_distributed import assert_trained_alike, ok, weights
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
 
@@ -42,8 +42,7 @@ def blurred(volume: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def real_scan_pairs(tmp_path_factory) -> Path:
     """The real MRI scan cut in two halves across its second axis: the first half to train on, the second
-    (never seen in training) to test on. B is the scan, A a degraded copy (another contrast, blurred,
-    noisy: what a cheaper acquisition gives), so pix2pix learns to restore B from A."""
+    to test on. B is the scan, A a copy in another contrast, blurred and noisy."""
     root = tmp_path_factory.mktemp("real_scan")
     image = nib.load(str(REAL_SCAN))
     scan = np.asarray(image.dataobj, dtype=np.float32)  # 33 x 41 x 25, 2 mm voxels
@@ -63,39 +62,47 @@ def pix2pix_args(root: Path, ckpt: Path, name: str, *extra: str, networks: list[
             "--dataset_mode", "aligned_volume", "--data_range", "0", "20000", "--patch_size", "16", *networks, *extra]
 
 
+@pytest.fixture(scope="module")
+def restoration():
+    """dev/volume_restoration.py: the task, the classical filters and the recipe of docs/volumes.md's table."""
+    return load_script("dev/volume_restoration.py")
+
+
+# The documented recipe trained for this many epochs (+ as many decaying) instead of 50 + 50, to fit the
+# suite's time; docs/volumes.md's table gives the full-length runs. (35 + 35 on the tasks of seeds 0, 1, 2,
+# on a Zen 4: 0.74 to 0.87 dB above the best filter, 3.3 to 3.7 below its MAE; 20 + 20 was not enough.)
+RESTORATION_EPOCHS = "35"
+
+
 @pytest.mark.slow
-def test_pix2pix_trained_on_patches_of_a_real_scan_restores_a_held_out_half_better_than_untrained_and_identity(
-        real_scan_pairs, tmp_path):
-    train, test = load_script("train.py"), load_script("test.py")
-    training = ["--patches_per_volume", "16", "--batch_size", "4", "--lr", "0.002"]
-    assert train.main(pix2pix_args(real_scan_pairs, tmp_path, "trained", *training, "--n_epochs", "20",
-                                   "--n_epochs_decay", "0")) == 0
-    torch.manual_seed(0)  # the untrained generator: freshly initialised, as training starts
-    untrained = networks.define_G(1, 1, 4, "resnet_6blocks_3d", norm="batch", use_dropout=True)
-    torch.save(untrained.state_dict(), tmp_path / "trained" / "untrained_net_G.pth")
-    scores = {}
-    results = tmp_path / "results"
-    for epoch in ("latest", "untrained"):
-        assert test.main(pix2pix_args(real_scan_pairs, tmp_path, "trained", "--results_dir", str(results), "--eval",
-                                      "--epoch", epoch, networks=GENERATOR)) == 0
-        scores[epoch] = json.loads((results / "trained" / f"test_{epoch}" / "metrics.json").read_text())
-    trained, untrained = scores["latest"], scores["untrained"]
-    assert trained["images"] == 1
-    assert trained["output_MAE"] < trained["identity_MAE"] and trained["output_MAE"] < untrained["output_MAE"]
-    assert trained["output_PSNR"] > trained["identity_PSNR"] and trained["output_PSNR"] > untrained["output_PSNR"]
-    # MAE is L1 in the scan's units: the window 0..20000 is 2 network units wide
-    assert trained["output_MAE"] == pytest.approx(trained["output_L1"] * 10000, rel=1e-9)
+def test_the_restoration_recipe_beats_the_degraded_input_and_filters_tuned_on_the_training_slab(restoration, tmp_path):
+    # A real EPI scan (nibabel's example4d) degraded as a cheaper acquisition would be: blurred by a Gaussian
+    # of 1.2 voxels, noise of 3% of its 99th percentile. Trained on one half, scored on the other.
+    task, run = tmp_path / "task", tmp_path / "run"
+    restoration.make_task(task, seed=0)
+    baselines = restoration.classical_baselines(task)  # the degraded input, Gaussian and median filters
+    flags = [*restoration.RECIPE, "--n_epochs", RESTORATION_EPOCHS, "--n_epochs_decay", RESTORATION_EPOCHS]
+    assert load_script("train.py").main(restoration.train_args(task, run, flags, seed=0)) == 0
+    assert load_script("test.py").main(restoration.test_args(task, run, flags, seed=0)) == 0
+    output = nib.load(str(restoration.translated(run)))
+    target = restoration.load(task / "testB" / "scan.nii.gz")
+    restored = restoration.scores(np.asarray(output.dataobj, dtype=np.float64), target)
+    for name, baseline in baselines.items():
+        assert restored["MAE"] < baseline["MAE"], (name, restored, baselines)
+        assert restored["PSNR"] > baseline["PSNR"], (name, restored, baselines)
 
     # the output lies exactly over its input: same shape, affine and voxel size, in the target's units
-    source = nib.load(str(real_scan_pairs / "testA" / "scan.nii"))
-    output = nib.load(str(results / "trained" / "test_latest" / "volumes" / "scan_fake_B.nii.gz"))
-    assert output.shape == source.shape == (33, 20, 25)
+    source = nib.load(str(task / "testA" / "scan.nii.gz"))
+    assert output.shape == source.shape == (64, 96, 24)
     assert np.array_equal(output.affine, source.affine)
     assert output.header.get_zooms() == source.header.get_zooms()
-    target = np.clip(np.asarray(nib.load(str(real_scan_pairs / "testB" / "scan.nii")).dataobj), 0, 20000)  # the window
-    assert np.abs(np.asarray(output.dataobj) - target).mean() == pytest.approx(trained["output_MAE"], rel=1e-4)
+    # test.py's MAE is the same, in the scan's units (the window 0..1200 is 2 network units wide)
+    metrics = json.loads((restoration.translated(run).parents[1] / "metrics.json").read_text())
+    assert metrics["images"] == 1
+    assert metrics["output_MAE"] == pytest.approx(metrics["output_L1"] * 600, rel=1e-9)
+    assert restored["MAE"] == pytest.approx(metrics["output_MAE"], rel=1e-4)
     # and a preview of the middle slice on the results page
-    assert (results / "trained" / "test_latest" / "images" / "scan_fake_B.png").is_file()
+    assert (restoration.translated(run).parents[1] / "images" / "scan_fake_B.png").is_file()
 
 
 # ------------------------------------------------------------------------------- CycleGAN and CUT, DDP
