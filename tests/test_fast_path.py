@@ -210,10 +210,20 @@ def test_compiled_training_reproduces_the_first_losses():
     # (~1e-4 for pix2pix's batch-norm D), as it would for any change of summation order.
     data = batches()
     plain = first_losses(model(model_name="pix2pix"), data, steps=2)
-    fast = first_losses(model("--compile", "--compile_probe", "0", model_name="pix2pix"), data, steps=2)
+    compiled = model("--compile", "--compile_probe", "0", model_name="pix2pix")
+    built = dict(compiled.named_networks())
+    classes = {name: module_classes(net) for name, net in built.items()}
+    fast = first_losses(compiled, data, steps=2)
     for step_plain, step_fast in zip(plain, fast):
         for a, b in zip(step_plain, step_fast):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+    # the compiled twins train beside the model's networks: it still holds what it built, each module its class
+    for name, net in built.items():
+        assert getattr(compiled, "net" + name) is net and module_classes(net) == classes[name], name
+
+
+def module_classes(net: torch.nn.Module) -> list[tuple[str, type]]:
+    return [(name, type(module)) for name, module in net.named_modules()]
 
 
 def test_fp16_on_the_cpu_is_refused_with_advice():

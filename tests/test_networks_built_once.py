@@ -38,9 +38,7 @@ def built_model(model_name: str, *flags: str):
     ("cycle_gan", RUN_FLAGS),
     ("cut", RUN_FLAGS),
     ("pix2pix", [*RUN_FLAGS, "--netG", "unet_128", "--netD", "multiscale", "--num_D", "2", "--n_layers_D", "2"]),
-    # (--checkpoint_activations does not compile: dynamo cannot trace torch.utils.checkpoint's context_fn)
-    pytest.param("pix2pix", ["--compile", "--compile_probe", "0", "--amp", "bf16", "--channels_last",
-                             "--deterministic", "--netD", "pixel"], marks=pytest.mark.slow),
+    # (--compile: tests/test_fast_path.py's compiled training checks the same of the networks it compiles)
 ])
 def test_a_training_step_changes_the_class_of_no_module(model_name, flags):
     opt, m = built_model(model_name, *flags)
