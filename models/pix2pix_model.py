@@ -3,6 +3,8 @@ With --lambda_GAN 0 no discriminator is built: G learns by L1 alone (the paper's
 restoration scored by MAE and PSNR wants (docs/volumes.md, "A restoration recipe")."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from models import networks
@@ -119,13 +121,14 @@ class Pix2PixModel(BaseModel):
     def optimize_parameters(self, step: TrainingStep) -> None:
         with self.autocast():
             self.forward(step.nets)
-        if not self.judged:
-            self.loss_G = self.generator_loss(None)
-            step.update_weights(self.optimizer_G, self.loss_G)
-            return
-        self.loss_D = self.discriminator_loss(step)
-        step.update_weights(self.optimizer_D, self.loss_D)
-        with step.frozen("D") as netD:  # G's step: D judges only
+        if self.judged:
+            self.loss_D = self.discriminator_loss(step)
+            step.update_weights(self.optimizer_D, self.loss_D)
+        self.generator_step(step)
+
+    def generator_step(self, step: TrainingStep) -> None:
+        """G's step, judged by D (frozen: it judges only), or by L1 alone without one (--lambda_GAN 0)."""
+        with step.frozen("D") if self.judged else contextlib.nullcontext() as netD:
             self.loss_G = self.generator_loss(netD)
             step.update_weights(self.optimizer_G, self.loss_G)
 
@@ -145,10 +148,4 @@ class Pix2PixModel(BaseModel):
         """Second phase, after D's step: G's gradient on one micro-batch, judged by the stepped D."""
         with self.autocast():
             self.forward(step.nets)
-        if not self.judged:
-            self.loss_G = self.generator_loss(None)
-            step.update_weights(self.optimizer_G, self.loss_G)
-            return
-        with step.frozen("D") as netD:
-            self.loss_G = self.generator_loss(netD)
-            step.update_weights(self.optimizer_G, self.loss_G)
+        self.generator_step(step)
