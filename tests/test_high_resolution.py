@@ -43,12 +43,14 @@ def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(train, paired_root, unpaired_root, tmp_path_factory) -> Path:
     """Each model with batch 4, and with 2 micro-batches of 2 (2 epochs of 8 images, float64);
-    pix2pix also with --checkpoint_activations."""
+    pix2pix also with --checkpoint_activations; pix2pix_l1: without a discriminator (--lambda_GAN 0)."""
     ckpt = tmp_path_factory.mktemp("hires")
     plans = {"cycle_gan_batch4": (unpaired_root, CYCLE_GAN, ["--batch_size", "4"]),
              "cycle_gan_accum": (unpaired_root, CYCLE_GAN, ["--batch_size", "2", "--accum_steps", "2", *SAVES]),
              "pix2pix_batch4": (paired_root, PIX2PIX, ["--batch_size", "4"]),
              "pix2pix_accum": (paired_root, PIX2PIX, ["--batch_size", "2", "--accum_steps", "2"]),
+             "pix2pix_l1_batch4": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"], ["--batch_size", "4"]),
+             "pix2pix_l1_accum": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"], ["--batch_size", "2", "--accum_steps", "2"]),
              "pix2pix_checkpointed": (paired_root, PIX2PIX, ["--batch_size", "4", "--checkpoint_activations"])}
     for name, (root, model, extra) in plans.items():
         assert train.main(args(root, ckpt, name, *model, *EQUIVALENCE, *extra)) == 0, name
@@ -63,7 +65,7 @@ def logged(run_dir: Path) -> tuple[list[str], list[str]]:
 
 
 # ----------------------------------------------------------------------------- --accum_steps
-@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
+@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix", "pix2pix_l1"])
 def test_two_micro_batches_of_two_train_the_weights_of_one_batch_of_four(runs, model):
     # cycle_gan: the image pool sees the fakes in the order of the batch of 4; pix2pix: D steps on
     # the gradients of both micro-batches before G's loss judges with it
