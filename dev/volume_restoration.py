@@ -1,7 +1,7 @@
 """Does pix2pix on volumes restore a realistically degraded real scan better than doing nothing and a
 classical filter? (issue 45, class 10; the table in docs/volumes.md)
 
-    python dev/volume_restoration.py --out /tmp/restore                       # the documented recipe, 3 seeds
+    python dev/volume_restoration.py --out /tmp/restore                       # every row of the table, 3 seeds
     python dev/volume_restoration.py --out /tmp/restore --seeds 1 --recipe issue_45 --recipe recipe
 
 The task: nibabel's example4d EPI scan (128 x 96 x 24 voxels of 2 x 2 x 2.2 mm, its first time point),
