@@ -53,7 +53,12 @@ class ModelState:
             except RuntimeError as err:
                 raise UserError(checkpoint_files.mismatch_message(where, err, self.opt, self.save_dir)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            # how Adam is computed (foreach, built by make_adam) is this run's, not the saved state's: a state
+            # saved before foreach was chosen continues bit-identically with it, in fewer operators
+            foreach = [group.get("foreach") for group in optimizer.param_groups]
             optimizer.load_state_dict(saved)
+            for group, choice in zip(optimizer.param_groups, foreach):
+                group["foreach"] = choice
         for scheduler, saved in zip(self.schedulers, state["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
         if self.diff_augment.enabled and state.get("diff_augment"):  # a run that augmented goes on drawing

@@ -58,6 +58,7 @@ def reapply_schedule_flags(optimizer: torch.optim.Optimizer, scheduler, opt, sav
     for group in optimizer.param_groups:
         group["betas"] = (opt.beta1, group["betas"][1])
         group["fused"] = True if opt.fused_adam else None
+        group["foreach"] = None if opt.fused_adam else True
         if "initial_lr" in group:
             group["initial_lr"] *= scale
     if isinstance(scheduler, lr_scheduler.ReduceLROnPlateau):  # no schedule to follow: where it is, scaled

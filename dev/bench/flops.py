@@ -62,3 +62,27 @@ def count_network_flops(fn: Callable[[], Any], networks: dict[str, nn.Module]) -
     with NetworkFlops(networks) as split, FlopCounterMode(display=False) as counter:
         fn()
     return int(counter.get_total_flops()), split.by_network()
+
+
+class DispatchedOps(TorchDispatchMode):
+    """Within `with DispatchedOps() as ops:`, `ops.count` is the number of aten operators dispatched
+    (forward, backward and optimizer alike, as autograd and the optimizers call them). On a GPU each
+    is at least one kernel launch, so at small batches this count, not the FLOPs, sets a step's time;
+    it is the same on every device, so a change that adds launches shows up on a CPU too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.by_operator: dict[str, int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        self.by_operator[func._overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_dispatched_ops(fn: Callable[[], Any]) -> tuple[int, dict[str, int]]:
+    """(aten operators dispatched by one run of `fn()`, {operator: count})."""
+    with DispatchedOps() as ops:
+        fn()
+    return ops.count, dict(ops.by_operator)
