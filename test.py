@@ -36,7 +36,7 @@ from util.errors import UserError, exits_on_user_error, exit_with_status
 from util.evaluation.metrics_report import (InferenceMetrics, check_distribution_inputs, describe_distribution,
                                             paired_summary, volume_units)
 from util.safe_files import atomic_write_json
-from util.seeding import enable_determinism, seed_everything
+from util.seeding import choose_kernels, seed_everything
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
 
@@ -208,8 +208,7 @@ def start_and_test(opt) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TestOptions().parse(argv)
-    if opt.deterministic:
-        enable_determinism()  # before any CUDA work
+    choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     try:
         return start_and_test(opt)
     finally:

@@ -29,7 +29,7 @@ from options.train_options import TrainOptions
 from util import distributed
 from util.console import print0
 from util.errors import UserError, exits_on_user_error, exit_with_status
-from util.seeding import enable_determinism, seed_everything
+from util.seeding import choose_kernels, seed_everything
 from util.training.checkpointer import Checkpointer, StartPoint
 from util.training.position import Position
 from util.training.run_control import RunLock, StopRequest
@@ -271,8 +271,7 @@ def start_and_train(opt: argparse.Namespace, locks: list[RunLock]) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     opt = TrainOptions().parse(argv)
-    if opt.deterministic:
-        enable_determinism()  # before any CUDA work
+    choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     locks: list[RunLock] = []
     try:
         return start_and_train(opt, locks)

@@ -53,8 +53,9 @@ def build_model(opt, ctx, straightforward: bool = False) -> Trainee:
     written plainly."""
     from models import create_model
     from models.training_engine import TrainingEngine
-    from util.seeding import seed_everything
+    from util.seeding import choose_kernels, seed_everything
     seed_everything(0)
+    choose_kernels(opt.deterministic, opt.preprocess)  # as train.py does: cuDNN autotuning for fixed sizes
     if straightforward:
         from straightforward_step import build_straightforward
         plain = build_straightforward(opt, ctx.device)
