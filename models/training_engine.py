@@ -29,7 +29,7 @@ from models.ema import GeneratorEMA
 from models.inference import inference_views
 from models.loss_watch import LossWatch
 from models.network_views import NetworkViews
-from models.training_networks import TrainingNetworks
+from models.training_networks import TrainingNetworks, captures_cuda_graphs
 from models.training_step import TrainingStep
 from models.windows import Windows
 from util import distributed
@@ -49,8 +49,12 @@ class TrainingEngine:
         self.opt = opt
         self.device = ctx.device
         accumulation.check_accumulation(model, opt.accum_steps)
+        backend = ctx.backend if ctx.is_distributed else None
+        cuda_graphs, declined = captures_cuda_graphs(opt.compile, self.device, backend)
+        if declined:
+            report(declined)
         self.networks = TrainingNetworks(model.named_networks(), self.device, opt.compile,
-                                         synchronise_batch_norm=opt.norm == "syncbatch")
+                                         synchronise_batch_norm=opt.norm == "syncbatch", cuda_graphs=cuda_graphs)
         # One gradient scaler per optimizer (fp16 only; disabled scalers do nothing) and the
         # on-device record of the losses each one stepped on.
         self.grad_scalers = [torch.amp.GradScaler(self.device.type, enabled=opt.amp == "fp16")
@@ -64,7 +68,7 @@ class TrainingEngine:
         if rank_state is not None and "loss_watch" in rank_state["model"]:
             self.loss_watch.load_state_dict(rank_state["model"]["loss_watch"])
         saved_choice = (saved or {}).get("compile_choice")
-        self.probe = CompileProbe.for_run(opt.compile, opt.compile_probe, saved_choice, report)
+        self.probe = CompileProbe.for_run(opt.compile, opt.compile_probe, saved_choice, report, cuda_graphs)
         self._saved_compile_choice = saved_choice  # kept, and saved again, by a continued run without --compile
         # the variant the probe wants first (the continued run's choice, or eager to time), from the start:
         # a run continued at an epoch's end validates before its first step
@@ -78,6 +82,10 @@ class TrainingEngine:
         if self.probe.compiled_next() != self._compiled_now:  # the probe's turn to switch every network
             self._compiled_now = self.probe.compiled_next()
             self.networks.use_compiled(self._compiled_now)
+        if self.networks.cuda_graphs and self._compiled_now:
+            # a new step: the graphs may reuse the memory of the last step's outputs (none is kept: the image
+            # pool and the loss record copy theirs)
+            torch.compiler.cudagraph_mark_step_begin()
         start = self.probe.clock()
         step = TrainingStep(self.networks.views(), self.networks, self.model.optimizers, self.grad_scalers,
                             self.loss_watch)

@@ -12,6 +12,10 @@ whose batch-norm layers synchronise their statistics across processes (models/sy
 the same Parameter and buffer objects, so the plain module's weights and running statistics are
 the ones trained, and the plain module itself is never changed. With --compile both compiled and
 eager variants exist, so that the compile probe (util/training/compile_probe.py) can choose.
+With `cuda_graphs` (--compile on a GPU, `captures_cuda_graphs`) the trained variants replay CUDA graphs:
+a step's forwards and backwards are a few launches instead of thousands; the judging variants (a frozen
+D inside the generator's step, validation) are compiled without graphs, so that nothing they return is
+overwritten by a later replay.
 """
 from __future__ import annotations
 
@@ -34,8 +38,9 @@ class TrainingNetworks:
     `compile`, compiled; `views()` the ones the next step calls."""
 
     def __init__(self, plain: dict[str, nn.Module], device: torch.device, compile: bool,
-                 synchronise_batch_norm: bool) -> None:
+                 synchronise_batch_norm: bool, cuda_graphs: bool = False) -> None:
         self.plain = dict(plain)
+        self.cuda_graphs = compile and cuda_graphs
         together = distributed.is_distributed()
         # name -> {compiled: (trained, judging)}
         self._variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
@@ -47,7 +52,10 @@ class TrainingNetworks:
             variants = {False: (trained, twin)}
             if compile:
                 judging = networks.compile_network(twin, name)
-                variants[True] = (judging if trained is twin else networks.compile_network(trained, name), judging)
+                if trained is twin and not self.cuda_graphs:
+                    variants[True] = (judging, judging)
+                else:
+                    variants[True] = (networks.compile_network(trained, name, self.cuda_graphs), judging)
             self._variants[name] = variants
         self._compiled = {name: compile for name in self.plain}
         self._views: NetworkViews | None = None
@@ -92,6 +100,20 @@ class TrainingNetworks:
             yield judging[0] if len(judging) == 1 else judging
         finally:
             set_requires_grad(plain, True)
+
+
+def captures_cuda_graphs(compile: bool, device: torch.device, backend: str | None) -> tuple[bool, str | None]:
+    """Whether --compile records the training step's networks as CUDA graphs, and the one line that says
+    why not where a GPU run declines them: on a GPU, alone or under NCCL, whose collectives a graph can
+    capture; gloo's cannot be, so processes sharing a GPU over gloo train compiled without graphs.
+    (`backend`: the process group's, None for one process.)"""
+    if not compile or device.type != "cuda":
+        return False, None
+    if backend is not None and backend != "nccl":
+        return False, (f"--compile: CUDA graphs cannot capture a step whose processes talk over {backend}, so the "
+                       f"networks are compiled without them and training goes on (--ddp_backend nccl, with a GPU "
+                       f"per process, captures them).")
+    return True, None
 
 
 def synchronised_twin(net: nn.Module, device: torch.device) -> nn.Module:

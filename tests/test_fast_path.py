@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, demo_data, run_in_process, train_on, training_engine
+from conftest import FAST_FLAGS, demo_data, load_script, run_in_process, train_on, training_engine
 from models import create_model, networks
 from options.train_options import TrainOptions
 from util.distributed import DistContext
@@ -204,10 +204,17 @@ def test_the_bf16_bound_catches_a_gradient_read_with_the_wrong_strides():
 
 
 @pytest.mark.slow
-def test_compiled_training_reproduces_the_first_losses():
+def test_compiled_training_reproduces_the_first_losses(monkeypatch):
     # Inductor fuses and reorders float32 arithmetic: the first two steps agree to ~2e-7; from the
     # third on, Adam turns those rounding differences in near-zero gradients into visible ones
     # (~1e-4 for pix2pix's batch-norm D), as it would for any change of summation order.
+    # The run takes the GPU's way (CUDA graphs, as on one GPU): the CPU dry run of its plumbing (the trained
+    # networks compiled apart from the judging ones, each step marked as new), which compiles as usual here.
+    import models.training_engine
+    monkeypatch.setattr(models.training_engine, "captures_cuda_graphs", lambda *_: (True, None))
+    marks = []
+    mark = torch.compiler.cudagraph_mark_step_begin
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(mark()))
     data = batches()
     plain = first_losses(model(model_name="pix2pix"), data, steps=2)
     compiled = model("--compile", "--compile_probe", "0", model_name="pix2pix")
@@ -217,9 +224,50 @@ def test_compiled_training_reproduces_the_first_losses():
     for step_plain, step_fast in zip(plain, fast):
         for a, b in zip(step_plain, step_fast):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+    assert len(marks) == 2  # one per training step
+    networks_trained = training_engine(compiled).networks
+    assert networks_trained.cuda_graphs and networks_trained.views()["D"] is not networks_trained.judging("D")
     # the compiled twins train beside the model's networks: it still holds what it built, each module its class
     for name, net in built.items():
         assert getattr(compiled, "net" + name) is net and module_classes(net) == classes[name], name
+
+
+def test_cuda_graphs_are_recorded_on_one_gpu_and_under_nccl_and_declined_in_one_line_under_gloo():
+    from models.training_networks import captures_cuda_graphs
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert captures_cuda_graphs(True, gpu, None) == (True, None)  # one process
+    assert captures_cuda_graphs(True, gpu, "nccl") == (True, None)
+    assert captures_cuda_graphs(False, gpu, None) == (False, None)  # graphs come with --compile only
+    assert captures_cuda_graphs(True, cpu, None) == (False, None)  # and on a GPU only
+    captured, declined = captures_cuda_graphs(True, gpu, "gloo")
+    assert not captured and "gloo" in declined and "training goes on" in declined and "\n" not in declined
+
+
+def test_cudnn_autotunes_where_every_batch_has_one_size_and_never_for_deterministic_runs(monkeypatch):
+    from util.seeding import choose_kernels
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda *args, **kwargs: None)  # this process's
+    for preprocess, fixed in (("resize_and_crop", True), ("crop", True), ("scale_width_and_crop", True),
+                              ("scale_width", False), ("none", False)):
+        choose_kernels(False, preprocess)
+        assert torch.backends.cudnn.benchmark is fixed, preprocess
+    choose_kernels(True, "resize_and_crop")
+    assert torch.backends.cudnn.benchmark is False and torch.backends.cudnn.deterministic is True
+
+
+@pytest.mark.parametrize("netG", ["resnet_6blocks", "resnet_9blocks"])
+def test_adam_updates_every_weight_of_a_network_in_a_fixed_number_of_operators(netG):
+    # the reference's per-weight loop ran ~10 operators per weight (a kernel launch each on a GPU); ours
+    # runs each once for all weights, and reads each weight's step count (a number on the host, no launch)
+    count_dispatched_ops = load_script("dev/bench/flops.py").count_dispatched_ops
+    m = model("--netG", netG)
+    train_on(m, batches(1)[0])
+    count, by_operator = count_dispatched_ops(lambda: m.optimizers[0].step())
+    weights = sum(1 for _ in m.netG_A.parameters()) + sum(1 for _ in m.netG_B.parameters())
+    host_reads = by_operator.pop("_local_scalar_dense", 0)
+    assert host_reads <= 2 * weights
+    assert sum(by_operator.values()) <= 12 < weights
 
 
 def module_classes(net: torch.nn.Module) -> list[tuple[str, type]]:

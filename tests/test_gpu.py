@@ -171,13 +171,20 @@ def test_a_deterministic_gpu_run_killed_and_resumed_is_bit_identical(model, unpa
     assert_identical(killed_and_resumed(cut, tmp_path / "cut"), final_weights(tmp_path / "whole"))
 
 
-@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
-def test_a_gpu_run_killed_and_resumed_is_as_close_as_two_uninterrupted_runs(model, unpaired_root, paired_root,
+# --compile on a GPU trains in CUDA graphs; compiled from the first step, so that every run replays them alike
+GRAPHED = ["--compile", "--compile_probe", "0"]
+
+
+@pytest.mark.parametrize("model,flags", [pytest.param("cycle_gan", [], id="cycle_gan"),
+                                         pytest.param("pix2pix", [], id="pix2pix"),
+                                         pytest.param("cycle_gan", GRAPHED, id="cycle_gan-cuda_graphs")])
+def test_a_gpu_run_killed_and_resumed_is_as_close_as_two_uninterrupted_runs(model, flags, unpaired_root, paired_root,
                                                                              tmp_path):
     for name in ("whole", "again"):
-        run(train_command(long_run(model, unpaired_root, paired_root, tmp_path, name)))
+        run(train_command(long_run(model, unpaired_root, paired_root, tmp_path, name, *flags)))
     whole, again = final_weights(tmp_path / "whole"), final_weights(tmp_path / "again")
-    resumed = killed_and_resumed(long_run(model, unpaired_root, paired_root, tmp_path, "cut"), tmp_path / "cut")
+    resumed = killed_and_resumed(long_run(model, unpaired_root, paired_root, tmp_path, "cut", *flags),
+                                 tmp_path / "cut")
     assert relative_distance(resumed, whole) <= max(4 * relative_distance(again, whole), 1e-3)
 
 
@@ -322,6 +329,53 @@ def test_two_processes_on_the_gpu_train_the_same_cycle_gan_as_one_process_with_d
     ok(run_script("train.py", *cycle_gan_args(unpaired_root, tmp_path, "one", 2), *on_gpu, timeout=240))
     ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1), *on_gpu))
     assert_trained_alike(tmp_path / "one", tmp_path / "two")
+
+
+def equivalence_run(model: str, unpaired_root: Path, paired_root: Path, ckpt: Path, name: str, *flags: str,
+                    graphed: bool = False) -> subprocess.CompletedProcess:
+    """test_distributed's float64 one-process run of `model` (batch 2) on the GPU; `graphed`: in CUDA graphs,
+    in a new interpreter, so that inductor reports where it could not record one (TORCH_LOGS=perf_hints)."""
+    args = cycle_gan_args(unpaired_root, ckpt, name, 2) if model == "cycle_gan" else \
+        pix2pix_args(paired_root, ckpt, name, 2, "batch")
+    if not graphed:
+        return ok(run_script("train.py", *args, *ON_DEVICE, *flags, timeout=240))
+    result = ok(run_script("train.py", *args, *ON_DEVICE, *GRAPHED, *flags, timeout=600, new_interpreter=True,
+                           env={"TORCH_LOGS": "perf_hints"}))
+    assert "skipping cudagraphs" not in result.stderr, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def graphed_cycle_gan(unpaired_root, paired_root, tmp_path_factory) -> Path:
+    """One process training CycleGAN in CUDA graphs (float64): what the eager step and two gloo processes must
+    train alike."""
+    ckpt = tmp_path_factory.mktemp("graphed")
+    equivalence_run("cycle_gan", unpaired_root, paired_root, ckpt, "graphed", graphed=True)
+    return ckpt / "graphed"
+
+
+@cuda_only
+@pytest.mark.parametrize("model", ["cycle_gan", "pix2pix"])
+def test_the_step_in_cuda_graphs_trains_what_the_eager_step_trains(model, unpaired_root, paired_root, request,
+                                                                   tmp_path):
+    # float64: inductor's kernels sum in another order than the eager ones (the tolerances of two processes)
+    equivalence_run(model, unpaired_root, paired_root, tmp_path, "eager")
+    if model == "cycle_gan":
+        graphed = request.getfixturevalue("graphed_cycle_gan")
+    else:
+        equivalence_run(model, unpaired_root, paired_root, tmp_path, "graphed", graphed=True)
+        graphed = tmp_path / "graphed"
+    assert_trained_alike(tmp_path / "eager", graphed)
+
+
+@cuda_only
+def test_two_gloo_processes_sharing_the_gpu_decline_cuda_graphs_and_train_what_one_graphed_process_does(
+        graphed_cycle_gan, unpaired_root, tmp_path):
+    two = ok(torchrun("train.py", *cycle_gan_args(unpaired_root, tmp_path, "two", 1), *ON_DEVICE,
+                      "--ddp_backend", "gloo", *GRAPHED, timeout=600))
+    declined = [line for line in (two.stdout + two.stderr).splitlines() if "CUDA graphs cannot capture" in line]
+    assert len(declined) == 1 and "gloo" in declined[0], two.stdout[-3000:]  # said once, by rank 0
+    assert_trained_alike(graphed_cycle_gan, tmp_path / "two")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

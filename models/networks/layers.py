@@ -249,16 +249,20 @@ def recompute_in_backward(module: nn.Module, function: Callable[[torch.Tensor], 
 
 
 # ------------------------------------------------------------------ what a run does to any network
-def compile_network(net: nn.Module, name: str) -> nn.Module:
+def compile_network(net: nn.Module, name: str, cuda_graphs: bool = False) -> nn.Module:
     """torch.compile(net), or `net` itself with a message if this machine cannot compile. The
-    network's own layers need nothing else (ReflectionPad2d slices while traced)."""
+    network's own layers need nothing else (ReflectionPad2d slices while traced). With `cuda_graphs`,
+    inductor's "reduce-overhead" mode: each forward and backward is recorded once per input shape as a
+    CUDA graph and replayed by one launch (a CUDA device only: on the CPU the mode compiles as the default
+    one). Its outputs live in memory the next replay reuses: the caller marks each training step's
+    start (torch.compiler.cudagraph_mark_step_begin) and copies what it keeps longer."""
     import shutil
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not hasattr(torch, "compile") or compiler is None:
         print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
               f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
         return net
-    return torch.compile(net)
+    return torch.compile(net, mode="reduce-overhead" if cuda_graphs else None)
 
 
 def use_resize_convolutions(net: nn.Module, upsample: str = "resize") -> None:

@@ -27,6 +27,7 @@ from util import distributed
 
 TOLERANCE = 0.05     # a compiled median up to 5% slower is taken as noise, and kept
 COMPILING_STEPS = 2  # untimed compiled steps: the first compiles, the second may specialise
+GRAPH_RECORDING_STEPS = 1  # with CUDA graphs, one more: the first replayable step records them
 
 
 class CompileProbe:
@@ -38,27 +39,31 @@ class CompileProbe:
     the decision prints."""
 
     def __init__(self, probe_steps: int, report: Callable[[str], None], choice: bool | None = None,
-                 clock: Callable[[], float] = time.perf_counter, active: bool = True) -> None:
+                 clock: Callable[[], float] = time.perf_counter, active: bool = True,
+                 compiling_steps: int = COMPILING_STEPS) -> None:
         self.active = active  # --compile; without it there is nothing to choose (choice None)
         self.probe_steps = probe_steps
         self.report = report
         self.clock = clock
         self.choice = choice  # None: not decided yet
+        self.compiling_steps = compiling_steps
         self.step_index = 0
         self.eager_times: list[float] = []
         self.compiled_times: list[float] = []
 
     @classmethod
     def for_run(cls, compile_flag: bool, probe_steps: int, saved_choice: bool | None,
-                report: Callable[[str], None]) -> "CompileProbe":
+                report: Callable[[str], None], cuda_graphs: bool = False) -> "CompileProbe":
         """The probe a run needs: nothing to do without --compile; with --compile_probe 0 compiled
         throughout; where the run continues one that has already chosen (`saved_choice`, from its
-        training state), that choice; otherwise the probe (eager first)."""
+        training state), that choice; otherwise the probe (eager first; with `cuda_graphs`, one more
+        untimed compiled step, which records the graphs)."""
         if not compile_flag:
             return cls(0, report, active=False)
         if saved_choice is not None:
             return cls(0, report, choice=saved_choice)
-        return cls(probe_steps, report, choice=True if probe_steps == 0 else None)
+        return cls(probe_steps, report, choice=True if probe_steps == 0 else None,
+                   compiling_steps=COMPILING_STEPS + (GRAPH_RECORDING_STEPS if cuda_graphs else 0))
 
     @property
     def finished(self) -> bool:
@@ -79,7 +84,7 @@ class CompileProbe:
         eager_end = 1 + self.probe_steps
         if 1 <= self.step_index < eager_end:
             self.eager_times.append(seconds)
-        elif self.step_index >= eager_end + COMPILING_STEPS:
+        elif self.step_index >= eager_end + self.compiling_steps:
             self.compiled_times.append(seconds)
         self.step_index += 1
         if len(self.compiled_times) == self.probe_steps:
