@@ -53,11 +53,13 @@ def kernel_kind(name: str) -> str:
 
 
 def summarise_trace(trace: dict, steps: int, wall_s: float) -> dict:
-    """Per step: wall ms, GPU busy ms (kernels and copies, overlaps merged), kernel launches, and
-    busy ms by kind of kernel; from a chrome trace as torch.profiler exports it."""
+    """Per step: wall ms, GPU busy ms (kernels and copies, overlaps merged), kernel launches and CUDA graph
+    replays (each one launch of many kernels), and busy ms by kind of kernel; from a chrome trace as
+    torch.profiler exports it."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e.get("name", ""))
+    graph_launches = sum(1 for e in events if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e.get("name", ""))
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
     busy_us, end = 0.0, float("-inf")
     for start, stop in spans:  # several streams may overlap: count each moment once
@@ -71,7 +73,7 @@ def summarise_trace(trace: dict, steps: int, wall_s: float) -> dict:
     busy_ms = busy_us / 1000 / steps
     return {"wall_ms_per_step": wall_ms, "gpu_busy_ms_per_step": busy_ms,
             "gpu_busy_fraction": busy_ms / wall_ms if kernels else None,
-            "kernel_launches_per_step": launches / steps,
+            "kernel_launches_per_step": launches / steps, "cuda_graph_launches_per_step": graph_launches / steps,
             "gpu_ms_per_step_by_kind": {kind: us / 1000 / steps for kind, us in by_kind.most_common()}}
 
 
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"])
     parser.add_argument("--channels_last", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="compiled from the first step (on a GPU with CUDA "
+                                                                "graphs, as train.py --compile records them)")
     parser.add_argument("--warmup", type=int, default=5, help="steps before profiling (cuDNN autotuning, caches)")
     parser.add_argument("--steps", type=int, default=5, help="steps profiled")
     parser.add_argument("--rows", type=int, default=25, help="operators in the table")
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args, train_flags = parser.parse_known_args(argv)  # the rest are train.py's (e.g. --ngf 32 --norm batch)
 
     spec = {"model": args.model, "size": args.size, "batch": args.batch, "device": args.device, "amp": args.amp,
-            "channels_last": args.channels_last, "checkpoints_dir": tempfile.mkdtemp(prefix="profile_ckpt_"),
+            "channels_last": args.channels_last, "compile": args.compile,
+            "checkpoints_dir": tempfile.mkdtemp(prefix="profile_ckpt_"),
             "extra_args": train_flags}
     opt = build_options(spec)
     ctx = make_context(args.device)
@@ -113,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         wall_s = time.perf_counter() - started
     sort_by = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
     print(f"{args.model}, {args.size} px, batch {args.batch}, {ctx.device}, amp {args.amp}"
-          f"{', channels-last' if args.channels_last else ''}: {args.steps} steps profiled after {args.warmup}")
+          f"{', channels-last' if args.channels_last else ''}{', compiled' if args.compile else ''}: {args.steps} "
+          f"steps profiled after {args.warmup}")
     print(profiler.key_averages().table(sort_by=sort_by, row_limit=args.rows))
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         text = exported.read_text()
     summary = summarise_trace(json.loads(text), args.steps, wall_s)
     summary.update(model=args.model, size=args.size, batch=args.batch, device=str(ctx.device), amp=args.amp,
-                   channels_last=args.channels_last, steps=args.steps)
+                   channels_last=args.channels_last, compile=args.compile, steps=args.steps)
     print(json.dumps(summary, indent=1))
     if args.trace:
         opener = gzip.open if args.trace.endswith(".gz") else open

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench.flops import conv2d_flops, count_flops
+from bench.flops import conv2d_flops, count_dispatched_ops, count_flops
 from bench.stats import summarize
 from bench.timing import current_rss_mb, dynamo_graph_count, peak_memory_mb, run_timed, syncer, time_op
 from bench.training import (build_model, build_options, check_losses_finite, common_fields, count_step_flops,
@@ -16,7 +16,8 @@ from bench.training import (build_model, build_options, check_losses_finite, com
 
 
 def job_step(spec: dict) -> dict:
-    """One training step (the training engine's, as train.py takes it) on one synthetic batch, repeated; with "count_flops", also
+    """One training step (the training engine's, as train.py takes it) on one synthetic batch, repeated; the
+    aten operators one step dispatches ("ops_per_step"); with "count_flops", also
     the step's FLOPs per image (counted at batch 1, or on the model's smallest batch and divided: its
     mean image), in all ("flops_batch1") and per network ("flops_by_network_batch1")."""
     ctx = make_context(spec.get("device", "auto"), spec.get("threads"))
@@ -40,8 +41,11 @@ def job_step(spec: dict) -> dict:
     result = {"warmup_s": warm, "times_s": times, "cpu_s": cpu, **summarize(times),
               "graphs_compiled": dynamo_graph_count(), "graphs_compiled_while_timed": dynamo_graph_count() - graphs_before,
               "peak_mem_mb": peak_memory_mb(device), "rss_before_model_mb": rss_before, **common_fields(device)}
+    # After timing, so that counting cannot inflate the peak memory: the aten operators one more step dispatches
+    # (each a kernel launch or more on a GPU; the same count on every device). Not for compiled networks: under
+    # the counting mode torch.compile steps aside and the step runs eagerly (dev/profile_step.py counts their launches)
+    result["ops_per_step"] = None if spec.get("compile") else count_dispatched_ops(step)[0]
     if spec.get("count_flops"):
-        # After timing, so the counting step's memory cannot inflate the peak.
         result["flops_batch1"], result["flops_by_network_batch1"] = count_step_flops(trainee, opt)
     return result
 

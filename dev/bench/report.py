@@ -99,13 +99,14 @@ def _peaks_section(peaks: dict | None) -> list[str]:
 
 def _step_row(r: dict) -> list[str]:
     if "error" in r:
-        return [r["config"], f"FAILED: {r['error'][:120]}"] + [""] * 12
+        return [r["config"], f"FAILED: {r['error'][:120]}"] + [""] * 13
     passes = " / ".join(f"{m:.3f}" for m in r.get("pass_medians_s", [r["median_s"]]))
     return [r["config"], f"{r['median_s']:.3f}", _iqr(r), passes, f"{r['steps']}", f"{r['images_per_s']:.3f}",
             _num(r.get("speedup_vs_fp32"), "{:.2f}x"), f"{r['peak_mem_mb']:.0f}",
             _g(r.get("flops_per_step")), _g(r.get("achieved_flops_per_s")),
             _num(r.get("utilisation_of_conv_peak"), "{:.0%}") + f" ({r.get('peak_dtype', '?')})",
-            _num(r.get("data_wait_fraction"), "{:.1%}"), _compile_cell(r), _load_cell(r)]
+            _num(r.get("data_wait_fraction"), "{:.1%}"), _num(r.get("ops_per_step"), "{:d}"), _compile_cell(r),
+            _load_cell(r)]
 
 
 def _step_section(step_rows: list[dict]) -> list[str]:
@@ -118,7 +119,7 @@ def _step_section(step_rows: list[dict]) -> list[str]:
         lines += [f"### Training step: {model} ({DEFAULT_NETG[model]}), {size}x{size}, batch {batch}, synthetic "
                   f"tensors", ""]
         lines += _table(["config", "median s/step", "IQR s", "pass medians", "steps", "img/s", "vs fp32", "peak MiB",
-                         "GFLOP/step", "GFLOP/s", "of conv peak", "data wait", "compile s", "load"],
+                         "GFLOP/step", "GFLOP/s", "of conv peak", "data wait", "aten ops/step", "compile s", "load"],
                         [_step_row(r) for r in rows_in]) + [""]
         lines += _flops_by_network(rows_in)
     if step_rows:
@@ -126,7 +127,9 @@ def _step_section(step_rows: list[dict]) -> list[str]:
                   "the measured conv peak of the dtype in brackets. compile s: warm-up time beyond steady steps "
                   "with an empty inductor cache (cold) and, in a second pass, with the cache the first filled. "
                   "load: 1-minute load average when each measurement started; above the number of cores, other "
-                  "processes competed for them and the times are inflated.", ""]
+                  "processes competed for them and the times are inflated. aten ops/step: the operators one step "
+                  "dispatches (forward, backward, optimizers), each a kernel launch or more on a GPU: at small "
+                  "batches the launches, not the FLOPs, set a GPU step's time.", ""]
     return lines
 
 
