@@ -2,21 +2,33 @@
 machine: the same command line, the same real photos, rounds alternating which runs first.
 
     python dev/compare_reference.py --reference /path/to/pytorch-CycleGAN-and-pix2pix --out cmp_out
-    python dev/compare_reference.py --reference REF --models pix2pix --rounds 3 --iterations 12 --out cmp_out
+    python dev/compare_reference.py --reference REF --models pix2pix --rounds 3 --images 12 --out cmp_out
+    # on a GPU (both pick it by themselves): throughput between loss lines, data loaders as users run them,
+    # our default flags and our fast path beside the reference in each round
+    python dev/compare_reference.py --reference REF --out cmp_gpu --images 160 --print_freq 20 --num_threads 4 \
+        --batch_size 1 --ours default: --ours "compiled:--compile --fused_adam"
 
-REF is a checkout of the reference (any version whose train.py runs on the CPU; the figures in
-docs/benchmarks.md used commit 2a7afba, its 2025 DDP version). Both run with this Python. The data are
-real photos: crops of the one photograph matplotlib ships (Grace Hopper), 8 of them, written as the
+REF is a checkout of the reference (any version whose train.py runs here; the figures in
+docs/benchmarks.md used commit 2a7afba, its 2025 DDP version, which picks the GPU whenever it sees one).
+Both run with this Python; where it lacks wandb, which that version imports at start and uses only
+with --use_wandb, the reference's process finds an empty `wandb` module instead (said in the report).
+The data are real photos: crops of the one photograph matplotlib ships (Grace Hopper), written as the
 reference's aligned (A|B) and unaligned (trainA/trainB) layouts; a step's cost does not depend on the
-content, only on its size. Each run trains `--iterations` images with the reference's defaults for the
-model (256 px crops of 286 px images, batch 1), `--print_freq 1`, no HTML page and no display server
-(the 2025 reference has no visdom; ours gets `--display_id 0`), data read in the main process.
+content, only on its size. Each run trains `--images` images (one epoch) with the reference's defaults
+for the model (`--size` crops of size*286/256 px images, 256 and 286 by default), `--batch_size`, no HTML
+page and no display server (the 2025 reference has no visdom; ours gets `--display_id 0`); with
+`--ours NAME:FLAGS` (repeatable; default `default:`, no flags), ours runs once per configuration with those
+flags added (its fast path: the reference has none), each beside the reference in every round.
 
-Per run we record when each loss line arrives (unbuffered output) and the seconds per image of each
-iteration that both train.py print in it (`time:`, computation only; `data:`, the wait for data). Reported per model and tool:
-the median step (iterations after the first, pooled over rounds), the start-up (launch to the first
-step), the end (last step to exit: the final save) and the whole run, medians over rounds.
-Ratios are reference / ours: above 1.00x we are faster. Writes OUT/compare.json and OUT/compare.md.
+Per run we record when each loss line arrives (unbuffered output) and the seconds per image that both
+train.py print in it (`time:`, computation only, measured from the host; `data:`, the wait for data).
+Reported per model and tool: the throughput between the first and the last loss line (images over
+seconds, what a user sees: data loading, the host's waits and the losses read every --print_freq images
+included; the first --print_freq images, with cuDNN's autotuning and compiling, before it), the median
+step (`time:`, iterations after the first, pooled over rounds), the start-up (launch to the first step),
+the end (last step to exit: the final save) and the whole run, medians over rounds.
+Ratios are ours / reference for throughput and reference / ours for times: above 1.00x we are faster.
+Writes OUT/compare.json and OUT/compare.md.
 """
 from __future__ import annotations
 
@@ -33,13 +45,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TIME = re.compile(r"^(?:\[Rank \d+\] )?\(epoch: \d+, iters: \d+, time: ([0-9.]+), data: ([0-9.]+)\)")
-COMMON = ["--no_html", "--print_freq", "1", "--n_epochs", "1", "--n_epochs_decay", "0",
-          "--save_epoch_freq", "1000", "--num_threads", "0"]
+COMMON = ["--no_html", "--n_epochs", "1", "--n_epochs_decay", "0", "--save_epoch_freq", "1000"]
 MODELS = {"pix2pix": ["--model", "pix2pix", "--direction", "AtoB"], "cycle_gan": ["--model", "cycle_gan"]}
-TOOLS = ("ours", "reference")
+REFERENCE = "reference"
 # The reference (2a7afba) has no visdom display; ours is told not to reach for one either. (Its loss
 # lines begin with "[Rank 0] ".)
-TOOL_FLAGS = {"ours": ["--display_id", "0"], "reference": []}
+OUR_FLAGS = ["--display_id", "0"]
 
 
 def real_photo_crops(count: int, size: int) -> list:
@@ -75,18 +86,29 @@ def write_datasets(root: Path, count: int = 8, size: int = 286) -> dict[str, Pat
     return {"pix2pix": aligned, "cycle_gan": unaligned}
 
 
-def run_once(tool: str, folder: Path, model: str, dataroot: Path, iterations: int, out: Path, tag: str) -> dict:
-    """One train.py run: its wall time, the per-image step times of its loss lines, its start-up
-    (launch to the first step: the first loss line's arrival less that step's own time and data
-    wait) and its end (the last loss line to exit: the final save and shutdown)."""
+def run_once(tool: str, folder: Path, model: str, dataroot: Path, args: argparse.Namespace, tag: str) -> dict:
+    """One train.py run of `tool` (REFERENCE, or the name of one of our configurations in `args.ours`): its
+    wall time, throughput between its first and last loss lines, the per-image step times of its loss lines,
+    its start-up and its end (the last loss line to exit: the final save and shutdown), and what our
+    --compile probe said."""
+    out = args.out
     command = [sys.executable, "-u", "train.py", "--dataroot", str(dataroot), "--name", tag,
-               "--checkpoints_dir", str(out / "checkpoints" / tool), "--max_dataset_size", str(iterations),
-               *MODELS[model], *COMMON, *TOOL_FLAGS[tool]]
+               "--checkpoints_dir", str(out / "checkpoints" / tool), "--max_dataset_size", str(args.images),
+               "--batch_size", str(args.batch_size), "--crop_size", str(args.size),
+               "--load_size", str(load_size(args.size)), "--print_freq", str(args.print_freq),
+               "--num_threads", str(args.num_threads), *MODELS[model], *COMMON]
+    if tool != REFERENCE:  # one of our configurations
+        command += OUR_FLAGS + args.ours[tool]
+    environment = dict(os.environ)
+    if tool == REFERENCE and args.wandb_stub:
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.wandb_stub),
+                                                                 environment.get("PYTHONPATH")]))
     log_path = out / "logs" / f"{tag}_{tool}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     steps, arrivals, lines = [], [], []
     start = time.perf_counter()
-    with subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=environment) as proc:
         for line in proc.stdout:
             lines.append(line)
             if match := STEP_TIME.match(line):
@@ -97,43 +119,92 @@ def run_once(tool: str, folder: Path, model: str, dataroot: Path, iterations: in
     if proc.returncode != 0:
         raise SystemExit(f"compare_reference: {tool}'s train.py failed for {model} (exit {proc.returncode}); "
                          f"see {log_path}")
-    if len(steps) != iterations:
-        raise SystemExit(f"compare_reference: expected {iterations} loss lines from {tool}'s {model} run, found "
+    expected = args.images // args.print_freq
+    if len(steps) != expected:
+        raise SystemExit(f"compare_reference: expected {expected} loss lines from {tool}'s {model} run, found "
                          f"{len(steps)}; see {log_path}")
-    first_compute, first_data = steps[0]
-    return {"wall": wall, "steps": [compute for compute, _ in steps],
-            "startup": arrivals[0] - first_compute - first_data, "end": wall - arrivals[-1]}
+    images_per_s = (len(arrivals) - 1) * args.print_freq / (arrivals[-1] - arrivals[0])
+    return {"wall": wall, "steps": [compute for compute, _ in steps], "images_per_s": images_per_s,
+            "notes": [line.strip() for line in lines if line.startswith("--compile:")],
+            # launch to the first loss line, less what its images take at the steady rate
+            "startup": arrivals[0] - args.print_freq / images_per_s, "end": wall - arrivals[-1]}
+
+
+def our_configurations(specs: list[str], parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """`--ours NAME:FLAGS` values as {name: flags}."""
+    configurations = {}
+    for spec in specs:
+        name, colon, flags = spec.partition(":")
+        if not colon or not name.strip() or name.strip() == REFERENCE or name.strip() in configurations \
+                or not name.strip().replace("_", "").replace("-", "").isalnum():
+            parser.error(f"--ours takes NAME:FLAGS with a new name of letters, digits, - and _ (not "
+                         f"{REFERENCE!r}), e.g. \"compiled:--compile\"; got {spec!r}")
+        configurations[name.strip()] = flags.split()
+    return configurations
+
+
+def load_size(size: int) -> int:
+    """The reference's 286/256 ratio between --load_size and --crop_size."""
+    return round(size * 286 / 256)
+
+
+def wandb_stub(out: Path) -> Path | None:
+    """A folder holding an empty `wandb` module where this Python has none (the reference imports it at start
+    and uses it only with --use_wandb); None where wandb is installed."""
+    import importlib.util
+    if importlib.util.find_spec("wandb") is not None:
+        return None
+    folder = out / "wandb_stub"
+    (folder / "wandb").mkdir(parents=True, exist_ok=True)
+    (folder / "wandb" / "__init__.py").write_text('"""Empty: the reference imports wandb; these runs never use '
+                                                  'it."""\n')
+    return folder
 
 
 def summarise(runs: list[dict]) -> dict:
     """Median step (after each run's first, pooled over rounds); median start-up, end and wall time."""
     steady = [step for run in runs for step in run["steps"][1:]]
     return {"step": statistics.median(steady), "wall": statistics.median(run["wall"] for run in runs),
+            "images_per_s": statistics.median(run["images_per_s"] for run in runs),
+            "images_per_s_per_round": [run["images_per_s"] for run in runs],
             "startup": statistics.median(run["startup"] for run in runs),
             "end": statistics.median(run["end"] for run in runs),
             "step_per_round": [statistics.median(run["steps"][1:]) for run in runs],
-            "startup_per_round": [run["startup"] for run in runs]}
+            "startup_per_round": [run["startup"] for run in runs],
+            "notes": [note for run in runs for note in run["notes"]]}
 
 
 def table(results: dict, args: argparse.Namespace) -> str:
-    lines = [f"Machine: {_cpu_name()}, {os.cpu_count()} cores, torch {_torch_version()}, Python "
-             f"{platform.python_version()}; load average at start {args.load_start}, at end {_load()}. "
-             f"{args.rounds} rounds alternating which runs first, {args.iterations} images per run, 256 px, "
-             f"batch 1. Ratios: reference / ours (above 1.00x we are faster). Per-round values in brackets.", "",
-             "| model | s/image ours | s/image reference | step ratio | start-up s ours | start-up s reference "
-             "| start-up ratio | end s ours | end s reference | whole run s ours | whole run s reference |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    configurations = "; ".join(f"{name}: {' '.join(flags) or 'no flags'}" for name, flags in args.ours.items())
+    lines = [f"Machine: {_machine()}, torch {_torch_version()}, Python {platform.python_version()}; load average "
+             f"at start {args.load_start}, at end {_load()}. {args.rounds} round(s) alternating which runs first, "
+             f"{args.images} images per run, {args.size} px, batch {args.batch_size}, --print_freq {args.print_freq}, "
+             f"--num_threads {args.num_threads}; ours: {configurations}"
+             f"{' (the reference ran with an empty wandb module: this Python has none)' if args.wandb_stub else ''}. "
+             f"img/s: images between the first and last loss line over the seconds between them; s/image: the "
+             f"`time:` train.py prints. Ratios against the reference: above 1.00x we are faster. Per-round values "
+             f"in brackets.", "",
+             "| model | run | img/s | img/s vs reference | s/image | step vs reference | start-up s | end s "
+             "| whole run s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for model, tools in results.items():
-        ours, ref = tools["ours"], tools["reference"]
-        lines.append(f"| {model} | {ours['step']:.3f} ({_rounds(ours['step_per_round'])}) | {ref['step']:.3f} "
-                     f"({_rounds(ref['step_per_round'])}) | {ref['step'] / ours['step']:.2f}x "
-                     f"| {ours['startup']:.1f} ({_rounds(ours['startup_per_round'], 1)}) | {ref['startup']:.1f} "
-                     f"({_rounds(ref['startup_per_round'], 1)}) | {ref['startup'] / ours['startup']:.2f}x "
-                     f"| {ours['end']:.1f} | {ref['end']:.1f} | {ours['wall']:.1f} | {ref['wall']:.1f} |")
-    lines += ["", "start-up: launch to the first step (the first loss line's arrival less that step's time and "
-              "data wait); end: the last loss line to exit (ours saves a resumable `latest` checkpoint at the end "
-              "of every epoch; the reference saves at --save_epoch_freq, so in these runs not at all); whole run: "
-              "launch to exit. Medians over the rounds."]
+        ref = tools[REFERENCE]
+        for tool, got in tools.items():
+            ours = tool != REFERENCE
+            throughput_ratio = f"{got['images_per_s'] / ref['images_per_s']:.2f}x" if ours else ""
+            step_ratio = f"{ref['step'] / got['step']:.2f}x" if ours else ""
+            lines.append(f"| {model} | {'ours, ' + tool if ours else tool} | {got['images_per_s']:.2f} "
+                         f"({_rounds(got['images_per_s_per_round'], 2)}) | {throughput_ratio} "
+                         f"| {got['step']:.4f} ({_rounds(got['step_per_round'], 4)}) | {step_ratio} "
+                         f"| {got['startup']:.1f} ({_rounds(got['startup_per_round'], 1)}) | {got['end']:.1f} "
+                         f"| {got['wall']:.1f} |")
+    lines += ["", "start-up: launch to the first loss line, less what its images take at the steady rate "
+              "(cuDNN's autotuning and compiling fall in it); end: the last loss line to exit (ours saves a resumable "
+              "`latest` checkpoint at the end of every epoch; the reference saves at --save_epoch_freq, so in these "
+              "runs not at all); whole run: launch to exit. Medians over the rounds."]
+    notes = sorted({note for tools in results.values() for got in tools.values() for note in got["notes"]})
+    if notes:
+        lines += ["", "What our --compile probe said:", *[f"- {note}" for note in notes]]
     return "\n".join(lines)
 
 
@@ -143,6 +214,22 @@ def _rounds(values: list[float], digits: int = 3) -> str:
 
 def _load() -> str:
     return ", ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def _machine() -> str:
+    """The CPU and cores; the GPU and driver where torch sees one."""
+    import torch
+    described = f"{_cpu_name()}, {os.cpu_count()} cores"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            driver = "unknown"
+        described += (f"; GPU {props.name} ({props.total_memory / 2**30:.0f} GiB), driver {driver}, "
+                      f"CUDA {torch.version.cuda}")
+    return described
 
 
 def _cpu_name() -> str:
@@ -167,34 +254,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="folder for the data, logs and results")
     parser.add_argument("--models", default="pix2pix,cycle_gan", help="comma-separated: pix2pix, cycle_gan")
     parser.add_argument("--rounds", type=int, default=2, help="rounds; each alternates which tool runs first")
-    parser.add_argument("--iterations", type=int, default=8, help="images trained per run (at most 8)")
+    parser.add_argument("--images", type=int, default=8, help="images trained per run (one epoch)")
+    parser.add_argument("--batch_size", type=int, default=1, help="--batch_size of both runs")
+    parser.add_argument("--size", type=int, default=256, help="--crop_size of both runs (--load_size: size*286/256)")
+    parser.add_argument("--print_freq", type=int, default=1, help="--print_freq of both runs (a multiple of "
+                        "--batch_size); a loss line reads the losses, which waits for a GPU")
+    parser.add_argument("--num_threads", type=int, default=0, help="--num_threads (data-loading processes) of both")
+    parser.add_argument("--ours", action="append", metavar="NAME:FLAGS", help="one of our configurations: a name and "
+                        "further flags for our train.py only (its fast path), e.g. \"compiled:--compile\"; "
+                        "repeatable (default: default:, no flags)")
     args = parser.parse_args(argv)
     models = [name.strip() for name in args.models.split(",") if name.strip()]
     unknown = [name for name in models if name not in MODELS]
-    if unknown or not (args.reference / "train.py").is_file() or not 2 <= args.iterations <= 8 or args.rounds < 1:
-        parser.error(f"--models takes {', '.join(MODELS)} (got {unknown or models}); --reference must hold the "
-                     f"reference's train.py ({args.reference}); --iterations 2..8; --rounds >= 1")
+    problems = []
+    if unknown:
+        problems.append(f"--models takes {', '.join(MODELS)} (got {', '.join(unknown)})")
+    if not (args.reference / "train.py").is_file():
+        problems.append(f"--reference must hold the reference's train.py ({args.reference} does not)")
+    if args.rounds < 1 or args.batch_size < 1 or args.num_threads < 0 or not 16 <= args.size <= 4096:
+        problems.append("--rounds and --batch_size take 1 or more, --num_threads 0 or more, --size 16..4096")
+    if args.print_freq < 1 or args.print_freq % args.batch_size or args.images < 2 * args.print_freq \
+            or args.images > 10000:
+        problems.append("--print_freq takes a multiple of --batch_size, and --images at least two loss lines' worth "
+                        "(2 x --print_freq) and at most 10000")
+    if problems:
+        parser.error("; ".join(problems))
+    args.ours = our_configurations(args.ours or ["default:"], parser)
     args.out.mkdir(parents=True, exist_ok=True)
     args.load_start = _load()
-    datasets = write_datasets(args.out / "data")
-    folders = {"ours": ROOT, "reference": args.reference.resolve()}
-    runs: dict = {model: {tool: [] for tool in TOOLS} for model in models}
+    datasets = write_datasets(args.out / "data", count=args.images, size=load_size(args.size))
+    args.wandb_stub = wandb_stub(args.out)
+    tools = (REFERENCE, *args.ours)
+    folders = {tool: ROOT for tool in args.ours} | {REFERENCE: args.reference.resolve()}
+    runs: dict = {model: {tool: [] for tool in tools} for model in models}
     for round_index in range(args.rounds):
-        order = TOOLS if round_index % 2 == 0 else TOOLS[::-1]
+        order = tools if round_index % 2 == 0 else tools[::-1]
         for model in models:
             for tool in order:
                 tag = f"{model}_round{round_index}"
-                run = run_once(tool, folders[tool], model, datasets[model], args.iterations, args.out, tag)
+                run = run_once(tool, folders[tool], model, datasets[model], args, tag)
                 runs[model][tool].append(run)
-                print(f"round {round_index} {model} {tool}: whole run {run['wall']:.1f} s, start-up "
-                      f"{run['startup']:.1f} s, median step {statistics.median(run['steps'][1:]):.3f} s/image",
-                      flush=True)
+                print(f"round {round_index} {model} {tool}: {run['images_per_s']:.2f} img/s, whole run "
+                      f"{run['wall']:.1f} s, start-up {run['startup']:.1f} s, median step "
+                      f"{statistics.median(run['steps'][1:]):.4f} s/image", flush=True)
     results = {model: {tool: summarise(tool_runs) for tool, tool_runs in tools.items()}
                for model, tools in runs.items()}
     report = table(results, args)
     print(report)
     (args.out / "compare.md").write_text(report + "\n")
-    (args.out / "compare.json").write_text(json.dumps({"results": results, "runs": runs}, indent=1))
+    settings = {key: str(value) for key, value in vars(args).items()}  # (the configurations' flags as text)
+    (args.out / "compare.json").write_text(json.dumps({"settings": settings, "results": results, "runs": runs},
+                                                      indent=1))
     return 0
 
 

@@ -5,7 +5,13 @@
 #   bash scripts/gpu_check.sh tests [ARGS]    # only tests/test_gpu.py; ARGS go to pytest (e.g. -k cycle_gan)
 #   bash scripts/gpu_check.sh bench [ARGS]    # only dev/benchmark.py --device cuda; ARGS go to it
 #                                             # (e.g. --quick, --sections step, --resume after a cut)
+#   bash scripts/gpu_check.sh --reference REF compare
+#                                             # the reference's train.py and ours side by side on this GPU
+#                                             # (dev/compare_reference.py): CycleGAN and pix2pix, 256 px, batch 1
+#                                             # (our default flags and --compile --fused_adam) and batch 8 (default
+#                                             # flags and --amp bf16 --channels_last), in alternating rounds
 # Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS),
+# --reference DIR (or $IMG2IMG_REFERENCE: a checkout of junyanz/pytorch-CycleGAN-and-pix2pix, for compare),
 # --workers N (pytest processes sharing the GPU; default half the cores, at most 8, where pytest-xdist is
 # installed, else 1: on one H200, 8 workers ran in 3 min tests whose durations add up to 18).
 #
@@ -21,11 +27,13 @@ cd "$(dirname "$0")/.."
 
 out=gpu_check_out
 wheels=${IMG2IMG_WHEELS:-}
+reference=${IMG2IMG_REFERENCE:-}
 workers=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --wheels) wheels=$2; shift 2 ;;
+    --reference) reference=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     *) break ;;
   esac
@@ -34,8 +42,13 @@ mode=${1:-all}
 [ $# -gt 0 ] && shift
 case "$mode" in
   tests|bench) ;;
+  compare)
+    [ -n "$reference" ] && [ -f "$reference/train.py" ] || {
+      echo "gpu_check: compare needs --reference DIR (or IMG2IMG_REFERENCE), a checkout of the reference" \
+           "(junyanz/pytorch-CycleGAN-and-pix2pix) holding its train.py; got '${reference}'" >&2; exit 2; } ;;
   all) [ $# = 0 ] || { echo "gpu_check: extra arguments need a mode: tests ARGS (pytest) or bench ARGS (benchmark.py)" >&2; exit 2; } ;;
-  *) echo "gpu_check: unknown mode '$mode' (all, tests or bench; options --out DIR --wheels DIR first)" >&2; exit 2 ;;
+  *) echo "gpu_check: unknown mode '$mode' (all, tests, bench or compare; options --out DIR --wheels DIR" \
+          "--reference DIR first)" >&2; exit 2 ;;
 esac
 
 case "$workers" in
@@ -103,6 +116,23 @@ command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 \
   || echo "gpu_check: no C compiler (gcc, cc): torch.compile cannot work, so the --compile checks will fail" >&2
 
 status=0
+if [ "$mode" = compare ]; then
+  # batch 1, the reference's default: the launch-bound step (our default flags, and the fast path's CUDA graphs);
+  # batch 8: the GPU's arithmetic (bf16 and channels-last). Data loaded by 4 processes, as users run both.
+  common=(--reference "$reference" --models cycle_gan,pix2pix --num_threads 4)
+  echo "gpu_check: dev/compare_reference.py -> $out/compare_batch1, $out/compare_batch8"
+  "$python" dev/compare_reference.py "${common[@]}" --out "$out/compare_batch1" --batch_size 1 --images 80 \
+    --print_freq 20 --rounds 2 --ours default: --ours "fast:--compile --fused_adam" "$@" 2>&1 \
+    | tee "$out/compare_batch1.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  "$python" dev/compare_reference.py "${common[@]}" --out "$out/compare_batch8" --batch_size 8 --images 160 \
+    --print_freq 40 --rounds 1 --ours default: --ours "bf16_channels_last:--amp bf16 --channels_last" "$@" 2>&1 \
+    | tee "$out/compare_batch8.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  echo "gpu_check: the tables are in $out/compare_batch1/compare.md and $out/compare_batch8/compare.md"
+  echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED); logs in $out"
+  exit $status
+fi
 if [ "$mode" != bench ]; then
   have_xdist=no
   "$python" -c "import xdist" 2>/dev/null && have_xdist=yes
