@@ -4,24 +4,26 @@ engine's, models/training_engine.py):
     plain      the model's attribute (`model.netG`): its weights, what checkpoints are written from
     trained    the plain module DDP-wrapped under torchrun (compiled with --compile): what the
                training step calls (`step.nets.G`)
-    judging    the plain module compiled but never DDP-wrapped: what `step.frozen("D")` yields, and
-               what validation calls
+    judging    the plain module compiled but never DDP-wrapped: what validation calls, and what
+               `step.frozen("D")` yields (but with CUDA graphs, below)
 
 Under torchrun with --norm syncbatch the trained and judging variants run a twin of the plain module
 whose batch-norm layers synchronise their statistics across processes (models/sync_batchnorm.py):
 the same Parameter and buffer objects, so the plain module's weights and running statistics are
 the ones trained, and the plain module itself is never changed. With --compile both compiled and
 eager variants exist, so that the compile probe (util/training/compile_probe.py) can choose.
-With `cuda_graphs` (--compile on a GPU, `captures_cuda_graphs`) the trained variants replay CUDA graphs:
-a step's forwards and backwards are a few launches instead of thousands; the judging variants (a frozen
-D inside the generator's step, validation) are compiled without graphs, so that nothing they return is
-overwritten by a later replay.
+With `cuda_graphs` (--compile on a GPU, `captures_cuda_graphs`) the networks the step calls replay CUDA
+graphs: a step's forwards and backwards are a few launches instead of thousands. That is the trained
+variants and what `step.frozen` yields (the trained variant itself where it is not DDP-wrapped, else the
+plain module compiled into graphs); their outputs are consumed within the step. Validation's judging
+variants are compiled without graphs, so that nothing it keeps is overwritten by a later replay.
 """
 from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -33,6 +35,14 @@ from models.training_step import set_requires_grad
 from util import distributed
 
 
+class Variants(NamedTuple):
+    """One network as training calls it, at one compile choice (module docstring)."""
+
+    trained: nn.Module  # what the step trains
+    judging: nn.Module  # what validation calls
+    frozen: nn.Module   # what `frozen` yields inside the step
+
+
 class TrainingNetworks:
     """The trained and judging variants of `plain` (name -> the model's module), eager and, with
     `compile`, compiled; `views()` the ones the next step calls."""
@@ -42,20 +52,23 @@ class TrainingNetworks:
         self.plain = dict(plain)
         self.cuda_graphs = compile and cuda_graphs
         together = distributed.is_distributed()
-        # name -> {compiled: (trained, judging)}
-        self._variants: dict[str, dict[bool, tuple[nn.Module, nn.Module]]] = {}
+        # name -> {compiled: its variants}
+        self._variants: dict[str, dict[bool, Variants]] = {}
         self._twins: dict[str, nn.Module] = {}
         for name, net in self.plain.items():
             twin = synchronised_twin(net, device) if together and synchronise_batch_norm else net
             self._twins[name] = twin
             trained = distributed.wrap_ddp(twin, device) if together else twin
-            variants = {False: (trained, twin)}
+            variants = {False: Variants(trained, twin, twin)}
             if compile:
                 judging = networks.compile_network(twin, name)
-                if trained is twin and not self.cuda_graphs:
-                    variants[True] = (judging, judging)
+                if not self.cuda_graphs:
+                    compiled = judging if trained is twin else networks.compile_network(trained, name)
+                    variants[True] = Variants(compiled, judging, judging)
                 else:
-                    variants[True] = (networks.compile_network(trained, name, self.cuda_graphs), judging)
+                    graphed = networks.compile_network(trained, name, cuda_graphs=True)
+                    frozen = graphed if trained is twin else networks.compile_network(twin, name, cuda_graphs=True)
+                    variants[True] = Variants(graphed, judging, frozen)
             self._variants[name] = variants
         self._compiled = {name: compile for name in self.plain}
         self._views: NetworkViews | None = None
@@ -63,13 +76,13 @@ class TrainingNetworks:
     def views(self) -> NetworkViews:
         """The networks as the next training step calls them (`TrainingStep.nets`)."""
         if self._views is None:
-            self._views = NetworkViews({name: variants[self._compiled[name]][0]
+            self._views = NetworkViews({name: variants[self._compiled[name]].trained
                                         for name, variants in self._variants.items()})
         return self._views
 
     def judging(self, name: str) -> nn.Module:
         """Network `name` as inference calls it: never DDP-wrapped, compiled as the run is."""
-        return self._variants[name][self._compiled[name]][1]
+        return self._variants[name][self._compiled[name]].judging
 
     def uncompiled(self, name: str) -> nn.Module:
         """Network `name` as training runs it, neither compiled nor DDP-wrapped: the plain module, or
@@ -92,12 +105,12 @@ class TrainingNetworks:
     @contextmanager
     def frozen(self, *names: str) -> Iterator:
         """`TrainingStep.frozen`: the networks `names` get no weight gradients in the block, and are
-        yielded as judging variants (one network, or a tuple for several)."""
+        yielded never DDP-wrapped, compiled as the run is (one network, or a tuple for several)."""
         plain = [self.plain[name] for name in names]
-        judging = tuple(self.judging(name) for name in names)
+        frozen = tuple(self._variants[name][self._compiled[name]].frozen for name in names)
         set_requires_grad(plain, False)
         try:
-            yield judging[0] if len(judging) == 1 else judging
+            yield frozen[0] if len(frozen) == 1 else frozen
         finally:
             set_requires_grad(plain, True)
 

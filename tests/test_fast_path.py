@@ -225,8 +225,11 @@ def test_compiled_training_reproduces_the_first_losses(monkeypatch):
         for a, b in zip(step_plain, step_fast):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
     assert len(marks) == 2  # one per training step
+    # the step's networks replay graphs, D frozen in G's step too; validation's are compiled apart, without
     networks_trained = training_engine(compiled).networks
     assert networks_trained.cuda_graphs and networks_trained.views()["D"] is not networks_trained.judging("D")
+    with networks_trained.frozen("D") as frozen_D:
+        assert frozen_D is networks_trained.views()["D"]
     # the compiled twins train beside the model's networks: it still holds what it built, each module its class
     for name, net in built.items():
         assert getattr(compiled, "net" + name) is net and module_classes(net) == classes[name], name
