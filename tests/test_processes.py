@@ -172,9 +172,13 @@ def test_ranks_see_what_torchruns_workers_see(report_script, tmp_path):
     assert all(found["preloaded"] for found in report(ranks.stdout))
 
 
-FAILING = '''
+# Each worker writes its pid in one write(): the workers share one pipe, and where PYTHONUNBUFFERED is set
+# print() writes the number and the newline apart, so that two pids could run together ("2848528486\n\n").
+PRINT_PID = 'os.write(1, f"{os.getpid()}\\n".encode())'
+
+FAILING = f'''
 import os, sys, time
-print(os.getpid(), flush=True)
+{PRINT_PID}
 if os.environ["RANK"] == "1":
     sys.exit(3)
 time.sleep(60)
@@ -193,7 +197,7 @@ def test_a_failing_rank_ends_the_others_at_once_and_gives_its_status(tmp_path):
 
 def test_ranks_past_their_timeout_are_all_killed(tmp_path):
     script = tmp_path / "sleeper.py"
-    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    script.write_text(f"import os, time\n{PRINT_PID}\ntime.sleep(60)\n")
     began = time.time()
     with pytest.raises(subprocess.TimeoutExpired) as expired:
         run_ranks(script, [], dict(os.environ), tmp_path, timeout=3)
@@ -202,9 +206,9 @@ def test_ranks_past_their_timeout_are_all_killed(tmp_path):
     assert len(pids) == 2 and all(not Path(f"/proc/{pid}").exists() for pid in pids)
 
 
-WAITING = '''
+WAITING = f'''
 import os, sys, time
-print(os.getpid(), flush=True)
+{PRINT_PID}
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
 '''
