@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -330,20 +331,23 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # pix2pix (instance norm under DDP): two networks to compile, not CycleGAN's four; the image
     # pool's exact resume under torchrun is tested in test_resume.py without the compile cost. One
     # process saves and resumes through the same code (test_resume.py), and compiles the same
-    # networks (the tests above), so this torchrun run stands for both. It is also the suite's run of a
-    # worker killed under torchrun and the run continued by hand with --continue_train (test_resume.py
-    # has torchrun restart the workers on its own). The run killed is a real torchrun (its agent ends the
-    # other worker); the uninterrupted and the continued runs are the same 2 ranks without the launcher.
-    from test_resume import (assert_identical, final_weights, interrupt_when_logged, pix2pix, run_two_ranks,
-                             train_command)
+    # networks (the tests above), so this torchrun run stands for both. The run continued is the
+    # uninterrupted run's state in the middle of its second epoch (--save_by_iter keeps every state it
+    # saved), which is what a run killed there leaves (test_resume.py kills torchrun's workers, without
+    # the compile cost); the runs are 2 ranks without the launcher (test_resume.run_two_ranks).
+    from test_resume import assert_identical, final_weights, pix2pix, run_two_ranks
     # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
     # probe picks by timing, and a run continued before it chose times again).
-    flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0"]
+    flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0", "--save_by_iter"]
     run_two_ranks(pix2pix(paired_root, tmp_path, "whole") + flags)
-    args = pix2pix(paired_root, tmp_path, "cut") + flags
-    interrupt_when_logged(train_command(args, nproc=2), tmp_path / "cut" / "loss_log.txt",
-                          "(epoch: 2, iters: 2,", victim="worker")
-    run_two_ranks(args + ["--continue_train"])
+    # 8 images an epoch, 2 a step, a save every 3 images: after 12 images, 4 into the second epoch of 2
+    middle = sorted((tmp_path / "whole").glob("iter_12_*"))
+    assert {path.name for path in middle} == {"iter_12_net_G.pth", "iter_12_net_D.pth", "iter_12_train_state.pth"}
+    (tmp_path / "cut").mkdir()
+    for path in middle:
+        shutil.copy(path, tmp_path / "cut" / path.name)
+    continued = run_two_ranks(pix2pix(paired_root, tmp_path, "cut") + flags + ["--continue_train"])
+    assert "epoch 2, 4 images into it" in continued.stdout
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
     # every network compiled in bf16 trains: finite losses at every logged step
     lines = [line for line in (tmp_path / "whole" / "loss_log.txt").read_text().splitlines() if line.startswith("(")]
