@@ -230,8 +230,8 @@ def test_two_process_run_whose_worker_is_killed_is_restarted_by_torchrun_and_end
         unpaired_root, tmp_path):
     # CycleGAN: its image pool is one for all ranks, resumed too. With --max-restarts, torchrun restarts
     # the workers and they continue on their own: torchrun itself is the point, so it runs for real; the
-    # uninterrupted reference is the same 2 ranks without it. (A worker killed under torchrun and the run
-    # continued by hand with --continue_train: tests/test_fast_path.py's torchrun run, every speed flag.)
+    # uninterrupted reference is the same 2 ranks without it. (2 ranks continuing a mid-epoch state by hand
+    # with --continue_train: tests/test_fast_path.py's torchrun run, every speed flag.)
     run_two_ranks(cycle_gan(unpaired_root, tmp_path, "whole"))
     args = cycle_gan(unpaired_root, tmp_path, "elastic")
     restarted = interrupt_when_logged(train_command(args, nproc=2, extra=("--max-restarts=1",)),
