@@ -156,7 +156,10 @@ def test_harness_writes_the_documented_tables_and_json(small_run):
     assert row["achieved_flops_per_s"] == pytest.approx(row["flops_per_step"] / row["median_s"])
     assert set(row["flops_by_network"]) == {"G_A", "G_B", "D_A", "D_B"}
     assert sum(sum(p.values()) for p in row["flops_by_network"].values()) == row["flops_per_step"]
+    # the operators one step dispatches (a kernel launch or more each on a GPU), counted beside the time
+    assert isinstance(row["ops_per_step"], int) and row["ops_per_step"] > 1000
     markdown = (out / "benchmark.md").read_text()
+    assert "aten ops/step" in markdown and f"| {row['ops_per_step']} |" in markdown
     assert "### Training step: cycle_gan (resnet_9blocks), 32x32" in markdown
     assert "FLOPs per network in one step" in markdown and "| G_A |" in markdown and "| D_B |" in markdown
 
@@ -413,13 +416,14 @@ def test_the_step_profile_counts_gpu_busy_time_once_where_streams_overlap_and_so
         kernel("sm90_xmma_fprop_implicit_gemm_f32f32", 0, 400), kernel("reflection_pad2d_out_kernel", 300, 200),
         kernel("vectorized_elementwise_kernel<4, AddFunctor>", 1000, 100),
         kernel("multi_tensor_apply_kernel<AdamFunctor>", 1500, 300), launch, launch, launch, launch,
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 900, "dur": 5},  # one replay (--compile)
         {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "ts": 0, "dur": 2000}]}
     summary = profile_step.summarise_trace(trace, steps=2, wall_s=0.004)
     assert summary["wall_ms_per_step"] == pytest.approx(2.0)
     # 0-500 (the pad overlaps the convolution), 1000-1100, 1500-1800: 900 us in 2 steps
     assert summary["gpu_busy_ms_per_step"] == pytest.approx(0.45)
     assert summary["gpu_busy_fraction"] == pytest.approx(0.225)
-    assert summary["kernel_launches_per_step"] == 2
+    assert summary["kernel_launches_per_step"] == 2 and summary["cuda_graph_launches_per_step"] == 0.5
     assert summary["gpu_ms_per_step_by_kind"] == pytest.approx(
         {"convolution and matmul": 0.2, "padding": 0.1, "elementwise": 0.05, "optimizer": 0.15})
 
