@@ -53,30 +53,38 @@ REFERENCE = "reference"
 OUR_FLAGS = ["--display_id", "0"]
 
 
-def real_photo_crops(count: int, size: int) -> list:
-    """`count` different size x size crops (and mirror images) of the photograph matplotlib ships."""
+DISTINCT_CROPS = 64  # crop positions; beyond them crops repeat: a step's cost depends on the size, not the content
+
+
+def hopper_photo(size: int):
+    """The photograph matplotlib ships, resized to hold DISTINCT_CROPS size x size crops 8 px apart (at most
+    4608 px a side for --size 4096)."""
     import matplotlib.cbook
-    from PIL import Image, ImageOps
+    from PIL import Image
     with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as handle:
         photo = Image.open(handle).convert("RGB")
-    photo = photo.resize((max(photo.width, size + count * 8), max(photo.height, size + count * 8)))
-    crops = []
-    for index in range(count):
-        left, top = index * 8, (index * 13) % (photo.height - size + 1)
-        crop = photo.crop((left, top, left + size, top + size))
-        crops.append(ImageOps.mirror(crop) if index % 2 else crop)
-    return crops
+    side = size + DISTINCT_CROPS * 8
+    return photo.resize((max(photo.width, side), max(photo.height, side)))
+
+
+def real_photo_crop(photo, index: int, size: int):
+    """The `index`-th size x size crop of `photo`: one of DISTINCT_CROPS positions, mirrored for odd indices."""
+    from PIL import ImageOps
+    position = index % DISTINCT_CROPS
+    left, top = position * 8, (position * 13) % (photo.height - size + 1)
+    crop = photo.crop((left, top, left + size, top + size))
+    return ImageOps.mirror(crop) if index % 2 else crop
 
 
 def write_datasets(root: Path, count: int = 8, size: int = 286) -> dict[str, Path]:
-    """The aligned (pix2pix) and unaligned (CycleGAN) layouts, of real photos."""
+    """The aligned (pix2pix) and unaligned (CycleGAN) layouts, of real photos, written one image at a time."""
     from PIL import Image
-    photos = real_photo_crops(2 * count, size)
+    photo = hopper_photo(size)
     aligned, unaligned = root / "aligned", root / "unaligned"
     for folder in (aligned / "train", unaligned / "trainA", unaligned / "trainB"):
         folder.mkdir(parents=True, exist_ok=True)
     for index in range(count):
-        a, b = photos[index], photos[count + index]
+        a, b = real_photo_crop(photo, index, size), real_photo_crop(photo, count + index, size)
         pair = Image.new("RGB", (2 * size, size))
         pair.paste(a, (0, 0))
         pair.paste(b.convert("L").convert("RGB"), (size, 0))
