@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.training import load_size_for  # dev/ is this script's folder, on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TIME = re.compile(r"^(?:\[Rank \d+\] )?\(epoch: \d+, iters: \d+, time: ([0-9.]+), data: ([0-9.]+)\)")
 COMMON = ["--no_html", "--n_epochs", "1", "--n_epochs_decay", "0", "--save_epoch_freq", "1000"]
@@ -103,7 +105,7 @@ def run_once(tool: str, folder: Path, model: str, dataroot: Path, args: argparse
     command = [sys.executable, "-u", "train.py", "--dataroot", str(dataroot), "--name", tag,
                "--checkpoints_dir", str(out / "checkpoints" / tool), "--max_dataset_size", str(args.images),
                "--batch_size", str(args.batch_size), "--crop_size", str(args.size),
-               "--load_size", str(load_size(args.size)), "--print_freq", str(args.print_freq),
+               "--load_size", str(load_size_for(args.size)), "--print_freq", str(args.print_freq),
                "--num_threads", str(args.num_threads), *MODELS[model], *COMMON]
     if tool != REFERENCE:  # one of our configurations
         command += OUR_FLAGS + args.ours[tool]
@@ -149,11 +151,6 @@ def our_configurations(specs: list[str], parser: argparse.ArgumentParser) -> dic
                          f"{REFERENCE!r}), e.g. \"compiled:--compile\"; got {spec!r}")
         configurations[name.strip()] = flags.split()
     return configurations
-
-
-def load_size(size: int) -> int:
-    """The reference's 286/256 ratio between --load_size and --crop_size."""
-    return round(size * 286 / 256)
 
 
 def wandb_stub(out: Path) -> Path | None:
@@ -290,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args.ours = our_configurations(args.ours or ["default:"], parser)
     args.out.mkdir(parents=True, exist_ok=True)
     args.load_start = _load()
-    datasets = write_datasets(args.out / "data", count=args.images, size=load_size(args.size))
+    datasets = write_datasets(args.out / "data", count=args.images, size=load_size_for(args.size))
     args.wandb_stub = wandb_stub(args.out)
     tools = (REFERENCE, *args.ours)
     folders = {tool: ROOT for tool in args.ours} | {REFERENCE: args.reference.resolve()}
