@@ -9,7 +9,7 @@
 #                                             # the reference's train.py and ours side by side on this GPU
 #                                             # (dev/compare_reference.py): CycleGAN and pix2pix, 256 px, batch 1
 #                                             # (our default flags and --compile --fused_adam) and batch 8 (default
-#                                             # flags and --amp bf16 --channels_last), in alternating rounds
+#                                             # flags, --amp bf16, and --amp bf16 --channels_last), in alternating rounds
 # Options (before the mode): --out DIR (default gpu_check_out), --wheels DIR (or $IMG2IMG_WHEELS),
 # --reference DIR (or $IMG2IMG_REFERENCE: a checkout of junyanz/pytorch-CycleGAN-and-pix2pix, for compare),
 # --workers N (pytest processes sharing the GPU; default half the cores, at most 8, where pytest-xdist is
@@ -120,11 +120,12 @@ if [ "$mode" = compare ]; then
   # batch 1, the reference's default: the launch-bound step (our default flags, and the fast path's CUDA graphs);
   # batch 8: the GPU's arithmetic (bf16 and channels-last). Data loaded by 4 processes, as users run both.
   common=(--reference "$reference" --models cycle_gan,pix2pix --num_threads 4)
-  # Batch 8 first: no compiling, about 2.5 minutes on an H100; batch 1 then takes about 7 (its fast runs
-  # compile, 1-2 minutes each with an empty inductor cache).
+  # Batch 8 first: no compiling, about 2.5 minutes on an H100 (2 min 24 s with two of our configurations);
+  # batch 1 then takes about 7 (its fast runs compile, 1-2 minutes each with an empty inductor cache).
   echo "gpu_check: dev/compare_reference.py -> $out/compare_batch8, $out/compare_batch1"
   "$python" dev/compare_reference.py "${common[@]}" --out "$out/compare_batch8" --batch_size 8 --images 160 \
-    --print_freq 40 --rounds 1 --ours default: --ours "bf16_channels_last:--amp bf16 --channels_last" "$@" 2>&1 \
+    --print_freq 40 --rounds 1 --ours default: --ours "bf16:--amp bf16" \
+    --ours "bf16_channels_last:--amp bf16 --channels_last" "$@" 2>&1 \
     | tee "$out/compare_batch8.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   "$python" dev/compare_reference.py "${common[@]}" --out "$out/compare_batch1" --batch_size 1 --images 80 \
