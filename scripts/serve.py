@@ -1,0 +1,97 @@
+"""Serve a trained model: a web page to try it and an HTTP API that batches concurrent requests.
+
+    python scripts/serve.py --checkpoint checkpoints/horse2zebra            # http://127.0.0.1:8000/
+    curl -F file=@horse.jpg http://127.0.0.1:8000/translate -o zebra.png
+
+Any run that the Translator loads (CycleGAN in either direction, pix2pix, CUT, BicycleGAN with its
+samples and encoder, volume models): the page at / takes images (or volumes) by drag and drop and shows
+each output beside its input; POST /translate takes a file and answers the translated file; GET /info
+describes the model and GET /health says the server is up; /docs is the API's OpenAPI page.
+docs/serving.md has the options, the API with curl and Python examples, and the measured throughput.
+Binds to 127.0.0.1 unless --host says otherwise. Exit status 2 with one paragraph for a bad flag or
+checkpoint, before anything is served.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from models.translator import PRECISIONS  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
+
+port_number = Bounded(int, low=0, high=65535, name="port")
+batch_images = Bounded(int, low=1, high=256, name="max_batch")
+# On a GPU a batch uses the device better; on the CPU one image at a time was faster: CycleGAN (ngf 64,
+# 256 px) translated 1.58 images/s one by one and 1.16-1.21 in batches of 8 on 2 Zen 4 cores (docs/serving.md).
+AUTO_BATCH = {"cuda": 8, "cpu": 1}
+
+
+def max_batch(text: str) -> int | str:
+    """--max_batch: "auto", or a whole number of images from 1 to 256."""
+    return text if text == "auto" else batch_images(text)
+
+
+batch_timeout = Bounded(float, low=0.0, high=10_000.0, name="batch_timeout_ms")
+queue_size = Bounded(int, low=1, high=100_000, name="queue_size")
+upload_mb = Bounded(float, low=0.001, high=4096.0, name="max_upload_mb")
+pixel_count = Bounded(int, low=1, high=2 ** 30, name="max_pixels")
+voxel_count = Bounded(int, low=1, high=2 ** 30, name="max_voxels")
+
+
+def parse_args(argv: list[str] | None):
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
+    parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on; 0.0.0.0 lets other machines in")
+    parser.add_argument("--port", type=port_number, default=8000, help="the port; 0 takes a free one (printed)")
+    parser.add_argument("--devices", default="auto", help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when available, else the CPU")
+    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
+    parser.add_argument("--max_batch", type=max_batch, default="auto", help="at most this many images of one size go through the generator together; auto: 8 on GPUs, 1 on the CPU (where batches were slower)")
+    parser.add_argument("--batch_timeout_ms", type=batch_timeout, default=10.0, help="how long the first request of a batch waits for others")
+    parser.add_argument("--queue_size", type=queue_size, default=64, help="requests in the server at once; more are answered 503 with Retry-After")
+    parser.add_argument("--max_upload_mb", type=upload_mb, default=64.0, help="the largest upload, in MiB")
+    parser.add_argument("--max_pixels", type=pixel_count, default=4096 * 4096, help="the most pixels (width x height) of an uploaded image, checked from its header before decoding")
+    parser.add_argument("--max_voxels", type=voxel_count, default=2 ** 27, help="the most values (channels x D x H x W) of an uploaded volume, checked from its header")
+    return parser.parse_args(argv)
+
+
+@exits_on_user_error()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import uvicorn
+        from util.serving.app import ServerSettings, create_app, load_model
+    except ImportError as err:
+        raise UserError(f"serving needs FastAPI and uvicorn ({err}); pip install -r requirements.txt") from None
+    from util.serving.uploads import Limits
+
+    devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
+    model = load_model(args.checkpoint, devices, args.epoch, args.precision)
+    if args.max_batch == "auto":
+        args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].device.type, 1) for r in model.replicas)
+    settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),
+                              args.max_batch, args.batch_timeout_ms, args.queue_size)
+    app = create_app(model, settings)
+    listening = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((args.host, args.port))
+    except OSError as err:
+        raise UserError(f"cannot listen on {args.host}:{args.port} ({err.strerror or err}); choose another --port "
+                        f"(0 takes a free one) or --host.") from None
+    host, port = listening.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving {model.name} ({model.first.netG}, {', '.join(str(r[model.default_direction].device) for r in model.replicas)}) "
+          f"at http://{shown}:{port}/ - the page; POST /translate, GET /info, /health, /docs (batches of up to "
+          f"{settings.max_batch}, {settings.queue_size} requests at most)", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    server.run(sockets=[listening])
+    return 0
+
+
+if __name__ == "__main__":
+    exit_with_status(main())

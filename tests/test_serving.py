@@ -1,0 +1,421 @@
+"""scripts/serve.py: a trained model served over HTTP (util/serving/). What a user relies on: the
+server answers what the Translator gives for the same file, for every family; it batches concurrent
+requests without changing anyone's answer; and any upload, however bad, gets a 4xx (or 503 when full)
+with a one-line reason while the server goes on serving."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import ROOT
+from data.image_io import read_image, write_image
+from models import create_model
+from models.translator import Translator
+from options.base_options import save_options
+from options.train_options import TrainOptions
+from util.distributed import DistContext
+from util.serving.app import ServerSettings, create_app, load_model
+from util.serving.uploads import Limits
+
+uvicorn = pytest.importorskip("uvicorn")
+nib = pytest.importorskip("nibabel")
+
+# Weights far from the usual N(0, 0.02) start, so that a wrong network or direction shows in every pixel.
+INIT = ["--init_type", "xavier", "--init_gain", "1.0", "--ndf", "4"]
+FAMILIES = {
+    "cycle_gan": ["--model", "cycle_gan", "--ngf", "4"],
+    "pix2pix": ["--model", "pix2pix", "--ngf", "4", "--netG", "resnet_6blocks", "--direction", "BtoA"],
+    "cut": ["--model", "cut", "--ngf", "4", "--netF_nc", "8"],
+    "bicycle_gan": ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD",
+                    "basic_128_multi", "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--nz", "3"],
+    "volume": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--netG", "resnet_6blocks_3d", "--ngf", "4",
+               "--netD", "n_layers_3d", "--input_nc", "1", "--output_nc", "1", "--patch_size", "8,8,8",
+               "--data_range", "0", "1000"],
+    "gray16": ["--model", "pix2pix", "--ngf", "4", "--netG", "resnet_6blocks", "--input_nc", "1", "--output_nc", "1"],
+}
+LIMITS = Limits(max_bytes=2 << 20, max_pixels=512 * 512, max_voxels=64 ** 3)
+
+
+def save_run(checkpoints: Path, name: str, flags: list[str]) -> Path:
+    """A run folder as train.py writes it (weights, architecture.json, train_opt.json), untrained."""
+    opt = TrainOptions().parse(["--dataroot", "unused", "--name", name, "--checkpoints_dir", str(checkpoints),
+                                "--display_id", "0", *INIT, *flags])
+    save_options(opt)
+    torch.manual_seed(0)
+    create_model(opt, DistContext()).save_networks("latest")
+    return checkpoints / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    checkpoints = tmp_path_factory.mktemp("serving")
+    return {family: save_run(checkpoints, family, flags) for family, flags in FAMILIES.items()}
+
+
+def png_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def photo(seed: int, height: int = 36, width: int = 52) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def decoded(response: httpx.Response, tmp_path: Path, name: str = "served.png") -> np.ndarray:
+    """The answered file read as the Translator reads files (16 bits kept)."""
+    assert response.status_code == 200, response.text
+    path = tmp_path / name
+    path.write_bytes(response.content)
+    return read_image(str(path))
+
+
+def expected(run: Path, upload: Path, **keywords) -> np.ndarray:
+    """What the Translator gives for the same file."""
+    direction = keywords.pop("direction", None)
+    return Translator.load(run, direction=direction, device="cpu").translate(str(upload), **keywords)
+
+
+def assert_translated_alike(served_output: np.ndarray, alone: np.ndarray) -> None:
+    """A translation that may have shared a batch equals the image's own translation, but for rounding: a
+    batched convolution may sum in another order, which moves a value lying within float32 rounding of a
+    quantisation step by one step, and no more (0.45 of 10000 values in a 12-image test here)."""
+    difference = np.abs(served_output.astype(int) - alone.astype(int))
+    assert difference.max() <= 1 and (difference > 0).mean() < 0.001
+
+
+@contextlib.contextmanager
+def served(run: Path, **settings):
+    """The app of `run` served by uvicorn in a thread on a free port of 127.0.0.1; yields its URL."""
+    app = create_app(load_model(str(run), ["cpu"]), ServerSettings(LIMITS, **settings))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+# ------------------------------------------------------------------------------------------ what it answers
+@pytest.mark.parametrize("family,direction", [("cycle_gan", None), ("cycle_gan", "BtoA"), ("pix2pix", None),
+                                              ("cut", None), ("bicycle_gan", None)])
+def test_every_family_answers_what_the_translator_gives_for_the_same_file(runs, family, direction, tmp_path):
+    upload = tmp_path / "photo.png"
+    size = (128, 128) if family == "bicycle_gan" else (36, 52)  # BicycleGAN's U-Net takes multiples of 128
+    upload.write_bytes(png_bytes(photo(1, *size)))
+    with served(runs[family]) as url:
+        params = {"direction": direction} if direction else {}
+        answer = httpx.post(f"{url}/translate", params=params, content=upload.read_bytes(), timeout=60)
+        assert answer.headers["content-type"] == "image/png"
+        assert np.array_equal(decoded(answer, tmp_path), expected(runs[family], upload, direction=direction))
+        info = httpx.get(f"{url}/info").json()
+    assert info["takes"] == "pictures" and info["directions"] == (["AtoB", "BtoA"] if family == "cycle_gan" else
+                                                                  ["BtoA"] if family == "pix2pix" else ["AtoB"])
+
+
+def test_bicyclegan_samples_come_zipped_reproducible_by_seed_and_a_reference_gives_the_encoded_output(runs, tmp_path):
+    run = runs["bicycle_gan"]
+    upload, look = tmp_path / "photo.png", tmp_path / "look.png"
+    upload.write_bytes(png_bytes(photo(2, 128, 128)))
+    look.write_bytes(png_bytes(photo(3, 128, 128)))
+    with served(run) as url:
+        answers = [httpx.post(f"{url}/translate", params={"n_samples": 3, "seed": 7}, content=upload.read_bytes(),
+                              headers={"x-filename": "my photo.png"}, timeout=60) for _ in range(2)]
+        assert answers[0].content == answers[1].content  # the same seed, the same samples
+        assert answers[0].headers["content-type"] == "application/zip"
+        with zipfile.ZipFile(io.BytesIO(answers[0].content)) as archive:
+            names = archive.namelist()
+            samples = [np.asarray(Image.open(io.BytesIO(archive.read(name)))) for name in names]
+        assert names == [f"my_photo_sample{k}.png" for k in range(3)]
+        for sample, want in zip(samples, expected(run, upload, n_samples=3, seed=7)):
+            assert np.array_equal(sample, want)
+        assert not np.array_equal(samples[0], samples[1])
+        encoded = httpx.post(f"{url}/translate", files={"file": ("photo.png", upload.read_bytes()),
+                                                        "reference": ("look.png", look.read_bytes())}, timeout=60)
+        assert np.array_equal(decoded(encoded, tmp_path), expected(run, upload, reference=str(look)))
+
+
+def test_a_16_bit_image_comes_back_as_a_16_bit_png_equal_to_the_translator(runs, tmp_path):
+    upload = tmp_path / "deep.png"
+    write_image(str(upload), np.random.default_rng(4).integers(0, 65536, (40, 44, 1), dtype=np.uint16))
+    with served(runs["gray16"]) as url:
+        answer = httpx.post(f"{url}/translate", content=upload.read_bytes(), timeout=60)
+    output = decoded(answer, tmp_path)
+    assert output.dtype == np.uint16 and np.array_equal(output, expected(runs["gray16"], upload))
+    assert len(np.unique(output)) > 256  # more than 8 bits of it survive
+
+
+def test_a_nifti_volume_comes_back_translated_over_its_input_with_a_preview_for_the_page(runs, tmp_path):
+    rng = np.random.default_rng(5)
+    affine = np.diag([1.5, 2.0, 3.0, 1.0])
+    upload = tmp_path / "scan.nii.gz"
+    nib.save(nib.Nifti1Image((rng.random((11, 9, 10)) * 1000).astype(np.float32), affine), str(upload))
+    with served(runs["volume"]) as url:
+        answer = httpx.post(f"{url}/translate", files={"file": ("scan.nii.gz", upload.read_bytes())},
+                            data={"response": "json"}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        picture = httpx.post(f"{url}/translate", content=png_bytes(photo(1)), timeout=60)
+    body = answer.json()
+    (output_file,) = body["outputs"]
+    assert output_file["name"] == "scan.nii.gz" and output_file["media_type"] == "application/gzip"
+    path = tmp_path / "out.nii.gz"
+    path.write_bytes(__import__("base64").b64decode(output_file["data"]))
+    image = nib.load(str(path))
+    assert np.allclose(image.affine, affine)  # it lies over its input in a viewer
+    assert np.array_equal(np.asarray(image.dataobj), expected(runs["volume"], upload)[0])
+    preview = Image.open(io.BytesIO(__import__("base64").b64decode(body["previews"][0])))
+    assert preview.mode == "L" and preview.height == 11  # three middle slices side by side
+    assert picture.status_code == 415 and "translates volumes" in picture.json()["error"]
+
+
+# ------------------------------------------------------------------------------------------ batching
+def test_concurrent_requests_of_one_size_share_batches_and_each_gets_its_own_translation(runs, tmp_path):
+    run = runs["cycle_gan"]
+    uploads = [png_bytes(photo(seed)) for seed in range(12)] + [png_bytes(photo(99, 28, 20))]
+
+    async def send_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(*(client.post(f"{url}/translate", content=body) for body in uploads))
+
+    with served(run, max_batch=4, batch_timeout_ms=200) as url:
+        answers = asyncio.run(send_all(url))
+        health = httpx.get(f"{url}/health").json()
+    assert health["largest_batch"] == 4 and health["batches"] < len(uploads)
+    translator = Translator.load(run, device="cpu")
+    for body, answer in zip(uploads, answers):
+        alone = np.asarray(translator.translate(Image.open(io.BytesIO(body))))
+        assert_translated_alike(np.asarray(Image.open(io.BytesIO(answer.content))), alone)
+
+
+# ------------------------------------------------------------------------------------------ bad uploads
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height RGB pixels, with one tiny compressed row behind it."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + \
+        chunk(b"IEND", b"")
+
+
+def nifti_with_huge_header() -> bytes:
+    image = nib.Nifti1Image(np.zeros((2, 2, 2), np.float32), np.eye(4))
+    header = image.header.copy()
+    header.set_data_shape((30000, 30000, 30000))
+    return header.binaryblock + b"\x00" * 4 + b"\x00" * 32
+
+
+BAD = {
+    "truncated_png": (lambda: png_bytes(photo(1))[:200], {}, 400, "damaged"),
+    "png_bomb_header": (lambda: png_header_only(60000, 60000), {}, 413, "60000x60000"),
+    "pickle_named_png": (lambda: __import__("pickle").dumps({"a": 1}), {"x-filename": "photo.png"}, 415,
+                         "not a file this server reads"),
+    "nifti_huge_header_to_a_picture_model": (nifti_with_huge_header, {}, 415, "translates pictures"),
+    "json_body": (lambda: b'{"image": "x"}', {"content-type": "application/json"}, 415, "not a file"),
+    "empty_body": (lambda: b"", {}, 400, "no file"),
+    "too_many_bytes": (lambda: b"\x89PNG\r\n\x1a\n" + b"\x00" * (3 << 20), {}, 413, "more than this server's"),
+    "bad_option": (lambda: png_bytes(photo(1)), {}, 400, "direction"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_upload_gets_its_4xx_with_a_one_line_reason_and_the_server_goes_on(runs, case, tmp_path):
+    body, headers, status, words = BAD[case]
+    params = {"direction": "sideways"} if case == "bad_option" else {}
+    with served(runs["cycle_gan"]) as url:
+        answer = httpx.post(f"{url}/translate", content=body(), headers=headers, params=params, timeout=60)
+        assert answer.status_code == status, answer.text
+        reason = answer.json()["error"]
+        assert words in reason and "\n" not in reason and "Traceback" not in reason
+        assert str(tmp_path) not in reason and "/tmp" not in reason  # no server path shown
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        assert httpx.post(f"{url}/translate", content=png_bytes(photo(1)), timeout=60).status_code == 200
+
+
+def test_a_volume_model_refuses_a_nifti_header_describing_terabytes_before_reading_it(runs):
+    with served(runs["volume"]) as url:
+        answer = httpx.post(f"{url}/translate", content=nifti_with_huge_header(), timeout=60)
+        assert answer.status_code in (400, 413) and "30000" in answer.json()["error"], answer.text
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+def test_a_path_in_the_client_file_name_only_names_the_download(runs, tmp_path):
+    with served(runs["cycle_gan"]) as url:
+        answer = httpx.post(f"{url}/translate", files={"file": ("../../../etc/passwd.png", png_bytes(photo(1)))},
+                            timeout=60)
+    assert answer.status_code == 200
+    assert answer.headers["content-disposition"] == 'attachment; filename="passwd.png"'
+
+
+# ------------------------------------------------------------------------------------------ the command
+def start(*args: str) -> tuple[subprocess.Popen, str]:
+    """scripts/serve.py in a process of its own; returns it and the address its first line prints."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "serve.py"), *args, "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = server.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:\d+", line)
+    if not found:
+        server.kill()
+        pytest.fail(f"the server did not start: {line} {server.stderr.read()}")
+    return server, found.group(0)
+
+
+def test_a_thousand_requests_at_once_are_served_or_told_to_retry_and_none_fails(runs):
+    server, url = start("--checkpoint", str(runs["cycle_gan"]), "--queue_size", "32", "--devices", "cpu,cpu")
+    tiny = png_bytes(photo(6, 4, 4))
+
+    async def flood() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            return await asyncio.gather(*(client.post(f"{url}/translate", content=tiny) for _ in range(1000)))
+
+    try:
+        answers = asyncio.run(flood())
+        statuses = [answer.status_code for answer in answers]
+        assert set(statuses) <= {200, 503} and statuses.count(200) >= 32 and statuses.count(503) > 0
+        assert all(answer.headers["retry-after"] == "1" for answer in answers if answer.status_code == 503)
+        assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("flags,named", [(["--max_batch", "0"], "--max_batch"), (["--port", "70000"], "--port"),
+                                         (["--checkpoint", "no/such/run"], "no/such/run")])
+def test_the_serve_command_refuses_a_bad_flag_or_checkpoint_in_one_paragraph(runs, flags, named):
+    args = ["--checkpoint", str(runs["cycle_gan"])] if flags[0] != "--checkpoint" else []
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "serve.py"), *args, *flags], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and named in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# ------------------------------------------------------------------------------------------ the page
+CHROMIUM = "/usr/bin/chromium"
+# As the machine notes say: without the background-networking flags Chromium keeps trying hosts it cannot reach.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's, as scripts/run_tests.sh installs it) driven by Playwright, offline."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no {CHROMIUM}: install Debian's chromium package (scripts/run_tests.sh does as root)")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield launched
+        launched.close()
+
+
+def open_page(browser, url: str, **viewport):
+    page = browser.new_page(**({"viewport": viewport} if viewport else {}))
+    requests_elsewhere = []
+    page.on("request", lambda request: None if request.url.startswith(url) or request.url.startswith(("data:", "blob:"))
+            else requests_elsewhere.append(request.url))
+    page.goto(url + "/")
+    page.wait_for_function("document.getElementById('about').textContent.includes('translates')")
+    return page, requests_elsewhere
+
+
+def page_outputs(page, count: int) -> list[np.ndarray]:
+    """The outputs the page shows once `count` of them are there, newest card first, decoded from the files
+    its download links hold."""
+    page.wait_for_function(f"document.querySelectorAll('img.output').length >= {count}", timeout=120_000)
+    blobs = page.evaluate("""async () => {
+        const links = [...document.querySelectorAll('figure a[download]')];
+        return Promise.all(links.map(async (a) => {
+            const bytes = new Uint8Array(await (await fetch(a.href)).arrayBuffer());
+            let text = ''; for (const b of bytes) text += String.fromCharCode(b);
+            return [a.download, btoa(text)];
+        }));
+    }""")
+    import base64
+    return [(name, base64.b64decode(data)) for name, data in blobs]
+
+
+def test_the_page_translates_dropped_images_as_the_translator_does_in_either_direction(runs, browser, tmp_path):
+    run = runs["cycle_gan"]
+    files = []
+    for seed, name in ((1, "first.png"), (2, "second.png")):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(png_bytes(photo(seed)))
+    with served(run) as url:
+        page, elsewhere = open_page(browser, url)
+        page.set_input_files("#files", [str(path) for path in files])
+        shown = dict(page_outputs(page, 2))
+        page.select_option("#direction", "BtoA")
+        page.set_input_files("#files", [str(files[0])])
+        page.wait_for_function("document.querySelectorAll('img.output').length >= 3", timeout=120_000)
+        backward = page_outputs(page, 3)[0]  # the newest card comes first
+        page.close()
+    for path in files:  # the page sends both at once: they may share a batch
+        assert_translated_alike(np.asarray(Image.open(io.BytesIO(shown[path.name]))), expected(run, path))
+    assert backward[0] == "first.png"
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(backward[1]))), expected(run, files[0], direction="BtoA"))
+    assert not elsewhere  # offline: nothing asked of any other host
+
+
+def test_the_page_shows_bicyclegan_samples_in_a_row_for_a_seed(runs, browser, tmp_path):
+    run = runs["bicycle_gan"]
+    upload = tmp_path / "photo.png"
+    upload.write_bytes(png_bytes(photo(8, 128, 128)))
+    with served(run) as url:
+        page, _ = open_page(browser, url)
+        page.fill("#n_samples", "3")
+        page.fill("#seed", "5")
+        page.set_input_files("#files", [str(upload)])
+        shown = page_outputs(page, 3)
+        page.close()
+    assert [name for name, _ in shown] == [f"photo_sample{k}.png" for k in range(3)]
+    for (_, data), want in zip(shown, expected(run, upload, n_samples=3, seed=5)):
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(data))), want)
+
+
+def test_the_page_round_trips_a_volume_and_says_in_words_what_it_refused_on_a_phone_sized_screen(runs, browser,
+                                                                                                   tmp_path):
+    run = runs["volume"]
+    upload = tmp_path / "scan.nii.gz"
+    nib.save(nib.Nifti1Image((np.random.default_rng(9).random((10, 9, 11)) * 1000).astype(np.float32), np.eye(4)),
+             str(upload))
+    not_a_scan = tmp_path / "notes.nii.gz"
+    not_a_scan.write_bytes(b"just some text, not a volume")
+    with served(run) as url:
+        page, _ = open_page(browser, url, width=390, height=844)
+        page.set_input_files("#files", [str(upload)])
+        ((name, data),) = page_outputs(page, 1)
+        page.set_input_files("#files", [str(not_a_scan)])
+        page.wait_for_selector(".card.failed .status")
+        refusal = page.inner_text(".card.failed .status")
+        fits = page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        page.close()
+    (tmp_path / "served.nii.gz").write_bytes(data)
+    assert name == "scan.nii.gz"
+    assert np.array_equal(np.asarray(nib.load(str(tmp_path / "served.nii.gz")).dataobj), expected(run, upload)[0])
+    assert refusal.startswith("refused (415)") and "not a file this server reads" in refusal
+    assert fits  # nothing wider than a phone's screen

@@ -1,0 +1,196 @@
+"""What a client uploads, checked before anything is decoded, and decoded as the Translator decodes files.
+
+    Limits(max_bytes, max_pixels, max_voxels)   what one upload may hold (scripts/serve.py's flags)
+    BadRequest(status, reason)                   an upload refused: the HTTP status and a one-line reason
+    sniff(head) -> extension | None              the format from the first bytes, never from a name
+    save_upload(body, folder, limits) -> Upload  the body stored in `folder` under a name of ours, its size and
+                                                 its header's pixel or voxel count checked
+    download_name(client_name, extension)        a name for the output's download, never used as a path
+
+The client's file name is only ever shown back (sanitised, in the download's name): every file is written
+inside the request's temporary folder under a name of the server's. Formats are recognised by their content
+(magic bytes), so a pickle named .png is "not an image"; .npy is read without pickles (allow_pickle=False);
+a header declaring more pixels or voxels than the limits is refused before its data are decoded (a PNG that
+would decompress to 60000 x 60000 pixels, a NIfTI header describing terabytes), and a gzip stream is
+decompressed only up to what its limit allows.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+
+from data.image_io import probe_image
+from data.volume_io import probe_volume
+from util.errors import UserError
+
+# The image formats the server reads (those data/image_io.py reads), by their first bytes.
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", ".png"), (b"\xff\xd8\xff", ".jpg"), (b"II*\x00", ".tif"),
+                (b"MM\x00*", ".tif"), (b"BM", ".bmp"), (b"GIF87a", ".gif"), (b"GIF89a", ".gif"))
+_NPY_MAGIC = b"\x93NUMPY"
+_GZIP_MAGIC = b"\x1f\x8b"
+VOLUME_SUFFIXES = (".nii", ".nii.gz", ".npy")
+READABLE = "PNG, JPEG, TIFF, BMP, GIF, WebP, .npy, and for volume models NIfTI (.nii, .nii.gz) and .npy"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one upload may hold: bytes on the wire, pixels of a picture (width x height), values of a
+    volume (channels x depth x height x width)."""
+
+    max_bytes: int
+    max_pixels: int
+    max_voxels: int
+
+
+class BadRequest(Exception):
+    """An upload or option refused: `status` (4xx) and `reason`, one line naming the fix."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An upload stored in the request's folder: `path` (a name of the server's), `kind` ("picture" or
+    "volume"), `extension` (its format's, e.g. ".png", ".nii.gz")."""
+
+    path: str
+    kind: str
+    extension: str
+
+
+def sniff(head: bytes) -> str | None:
+    """The extension of the format the bytes `head` (at least the first 348) begin, or None."""
+    for magic, extension in _IMAGE_MAGIC:
+        if head.startswith(magic):
+            return extension
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return ".webp"
+    if head.startswith(_NPY_MAGIC):
+        return ".npy"
+    if head.startswith(_GZIP_MAGIC):
+        return ".nii.gz"  # the only compressed format read: a gzip stream that is not NIfTI fails its header check
+    if head[344:348] in (b"n+1\x00", b"ni1\x00") or head[4:8] in (b"n+2\x00", b"ni2\x00"):
+        return ".nii"
+    return None
+
+
+def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool) -> Upload:
+    """Store `body` in `folder` as a file of its format and check what its header declares against
+    `limits`; `volumes`: whether the model takes volumes (else pictures). Raises BadRequest: 413 for
+    too much, 415 for what the server does not read or the model does not take, 400 for a damaged file."""
+    if not body:
+        raise BadRequest(400, "the request has no file: send the image (or volume) as the request's body or as "
+                              "the form field 'file'")
+    if len(body) > limits.max_bytes:
+        raise BadRequest(413, f"the upload is {len(body)} bytes, more than this server's {limits.max_bytes} "
+                              f"(scripts/serve.py --max_upload_mb)")
+    extension = sniff(body[:512])
+    if extension is None:
+        raise BadRequest(415, f"the upload is not a file this server reads ({READABLE}): its content, not its "
+                              f"name, is checked")
+    kind = "volume" if extension in (".nii", ".nii.gz") or (extension == ".npy" and volumes) else "picture"
+    if kind == "volume" and not volumes:
+        raise BadRequest(415, "the upload is a volume (NIfTI), but this model translates pictures; send an image")
+    if kind == "picture" and volumes:
+        raise BadRequest(415, "the upload is a picture, but this model translates volumes; send a NIfTI file "
+                              "(.nii, .nii.gz) or a .npy array (D x H x W or C x D x H x W)")
+    path = os.path.join(folder, "upload" + extension)
+    if extension == ".nii.gz":
+        # Decompressed here, up to what the limit allows: a small stream may inflate without end.
+        path = os.path.join(folder, "upload.nii")
+        _gunzip(body, path, cap=limits.max_voxels * 8 + (1 << 20))
+    else:
+        with open(path, "wb") as f:
+            f.write(body)
+    try:
+        if kind == "picture":
+            width, height = _declared_size(body, path, extension)
+            if width * height > limits.max_pixels:
+                raise BadRequest(413, f"the image is {width}x{height} pixels, more than this server's "
+                                      f"{limits.max_pixels} (scripts/serve.py --max_pixels)")
+            probe_image(path)  # what else its header says: channels, sample type, a damaged header
+        else:
+            info = probe_volume(path)
+            values = 1
+            for side in info.shape:
+                values *= side
+            if values > limits.max_voxels:
+                raise BadRequest(413, f"the volume is {'x'.join(map(str, info.shape))} (channels x D x H x W), "
+                                      f"more values than this server's {limits.max_voxels} (scripts/serve.py "
+                                      f"--max_voxels)")
+    except UserError as err:
+        raise BadRequest(400, describe_upload_error(err, path)) from None
+    return Upload(path, kind, extension)
+
+
+def _declared_size(body: bytes, path: str, extension: str) -> tuple[int, int]:
+    """(width, height) as the image's header declares them, before any pixel is decoded. PNG's are read
+    here (PIL refuses a header past its own limit without saying the size); the other formats' from PIL's
+    or tifffile's reading of the header (data/image_io.probe_image)."""
+    if extension == ".png" and len(body) >= 24 and body[12:16] == b"IHDR":
+        return struct.unpack(">II", body[16:24])
+    try:
+        info = probe_image(path)
+    except UserError as err:
+        if "decompression bomb" in str(err):  # PIL's refusal of a header declaring hundreds of millions of pixels
+            raise BadRequest(413, f"the image declares more pixels than this server's limit "
+                                  f"(scripts/serve.py --max_pixels) and than PIL decodes") from None
+        raise
+    return info.width, info.height
+
+
+def _gunzip(body: bytes, path: str, cap: int) -> None:
+    """Decompress the gzip stream `body` into `path`, refusing it once more than `cap` bytes come out."""
+    written = 0
+    try:
+        with gzip.GzipFile(fileobj=_BytesReader(body)) as stream, open(path, "wb") as out:
+            while chunk := stream.read(1 << 20):
+                written += len(chunk)
+                if written > cap:
+                    raise BadRequest(413, f"the gzip upload decompresses to more than {cap} bytes, more than a volume "
+                                          f"within this server's limit holds (scripts/serve.py --max_voxels)")
+                out.write(chunk)
+    except (OSError, EOFError, zlib.error) as err:
+        raise BadRequest(400, f"the gzip upload cannot be decompressed ({' '.join(str(err).split())}): it is "
+                              f"damaged or cut short") from None
+
+
+class _BytesReader:
+    """A read-only file over bytes (io.BytesIO would copy them)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._at = 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else min(len(self._view), self._at + size)
+        chunk = bytes(self._view[self._at:end])
+        self._at = end
+        return chunk
+
+
+def describe_upload_error(err: BaseException, path: str) -> str:
+    """A reader's message about the stored upload, the server's file name replaced by "the upload", on one line."""
+    text = " ".join(str(err).split())
+    folder = os.path.dirname(path)
+    text = re.sub(re.escape(folder) + r"/[^\s:,;)]+", "the upload", text)
+    return text.removeprefix("error: ")
+
+
+def download_name(client_name: str | None, extension: str, suffix: str = "") -> str:
+    """`<stem><suffix><extension>` for the download of an output: the client's file name reduced to its
+    stem's letters, digits, '-' and '_' (at most 64), or "translation"; shown, never used as a path."""
+    stem = os.path.basename((client_name or "").replace("\\", "/"))
+    for known in (".nii.gz", *(os.path.splitext(stem)[1:] or ())):
+        if known and stem.lower().endswith(known.lower()):
+            stem = stem[: -len(known)]
+            break
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", stem).strip("_")[:64] or "translation"
+    return f"{stem}{suffix}{extension}"
