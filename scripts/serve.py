@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         import uvicorn
-        from util.serving.app import ServerSettings, create_app, load_model
+        from models.serving.app import ServerSettings, create_app, load_model
     except ImportError as err:
         raise UserError(f"serving needs FastAPI and uvicorn ({err}); pip install -r requirements.txt") from None
-    from util.serving.uploads import Limits
+    from models.serving.uploads import Limits
 
     devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
     model = load_model(args.checkpoint, devices, args.epoch, args.precision)

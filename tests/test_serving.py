@@ -1,4 +1,4 @@
-"""scripts/serve.py: a trained model served over HTTP (util/serving/). What a user relies on: the
+"""scripts/serve.py: a trained model served over HTTP (models/serving/). What a user relies on: the
 server answers what the Translator gives for the same file, for every family; it batches concurrent
 requests without changing anyone's answer; and any upload, however bad, gets a 4xx (or 503 when full)
 with a one-line reason while the server goes on serving."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
 import os
 import re
 import struct
@@ -32,8 +31,8 @@ from models.translator import Translator
 from options.base_options import save_options
 from options.train_options import TrainOptions
 from util.distributed import DistContext
-from util.serving.app import ServerSettings, create_app, load_model
-from util.serving.uploads import Limits
+from models.serving.app import ServerSettings, create_app, load_model
+from models.serving.uploads import Limits
 
 uvicorn = pytest.importorskip("uvicorn")
 nib = pytest.importorskip("nibabel")

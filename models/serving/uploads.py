@@ -140,8 +140,8 @@ def _declared_size(body: bytes, path: str, extension: str) -> tuple[int, int]:
         info = probe_image(path)
     except UserError as err:
         if "decompression bomb" in str(err):  # PIL's refusal of a header declaring hundreds of millions of pixels
-            raise BadRequest(413, f"the image declares more pixels than this server's limit "
-                                  f"(scripts/serve.py --max_pixels) and than PIL decodes") from None
+            raise BadRequest(413, "the image declares more pixels than this server's limit "
+                                  "(scripts/serve.py --max_pixels) and than PIL decodes") from None
         raise
     return info.width, info.height
 

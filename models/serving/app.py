@@ -1,0 +1,287 @@
+"""The HTTP server of a trained model (scripts/serve.py): a page to try it, an API that batches.
+
+    GET  /           the page: drop images (or volumes), see each output beside its input, download it
+    GET  /health     {"status": "ok", ...}
+    GET  /info       the model: what it takes and gives, its options and this server's limits
+    POST /translate  a file in (the body, or the form field "file"), the output file out; options as query
+                     or form fields: direction (CycleGAN), n_samples and seed (BicycleGAN; a zip of the
+                     samples when n_samples is given), reference (a form file: BicycleGAN's encoded
+                     output), response=json (the outputs base64-encoded with 8-bit previews, for the page)
+    GET  /docs       the OpenAPI page FastAPI makes
+
+Outputs are what `Translator.translate` gives for the same file (models/translator.py): pictures as PNG at
+the output's precision (8 or 16 bits), or TIFF where PNG cannot hold them (float data, more than 4 bands);
+volumes in the upload's format (.nii, .nii.gz with the input's geometry, or .npy). Every file lives in a
+temporary folder of the request's, removed when it is answered.
+
+At most `queue_size` requests are in the server at once (reading, waiting or translating): one more is
+answered 503 with Retry-After before its body is read. Pictures of one size and the same options that
+arrive within `batch_timeout_ms` of each other go through the generator together, up to `max_batch`
+(models/serving/batching.py), on one of the translators (one per --devices entry).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from models.saved_generator import find_generator
+from models.serving.batching import MicroBatcher
+from models.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
+from models.serving.uploads import BadRequest, Limits
+from models.translator import Translator
+from util.errors import UserError
+from util.flag_types import MAX_SAMPLES, MAX_SEED
+
+PAGE = Path(__file__).with_name("page.html")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server batches and what it admits (scripts/serve.py's flags)."""
+
+    limits: Limits
+    max_batch: int = 8
+    batch_timeout_ms: float = 10.0
+    queue_size: int = 64
+    retry_after_s: int = 1
+
+
+@dataclass
+class ServedModel:
+    """The translators of one run: `replicas[k][direction]`, one dict per device, and the run's name."""
+
+    name: str
+    replicas: list[dict[str, Translator]]
+    default_direction: str
+
+    @property
+    def first(self) -> Translator:
+        return self.replicas[0][self.default_direction]
+
+    @property
+    def directions(self) -> list[str]:
+        return list(self.replicas[0])
+
+    @property
+    def has_encoder(self) -> bool:
+        return self.first.latent_size > 0 and _loads_encoder(self.first)
+
+
+def _loads_encoder(translator: Translator) -> bool:
+    try:
+        return translator.encoder is not None
+    except UserError:
+        return False
+
+
+def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", precision: str = "fp32") -> ServedModel:
+    """The translators of the run in `checkpoint` on each of `devices`, in every direction the run can
+    translate (CycleGAN's two; the trained one elsewhere). Raises UserError as Translator.load does."""
+    trained = find_generator(checkpoint, None, epoch).direction
+    directions = [trained]
+    other = "BtoA" if trained == "AtoB" else "AtoB"
+    if os.path.isdir(checkpoint):
+        try:  # CycleGAN's other generator; pix2pix and the others translate one way only
+            find_generator(checkpoint, other, epoch)
+            directions.append(other)
+        except UserError:
+            pass
+    replicas = [{direction: Translator.load(checkpoint, direction=None if direction == trained else direction,
+                                            epoch=epoch, device=device, precision=precision)
+                 for direction in directions} for device in devices]
+    return ServedModel(os.path.basename(os.path.normpath(checkpoint)), replicas, trained)
+
+
+# ------------------------------------------------------------------------------------------ the app
+def _option(fields: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = fields.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(400, f"{name}={value!r} is not a whole number; give one from {low} to {high}") from None
+    if not low <= number <= high:
+        raise BadRequest(400, f"{name}={number} is out of range; give one from {low} to {high}")
+    return number
+
+
+class TranslationService:
+    """The server's state and its answers: the model, the batcher, and how many requests are in."""
+
+    def __init__(self, model: ServedModel, settings: ServerSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.translator = model.first
+        self.batcher = MicroBatcher(lambda replica, key, jobs: translate_jobs(model.replicas[replica], key, jobs),
+                                    replicas=len(model.replicas), max_batch=settings.max_batch,
+                                    batch_timeout_s=settings.batch_timeout_ms / 1000)
+        self.in_server = 0
+        self.served = 0
+        self.refused_busy = 0
+        self.scratch = ""
+
+    def health(self) -> dict:
+        return {"status": "ok", "requests_in_server": self.in_server, "served": self.served,
+                "refused_busy": self.refused_busy, "batches": self.batcher.batches_run,
+                "largest_batch": self.batcher.largest_batch}
+
+    def info(self) -> dict:
+        model, translator, settings = self.model, self.translator, self.settings
+        latent = translator.latent_size > 0
+        return {
+            "model": model.name, "generator": translator.netG,
+            "takes": "volumes" if translator.volumes else "pictures",
+            "input_channels": translator.input_nc, "output_channels": translator.output_nc,
+            "directions": model.directions, "default_direction": model.default_direction,
+            "latent_size": translator.latent_size, "encoder": model.has_encoder,
+            "window": translator.window.describe() if translator.window else None,
+            "options": {"direction": model.directions,
+                        **({"n_samples": [1, MAX_SAMPLES], "seed": [0, MAX_SEED],
+                            "reference": model.has_encoder} if latent else {})},
+            "limits": {"max_bytes": settings.limits.max_bytes, "max_pixels": settings.limits.max_pixels,
+                       "max_voxels": settings.limits.max_voxels},
+            "batching": {"max_batch": settings.max_batch, "batch_timeout_ms": settings.batch_timeout_ms,
+                         "queue_size": settings.queue_size,
+                         "devices": [str(replica[model.default_direction].device) for replica in model.replicas]},
+        }
+
+    async def translate(self, request: Request) -> Response:
+        """POST /translate: admitted (or 503 before the upload is read), stored, batched, answered."""
+        if self.in_server >= self.settings.queue_size:
+            self.refused_busy += 1
+            retry = self.settings.retry_after_s
+            return JSONResponse({"error": f"the server holds {self.settings.queue_size} requests already; retry in "
+                                          f"{retry} s"}, status_code=503, headers={"Retry-After": str(retry)})
+        self.in_server += 1
+        folder = tempfile.mkdtemp(dir=self.scratch)
+        try:
+            job, as_json = await self._job_of(request, folder)
+            result = await self.batcher.submit(batch_key(job), job)
+            if isinstance(result, BadRequest):
+                raise result
+            self.served += 1
+            return _answer(result, as_json)
+        except BadRequest as err:
+            return JSONResponse({"error": err.reason}, status_code=err.status)
+        finally:
+            self.in_server -= 1
+            shutil.rmtree(folder, ignore_errors=True)
+
+    async def _job_of(self, request: Request, folder: str) -> tuple[Job, bool]:
+        """The request's upload stored in `folder` and its options checked; whether it asks for JSON."""
+        limits = self.settings.limits
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes + (1 << 16):
+            raise BadRequest(413, f"the request is {declared} bytes, more than this server's {limits.max_bytes} "
+                                  f"(scripts/serve.py --max_upload_mb)")
+        fields: dict[str, Any] = dict(request.query_params)
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            body, client_name, reference_body = await _form_upload(request, limits.max_bytes, fields)
+        else:
+            body, client_name, reference_body = (await _read_body(request, limits.max_bytes),
+                                                 request.headers.get("x-filename"), None)
+        direction, n_samples, seed = self._options(fields, reference_body is not None)
+        job = await asyncio.to_thread(stored_job, body, folder, client_name, direction, n_samples, seed,
+                                      reference_body, limits, self.translator.volumes)
+        return job, fields.get("response") == "json"
+
+    def _options(self, fields: dict[str, Any], has_reference: bool) -> tuple[str, int | None, int | None]:
+        """(direction, n_samples, seed) from the request's fields, each checked against the model."""
+        model, translator = self.model, self.translator
+        direction = fields.get("direction") or model.default_direction
+        if direction not in model.directions:
+            raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
+        n_samples = _option(fields, "n_samples", 1, MAX_SAMPLES)
+        seed = _option(fields, "seed", 0, MAX_SEED)
+        if translator.latent_size == 0 and (n_samples is not None or seed is not None or has_reference):
+            raise BadRequest(400, f"{model.name} ({translator.netG}) gives one translation per input: leave out "
+                                  f"n_samples, seed and reference")
+        if has_reference and n_samples is not None:
+            raise BadRequest(400, "a reference image gives the one output that looks like it: send reference, or "
+                                  "n_samples, not both")
+        if has_reference and not model.has_encoder:
+            raise BadRequest(400, f"{model.name} has no encoder saved beside its generator, so a reference image "
+                                  f"cannot be encoded; ask for n_samples instead")
+        return direction, n_samples, seed
+
+
+def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:
+    """The FastAPI app serving `model` (see the module docstring)."""
+    service = TranslationService(model, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.scratch = tempfile.mkdtemp(prefix="img2img_serve_")
+        await service.batcher.start()
+        try:
+            yield
+        finally:
+            await service.batcher.stop()
+            shutil.rmtree(service.scratch, ignore_errors=True)
+
+    app = FastAPI(title=f"img2img: {model.name}", lifespan=lifespan,
+                  description="Translate images (or volumes) with a trained model. POST a file to /translate.")
+    page = PAGE.read_text()
+    app.add_api_route("/", lambda: HTMLResponse(page), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/health", service.health, methods=["GET"], summary="whether the server is up")
+    app.add_api_route("/info", service.info, methods=["GET"], summary="the model, its options and the limits")
+    app.add_api_route("/translate", service.translate, methods=["POST"], summary="translate one file",
+                      responses={200: {"content": {"image/png": {}, "application/zip": {}}}})
+    return app
+
+
+async def _form_upload(request: Request, max_bytes: int, fields: dict[str, Any]) -> tuple[bytes, str | None, bytes | None]:
+    """(file, its client name, reference file or None) of a multipart form; its text fields join `fields`."""
+    try:
+        form = await request.form(max_files=2, max_fields=16, max_part_size=max_bytes)
+    except Exception as err:  # starlette's parser errors: a malformed or oversized form
+        raise BadRequest(400, f"the form cannot be read ({' '.join(str(err).split())})") from None
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        raise BadRequest(400, "the form has no file field 'file': send the image as 'file'")
+    reference = form.get("reference")
+    reference_body = await reference.read() if reference is not None and not isinstance(reference, str) else None
+    fields.update({key: value for key, value in form.items() if isinstance(value, str)})
+    return await upload.read(), upload.filename, reference_body
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BadRequest(413, f"the upload is more than this server's {max_bytes} bytes "
+                                  f"(scripts/serve.py --max_upload_mb)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _answer(result: Translated, as_json: bool) -> Response:
+    if as_json:
+        return JSONResponse({
+            "outputs": [{"name": name, "media_type": media, "data": base64.b64encode(data).decode()}
+                        for name, media, data in result.files],
+            "previews": [base64.b64encode(preview).decode() for preview in result.previews],
+            "seconds": round(result.seconds, 4)})
+    if len(result.files) == 1:
+        name, media, data = result.files[0]
+        return Response(data, media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, _, data in result.files:  # dated 1980: the same answers make the same zip
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    return Response(buffer.getvalue(), media_type=MEDIA_TYPES[".zip"],
+                    headers={"Content-Disposition": 'attachment; filename="translations.zip"'})

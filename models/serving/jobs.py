@@ -1,0 +1,183 @@
+"""One request's work, done in a translating thread: its upload translated as the Translator translates the
+file, alone or in a batch of its kind, and the output files and previews it answers with.
+
+    Job, batch_key(job)            what a request asks, and which requests may share a batch
+    stored_job(...)                a request's upload stored and checked (and a picture decoded, for a batch)
+    translate_jobs(translators, key, jobs) -> [Translated | BadRequest]   the batcher's call
+    preview_png(array), volume_preview_png(volume)                        8-bit previews for the page
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from data.image_io import output_extension, probe_image, read_image, write_image
+from data.volume_io import read_volume
+from models.serving.uploads import BadRequest, Limits, Upload, describe_upload_error, download_name, save_upload
+from models.translator import Translator
+from util.errors import UserError
+
+MEDIA_TYPES = {".png": "image/png", ".tif": "image/tiff", ".npy": "application/octet-stream",
+               ".nii": "application/octet-stream", ".nii.gz": "application/gzip", ".zip": "application/zip"}
+
+
+@dataclass
+class Job:
+    """One request's work: the stored upload, its options, and (pictures of a batchable kind) its pixels."""
+
+    upload: Upload
+    folder: str
+    client_name: str | None
+    direction: str
+    n_samples: int | None
+    seed: int | None
+    reference: Upload | None = None
+    pixels: np.ndarray | None = None  # H x W x C as read_image reads it, when the job may share a batch
+    alpha: bool = False
+
+
+@dataclass
+class Translated:
+    """What a job gives: the output files (name, media type, bytes) and an 8-bit PNG preview of each."""
+
+    files: list[tuple[str, str, bytes]]
+    previews: list[bytes] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def batch_key(job: Job) -> tuple | None:
+    """Jobs with equal keys go through the generator together; None: alone (volumes, a reference image,
+    an alpha channel, which need the file's own path through the Translator)."""
+    if job.pixels is None:
+        return None
+    return (job.direction, job.pixels.shape, job.pixels.dtype.str, job.n_samples, job.seed)
+
+
+def _picture_files(job: Job, outputs: list[np.ndarray]) -> Translated:
+    files, previews = [], []
+    several = len(outputs) > 1 or job.n_samples is not None
+    info = probe_image(job.upload.path)
+    for k, array in enumerate(outputs):
+        extension = output_extension(".png", array.dtype, array.shape[-1])
+        path = os.path.join(job.folder, f"output{k}{extension}")
+        # alpha stays marked where the output has the input's channels, as Translator.translate_file writes it
+        write_image(path, array, alpha=info.alpha and array.shape[-1] == info.channels)
+        name = download_name(job.client_name, extension, f"_sample{k}" if several else "")
+        files.append((name, MEDIA_TYPES[extension], Path(path).read_bytes()))
+        previews.append(files[-1][2] if extension == ".png" and array.dtype == np.uint8 else preview_png(array))
+    return Translated(files, previews)
+
+
+def _volume_files(job: Job, translator: Translator) -> Translated:
+    extension = job.upload.extension
+    path = os.path.join(job.folder, "output" + extension)
+    translator.translate_file(job.upload.path, path)
+    volume = read_volume(path, None).array
+    name = download_name(job.client_name, extension)
+    return Translated([(name, MEDIA_TYPES[extension], Path(path).read_bytes())], [volume_preview_png(volume)])
+
+
+def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: list[Job]) -> list[Any]:
+    """The batcher's call, in a translating thread, on one device's `translators` (by direction): one
+    Translated (or BadRequest) per job."""
+    started = time.perf_counter()
+    if key is not None and len(jobs) > 1:
+        try:
+            results = _translate_together(translators[key[0]], jobs)
+        except UserError:
+            results = [_translate_alone(translators, job) for job in jobs]  # each its own verdict
+    else:
+        results = [_translate_alone(translators, job) for job in jobs]
+    seconds = time.perf_counter() - started
+    for result in results:
+        if isinstance(result, Translated):
+            result.seconds = seconds
+    return results
+
+
+def _translate_together(translator: Translator, jobs: list[Job]) -> list[Translated]:
+    batch = np.stack([job.pixels for job in jobs])
+    first = jobs[0]
+    if translator.latent_size == 0:
+        return [_picture_files(job, [out]) for job, out in zip(jobs, translator.translate(batch))]
+    answers = translator.translate(batch, n_samples=first.n_samples, seed=first.seed)
+    samples = answers if first.n_samples is not None else [answers]  # n_samples x (N x H x W x C)
+    return [_picture_files(job, [sample[i] for sample in samples]) for i, job in enumerate(jobs)]
+
+
+def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated | BadRequest:
+    translator = translators[job.direction]
+    try:
+        if job.upload.kind == "volume":
+            return _volume_files(job, translator)
+        answers = {}
+        if translator.latent_size > 0:
+            answers = ({"reference": job.reference.path} if job.reference is not None else
+                       {"n_samples": job.n_samples, "seed": job.seed})
+        output = translator.translate(job.upload.path, **answers)
+        return _picture_files(job, output if isinstance(output, list) else [output])
+    except UserError as err:
+        return BadRequest(422, describe_upload_error(err, job.upload.path))
+
+
+# ------------------------------------------------------------------------------------------ previews
+def _to_8bit(array: np.ndarray, low: float, high: float) -> np.ndarray:
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype == np.uint16:
+        return (array >> 8).astype(np.uint8)
+    span = high - low if high > low else 1.0
+    return np.clip((array.astype(np.float64) - low) / span * 255 + 0.5, 0, 255).astype(np.uint8)
+
+
+def preview_png(array: np.ndarray) -> bytes:
+    """An 8-bit PNG of an H x W x C output for a browser: 16 bits shifted, floats stretched from their
+    lowest to their highest value; 1-4 channels as gray, gray+alpha, RGB, RGBA; more: the first three."""
+    array = array if array.ndim == 3 else array[:, :, None]
+    if array.shape[-1] > 4:
+        array = array[:, :, :3]
+    finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
+    eight = _to_8bit(array, float(finite.min()) if finite.size else 0.0, float(finite.max()) if finite.size else 1.0)
+    buffer = io.BytesIO()
+    Image.fromarray(eight[:, :, 0] if eight.shape[-1] == 1 else eight).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def volume_preview_png(volume: np.ndarray) -> bytes:
+    """The middle slices of a (C, D, H, W) volume's first channel across its three axes, side by side,
+    stretched from the volume's lowest to its highest value, as one 8-bit gray PNG."""
+    values = volume[0]
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    slices = [values[values.shape[0] // 2], values[:, values.shape[1] // 2], values[:, :, values.shape[2] // 2]]
+    height = max(s.shape[0] for s in slices)
+    padded = [np.pad(_to_8bit(s, low, high), ((0, height - s.shape[0]), (0, 2))) for s in slices]
+    buffer = io.BytesIO()
+    Image.fromarray(np.concatenate(padded, axis=1)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def stored_job(body: bytes, folder: str, client_name: str | None, direction: str, n_samples: int | None,
+                seed: int | None, reference_body: bytes | None, limits: Limits, volumes: bool) -> Job:
+    """The upload stored and checked (and a picture's pixels decoded, for a batch), in a thread."""
+    upload = save_upload(body, folder, limits, volumes)
+    reference = None
+    if reference_body is not None:
+        reference_folder = tempfile.mkdtemp(dir=folder)
+        reference = save_upload(reference_body, reference_folder, limits, volumes)
+    job = Job(upload, folder, client_name, direction, n_samples, seed, reference)
+    if upload.kind == "picture" and reference is None:
+        try:
+            alpha = probe_image(upload.path).alpha
+            if not alpha:
+                job.pixels = read_image(upload.path)
+        except UserError as err:
+            raise BadRequest(400, describe_upload_error(err, upload.path)) from None
+    return job
