@@ -40,6 +40,8 @@ queue_size = Bounded(int, low=1, high=100_000, name="queue_size")
 upload_mb = Bounded(float, low=0.001, high=4096.0, name="max_upload_mb")
 pixel_count = Bounded(int, low=1, high=2 ** 30, name="max_pixels")
 voxel_count = Bounded(int, low=1, high=2 ** 30, name="max_voxels")
+sample_limit = Bounded(int, low=1, high=1000, name="max_samples")
+read_timeout = Bounded(float, low=0.1, high=3600.0, name="read_timeout_s")
 
 
 def parse_args(argv: list[str] | None):
@@ -56,6 +58,8 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--max_upload_mb", type=upload_mb, default=64.0, help="the largest upload, in MiB")
     parser.add_argument("--max_pixels", type=pixel_count, default=4096 * 4096, help="the most pixels (width x height) of an uploaded image, checked from its header before decoding")
     parser.add_argument("--max_voxels", type=voxel_count, default=2 ** 27, help="the most values (channels x D x H x W) of an uploaded volume, checked from its header")
+    parser.add_argument("--max_samples", type=sample_limit, default=16, help="the most samples one request may ask of a BicycleGAN (n_samples)")
+    parser.add_argument("--read_timeout_s", type=read_timeout, default=60.0, help="a client whose upload takes longer is answered 408 and loses its place")
     return parser.parse_args(argv)
 
 
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_batch == "auto":
         args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].device.type, 1) for r in model.replicas)
     settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),
-                              args.max_batch, args.batch_timeout_ms, args.queue_size)
+                              args.max_batch, args.batch_timeout_ms, args.queue_size, args.max_samples,
+                              args.read_timeout_s)
     app = create_app(model, settings)
     listening = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

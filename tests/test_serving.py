@@ -159,6 +159,8 @@ def test_bicyclegan_samples_come_zipped_reproducible_by_seed_and_a_reference_giv
             names = archive.namelist()
             samples = [np.asarray(Image.open(io.BytesIO(archive.read(name)))) for name in names]
         assert names == [f"my_photo_sample{k}.png" for k in range(3)]
+        too_many = httpx.post(f"{url}/translate", params={"n_samples": 17}, content=upload.read_bytes(), timeout=60)
+        assert too_many.status_code == 400 and "--max_samples" in too_many.json()["error"]
         for sample, want in zip(samples, expected(run, upload, n_samples=3, seed=7)):
             assert np.array_equal(sample, want)
         assert not np.array_equal(samples[0], samples[1])
@@ -263,11 +265,95 @@ def test_a_bad_upload_gets_its_4xx_with_a_one_line_reason_and_the_server_goes_on
         assert httpx.post(f"{url}/translate", content=png_bytes(photo(1)), timeout=60).status_code == 200
 
 
-def test_a_volume_model_refuses_a_nifti_header_describing_terabytes_before_reading_it(runs):
+def nifti_bytes(shape: tuple[int, ...], data: bytes = b"", datatype: type = np.float32) -> bytes:
+    """A NIfTI-1 file: the header of a `shape` volume of `datatype`, then `data` (none: header only)."""
+    header = nib.Nifti1Header()
+    header.set_data_dtype(datatype)
+    header.set_data_shape(shape)
+    header.set_data_offset(352)
+    return header.binaryblock + b"\x00" * 4 + data
+
+
+@pytest.mark.parametrize("case", ["just_over_the_limit", "gzip_bomb", "rgb_voxels"])
+def test_a_volume_model_refuses_what_a_nifti_header_declares_before_reading_its_data(runs, case):
+    over = (65, 64, 64)  # LIMITS allows 64**3 values
+    body, status, words = {
+        "just_over_the_limit": (nifti_bytes(over), 413, "--max_voxels"),
+        # a header of 8x8x8 floats (2 KiB of data) followed by 200 MiB of zeros: inflated no further than 2 KiB
+        "gzip_bomb": (__import__("gzip").compress(nifti_bytes((8, 8, 8), b"\x00" * (200 << 20)), 1), 413,
+                      "decompresses to more than"),
+        "rgb_voxels": (nifti_bytes((4, 4, 4), b"\x00" * 192, np.dtype([("R", "u1"), ("G", "u1"), ("B", "u1")])), 415,
+                       "integers or floats"),
+    }[case]
     with served(runs["volume"]) as url:
-        answer = httpx.post(f"{url}/translate", content=nifti_with_huge_header(), timeout=60)
-        assert answer.status_code in (400, 413) and "30000" in answer.json()["error"], answer.text
-        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        answer = httpx.post(f"{url}/translate", content=body, timeout=60)
+        assert answer.status_code == status and words in answer.json()["error"], answer.text
+        assert httpx.get(f"{url}/health").json()["requests_in_server"] == 0
+
+
+def test_a_picture_of_a_thousand_bands_is_refused_from_its_header(runs, tmp_path):
+    bands = tmp_path / "bands.tif"
+    write_image(str(bands), np.zeros((16, 16, 1024), np.uint8))
+    with served(runs["cycle_gan"]) as url:
+        answer = httpx.post(f"{url}/translate", content=bands.read_bytes(), timeout=60)
+    assert answer.status_code == 413 and "1024 channels" in answer.json()["error"], answer.text
+
+
+def test_an_upload_over_the_limit_is_refused_as_it_arrives_whether_chunked_or_a_form(runs):
+    def chunks(size: int):
+        yield b"\x89PNG\r\n\x1a\n"
+        for _ in range(size >> 16):
+            yield b"\x00" * (1 << 16)
+
+    with served(runs["cycle_gan"]) as url:
+        raw = httpx.post(f"{url}/translate", content=chunks(3 << 20), timeout=60)  # no Content-Length: chunked
+        boundary = b"xyzzy"
+
+        def form():
+            yield b"--xyzzy\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.png\"\r\n\r\n"
+            yield from chunks(9 << 20)
+            yield b"\r\n--xyzzy--\r\n"
+        multipart = httpx.post(f"{url}/translate", content=form(), timeout=60,
+                               headers={"content-type": f"multipart/form-data; boundary={boundary.decode()}"})
+        health = httpx.get(f"{url}/health").json()
+    assert raw.status_code == 413 and multipart.status_code == 413, (raw.text, multipart.text)
+    assert health["requests_in_server"] == 0
+
+
+def test_a_client_stalling_its_upload_is_answered_408_and_others_are_served(runs):
+    import socket
+    with served(runs["cycle_gan"], read_timeout_s=1.0) as url:
+        host, port = url.removeprefix("http://").split(":")
+        stalled = socket.create_connection((host, int(port)))
+        stalled.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n\x89PNG")
+        assert httpx.post(f"{url}/translate", content=png_bytes(photo(1)), timeout=60).status_code == 200
+        stalled.settimeout(10)
+        answer = stalled.recv(4096).decode(errors="replace")
+        stalled.close()
+    assert answer.startswith("HTTP/1.1 408") and "took more than 1 s" in answer
+
+
+def test_one_bad_upload_in_a_batch_costs_only_its_own_request(runs, tmp_path):
+    floats = []
+    for k in range(4):
+        values = np.random.default_rng(k).random((24, 24, 3)).astype(np.float32)
+        if k == 2:
+            values[5, 5, 1] = np.nan  # refused when translated: float data holding NaN
+        floats.append(tmp_path / f"f{k}.tif")
+        write_image(str(floats[-1]), values)
+
+    async def send_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(*(client.post(f"{url}/translate", content=path.read_bytes()) for path in floats))
+
+    with served(runs["cycle_gan"], max_batch=4, batch_timeout_ms=300) as url:
+        answers = asyncio.run(send_all(url))
+        health = httpx.get(f"{url}/health").json()
+    assert health["largest_batch"] == 4
+    assert [answer.status_code for answer in answers] == [200, 200, 422, 200], [a.text for a in answers]
+    assert "NaN" in answers[2].json()["error"] and str(runs["cycle_gan"]) not in answers[2].json()["error"]
+    for k in (0, 1, 3):
+        assert np.array_equal(decoded(answers[k], tmp_path, f"out{k}.tif"), expected(runs["cycle_gan"], floats[k]))
 
 
 def test_a_path_in_the_client_file_name_only_names_the_download(runs, tmp_path):
@@ -306,7 +392,8 @@ def test_a_thousand_requests_at_once_are_served_or_told_to_retry_and_none_fails(
         statuses = [answer.status_code for answer in answers]
         assert set(statuses) <= {200, 503} and statuses.count(200) >= 32 and statuses.count(503) > 0
         assert all(answer.headers["retry-after"] == "1" for answer in answers if answer.status_code == 503)
-        assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        assert health["status"] == "ok" and health["requests_in_server"] == 0
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -25,6 +25,7 @@ import asyncio
 import base64
 import contextlib
 import io
+import logging
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.requests import ClientDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from models.saved_generator import find_generator
@@ -42,7 +44,7 @@ from models.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_
 from models.serving.uploads import BadRequest, Limits
 from models.translator import Translator
 from util.errors import UserError
-from util.flag_types import MAX_SAMPLES, MAX_SEED
+from util.flag_types import MAX_SEED
 
 PAGE = Path(__file__).with_name("page.html")
 
@@ -55,6 +57,8 @@ class ServerSettings:
     max_batch: int = 8
     batch_timeout_ms: float = 10.0
     queue_size: int = 64
+    max_samples: int = 16  # BicycleGAN's samples per request: each costs a translation and its memory
+    read_timeout_s: float = 60.0  # a client slower than this with its upload loses its place (408)
     retry_after_s: int = 1
 
 
@@ -105,7 +109,7 @@ def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", preci
 
 
 # ------------------------------------------------------------------------------------------ the app
-def _option(fields: dict[str, Any], name: str, low: int, high: int) -> int | None:
+def _option(fields: dict[str, Any], name: str, low: int, high: int, bound_by: str = "") -> int | None:
     value = fields.get(name)
     if value in (None, ""):
         return None
@@ -114,7 +118,8 @@ def _option(fields: dict[str, Any], name: str, low: int, high: int) -> int | Non
     except (TypeError, ValueError):
         raise BadRequest(400, f"{name}={value!r} is not a whole number; give one from {low} to {high}") from None
     if not low <= number <= high:
-        raise BadRequest(400, f"{name}={number} is out of range; give one from {low} to {high}")
+        raise BadRequest(400, f"{name}={number} is out of range; give one from {low} to {high}"
+                              f"{f' (this server: {bound_by})' if bound_by else ''}")
     return number
 
 
@@ -149,7 +154,7 @@ class TranslationService:
             "latent_size": translator.latent_size, "encoder": model.has_encoder,
             "window": translator.window.describe() if translator.window else None,
             "options": {"direction": model.directions,
-                        **({"n_samples": [1, MAX_SAMPLES], "seed": [0, MAX_SEED],
+                        **({"n_samples": [1, settings.max_samples], "seed": [0, MAX_SEED],
                             "reference": model.has_encoder} if latent else {})},
             "limits": {"max_bytes": settings.limits.max_bytes, "max_pixels": settings.limits.max_pixels,
                        "max_voxels": settings.limits.max_voxels},
@@ -166,8 +171,10 @@ class TranslationService:
             return JSONResponse({"error": f"the server holds {self.settings.queue_size} requests already; retry in "
                                           f"{retry} s"}, status_code=503, headers={"Retry-After": str(retry)})
         self.in_server += 1
-        folder = tempfile.mkdtemp(dir=self.scratch)
+        folder = None
         try:
+            await self.ensure_started()
+            folder = tempfile.mkdtemp(dir=self.scratch)
             job, as_json = await self._job_of(request, folder)
             result = await self.batcher.submit(batch_key(job), job)
             if isinstance(result, BadRequest):
@@ -176,26 +183,48 @@ class TranslationService:
             return _answer(result, as_json)
         except BadRequest as err:
             return JSONResponse({"error": err.reason}, status_code=err.status)
+        except ClientDisconnect:  # the client is gone: nobody reads an answer
+            return Response(status_code=400)
+        except Exception as err:  # a bug or the machine (disk, memory): this request's 500, the server goes on
+            logging.getLogger(__name__).exception("serving a request failed")
+            return JSONResponse({"error": f"the server failed on this request ({type(err).__name__})"},
+                                status_code=500)
         finally:
             self.in_server -= 1
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    async def ensure_started(self) -> None:
+        """The scratch folder made (again, if a cleaner removed it) and the batcher running (also where
+        the app is mounted in another one, whose lifespan does not reach it)."""
+        if not self.scratch or not os.path.isdir(self.scratch):
+            self.scratch = tempfile.mkdtemp(prefix="img2img_serve_")
+        if not self.batcher.running:
+            await self.batcher.start()
 
     async def _job_of(self, request: Request, folder: str) -> tuple[Job, bool]:
         """The request's upload stored in `folder` and its options checked; whether it asks for JSON."""
         limits = self.settings.limits
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes + (1 << 16):
-            raise BadRequest(413, f"the request is {declared} bytes, more than this server's {limits.max_bytes} "
-                                  f"(scripts/serve.py --max_upload_mb)")
+        # a file and a reference image at most, and the form around them
+        most = 2 * limits.max_bytes + (1 << 16)
+        if declared is not None and declared.isdigit() and int(declared) > most:
+            raise BadRequest(413, f"the request is {declared} bytes, more than this server takes (uploads of "
+                                  f"{limits.max_bytes} bytes at most: scripts/serve.py --max_upload_mb)")
         fields: dict[str, Any] = dict(request.query_params)
-        if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            body, client_name, reference_body = await _form_upload(request, limits.max_bytes, fields)
-        else:
-            body, client_name, reference_body = (await _read_body(request, limits.max_bytes),
-                                                 request.headers.get("x-filename"), None)
-        direction, n_samples, seed = self._options(fields, reference_body is not None)
+        counted = _counting(request, most)
+        try:
+            if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+                upload = _form_upload(counted, limits.max_bytes, fields)
+            else:
+                upload = _raw_upload(counted, limits.max_bytes)
+            body, client_name, reference_body = await asyncio.wait_for(upload, self.settings.read_timeout_s)
+        except asyncio.TimeoutError:
+            raise BadRequest(408, f"the upload took more than {self.settings.read_timeout_s:g} s to arrive; send it "
+                                  f"again") from None
+        direction, n_samples, seed = self._options(fields, bool(reference_body))
         job = await asyncio.to_thread(stored_job, body, folder, client_name, direction, n_samples, seed,
-                                      reference_body, limits, self.translator.volumes)
+                                      reference_body, limits, self.translator.volumes, self.translator.input_nc)
         return job, fields.get("response") == "json"
 
     def _options(self, fields: dict[str, Any], has_reference: bool) -> tuple[str, int | None, int | None]:
@@ -204,7 +233,7 @@ class TranslationService:
         direction = fields.get("direction") or model.default_direction
         if direction not in model.directions:
             raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
-        n_samples = _option(fields, "n_samples", 1, MAX_SAMPLES)
+        n_samples = _option(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
         seed = _option(fields, "seed", 0, MAX_SEED)
         if translator.latent_size == 0 and (n_samples is not None or seed is not None or has_reference):
             raise BadRequest(400, f"{model.name} ({translator.netG}) gives one translation per input: leave out "
@@ -224,8 +253,7 @@ def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        service.scratch = tempfile.mkdtemp(prefix="img2img_serve_")
-        await service.batcher.start()
+        await service.ensure_started()
         try:
             yield
         finally:
@@ -243,10 +271,30 @@ def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:
     return app
 
 
-async def _form_upload(request: Request, max_bytes: int, fields: dict[str, Any]) -> tuple[bytes, str | None, bytes | None]:
+def _counting(request: Request, most: int) -> Request:
+    """`request` whose body, however it is sent (chunked too), is refused past `most` bytes as it arrives."""
+    received = 0
+
+    async def receive() -> dict:
+        nonlocal received
+        message = await request.receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > most:
+                raise BadRequest(413, f"the request is more than the {most} bytes this server takes "
+                                      f"(scripts/serve.py --max_upload_mb)")
+        return message
+
+    return Request(request.scope, receive)
+
+
+async def _form_upload(request: Request, max_bytes: int,
+                       fields: dict[str, Any]) -> tuple[bytes, str | None, bytes | None]:
     """(file, its client name, reference file or None) of a multipart form; its text fields join `fields`."""
     try:
         form = await request.form(max_files=2, max_fields=16, max_part_size=max_bytes)
+    except BadRequest:
+        raise
     except Exception as err:  # starlette's parser errors: a malformed or oversized form
         raise BadRequest(400, f"the form cannot be read ({' '.join(str(err).split())})") from None
     upload = form.get("file")
@@ -258,7 +306,8 @@ async def _form_upload(request: Request, max_bytes: int, fields: dict[str, Any])
     return await upload.read(), upload.filename, reference_body
 
 
-async def _read_body(request: Request, max_bytes: int) -> bytes:
+async def _raw_upload(request: Request, max_bytes: int) -> tuple[bytes, str | None, None]:
+    """(body, the client's name from X-Filename, no reference) of a request whose body is the file."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -266,7 +315,7 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
             raise BadRequest(413, f"the upload is more than this server's {max_bytes} bytes "
                                   f"(scripts/serve.py --max_upload_mb)")
         chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join(chunks), request.headers.get("x-filename"), None
 
 
 def _answer(result: Translated, as_json: bool) -> Response:
@@ -276,7 +325,7 @@ def _answer(result: Translated, as_json: bool) -> Response:
                         for name, media, data in result.files],
             "previews": [base64.b64encode(preview).decode() for preview in result.previews],
             "seconds": round(result.seconds, 4)})
-    if len(result.files) == 1:
+    if len(result.files) == 1 and not result.samples:
         name, media, data = result.files[0]
         return Response(data, media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
     buffer = io.BytesIO()

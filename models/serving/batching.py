@@ -45,6 +45,7 @@ class MicroBatcher:
         self._threads = ThreadPoolExecutor(max_workers=replicas, thread_name_prefix="translate")
         self._replicas = replicas
         self._task: asyncio.Task | None = None
+        self._translating: set[asyncio.Task] = set()  # kept: the event loop holds its tasks only weakly
         self.batches_run = 0
         self.largest_batch = 0
 
@@ -55,6 +56,10 @@ class MicroBatcher:
         for replica in range(self._replicas):
             self._free.put_nowait(replica)
         self._task = asyncio.create_task(self._batch_forever())
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
         """Stop batching; waiting requests fail with CancelledError."""
@@ -94,7 +99,9 @@ class MicroBatcher:
                 continue
             self.batches_run += 1
             self.largest_batch = max(self.largest_batch, len(batch))
-            asyncio.create_task(self._translate(replica, first.key, batch))
+            task = asyncio.create_task(self._translate(replica, first.key, batch))
+            self._translating.add(task)
+            task.add_done_callback(self._translating.discard)
 
     def _count(self, key: Hashable) -> int:
         return sum(1 for waiting in self._waiting if waiting.key == key)
@@ -115,8 +122,13 @@ class MicroBatcher:
                 if not waiting.future.done():
                     waiting.future.set_exception(err)
         else:
+            if len(results) != len(batch):  # a broken `run`: no request may wait for an answer forever
+                results = [RuntimeError(f"{len(results)} results for a batch of {len(batch)}")] * len(batch)
             for waiting, result in zip(batch, results):
                 if not waiting.future.done():
-                    waiting.future.set_result(result)
+                    if isinstance(result, RuntimeError):
+                        waiting.future.set_exception(result)
+                    else:
+                        waiting.future.set_result(result)
         finally:
             self._free.put_nowait(replica)

@@ -31,7 +31,8 @@ MEDIA_TYPES = {".png": "image/png", ".tif": "image/tiff", ".npy": "application/o
 
 @dataclass
 class Job:
-    """One request's work: the stored upload, its options, and (pictures of a batchable kind) its pixels."""
+    """One request's work: the stored upload, its options, and (a picture that may share a batch) what its
+    header says it holds: (height, width, channels) and sample type."""
 
     upload: Upload
     folder: str
@@ -40,25 +41,26 @@ class Job:
     n_samples: int | None
     seed: int | None
     reference: Upload | None = None
-    pixels: np.ndarray | None = None  # H x W x C as read_image reads it, when the job may share a batch
-    alpha: bool = False
+    layout: tuple[tuple[int, int, int], str] | None = None  # None: translated alone, from its file
 
 
 @dataclass
 class Translated:
-    """What a job gives: the output files (name, media type, bytes) and an 8-bit PNG preview of each."""
+    """What a job gives: the output files (name, media type, bytes), an 8-bit PNG preview of each, and
+    whether they are samples (answered as a zip, however many)."""
 
     files: list[tuple[str, str, bytes]]
     previews: list[bytes] = field(default_factory=list)
+    samples: bool = False
     seconds: float = 0.0
 
 
 def batch_key(job: Job) -> tuple | None:
     """Jobs with equal keys go through the generator together; None: alone (volumes, a reference image,
     an alpha channel, which need the file's own path through the Translator)."""
-    if job.pixels is None:
+    if job.layout is None:
         return None
-    return (job.direction, job.pixels.shape, job.pixels.dtype.str, job.n_samples, job.seed)
+    return (job.direction, *job.layout, job.n_samples, job.seed)
 
 
 def _picture_files(job: Job, outputs: list[np.ndarray]) -> Translated:
@@ -73,7 +75,7 @@ def _picture_files(job: Job, outputs: list[np.ndarray]) -> Translated:
         name = download_name(job.client_name, extension, f"_sample{k}" if several else "")
         files.append((name, MEDIA_TYPES[extension], Path(path).read_bytes()))
         previews.append(files[-1][2] if extension == ".png" and array.dtype == np.uint8 else preview_png(array))
-    return Translated(files, previews)
+    return Translated(files, previews, samples=job.n_samples is not None)
 
 
 def _volume_files(job: Job, translator: Translator) -> Translated:
@@ -87,14 +89,16 @@ def _volume_files(job: Job, translator: Translator) -> Translated:
 
 def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: list[Job]) -> list[Any]:
     """The batcher's call, in a translating thread, on one device's `translators` (by direction): one
-    Translated (or BadRequest) per job."""
+    Translated (or BadRequest) per job, in order. A batch that fails is translated again one job at a
+    time, so that one bad upload (or a device out of memory) costs only its own request."""
     started = time.perf_counter()
+    results: list[Any] | None = None
     if key is not None and len(jobs) > 1:
         try:
             results = _translate_together(translators[key[0]], jobs)
-        except UserError:
-            results = [_translate_alone(translators, job) for job in jobs]  # each its own verdict
-    else:
+        except Exception:
+            results = None
+    if results is None:
         results = [_translate_alone(translators, job) for job in jobs]
     seconds = time.perf_counter() - started
     for result in results:
@@ -104,7 +108,7 @@ def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: 
 
 
 def _translate_together(translator: Translator, jobs: list[Job]) -> list[Translated]:
-    batch = np.stack([job.pixels for job in jobs])
+    batch = np.stack([read_image(job.upload.path) for job in jobs])  # decoded here, on the translating thread
     first = jobs[0]
     if translator.latent_size == 0:
         return [_picture_files(job, [out]) for job, out in zip(jobs, translator.translate(batch))]
@@ -125,7 +129,18 @@ def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated
         output = translator.translate(job.upload.path, **answers)
         return _picture_files(job, output if isinstance(output, list) else [output])
     except UserError as err:
-        return BadRequest(422, describe_upload_error(err, job.upload.path))
+        reason = _without_server_paths(describe_upload_error(err, job.upload.path), translator)
+        # the readers' "cannot read image/volume ...": the file itself is damaged (400); else the model cannot take it
+        return BadRequest(400 if reason.startswith("cannot read") else 422, reason)
+    except Exception as err:  # a bug or the machine (memory, disk): this request's 500, the server goes on
+        reason = _without_server_paths(" ".join(f"{type(err).__name__}: {err}".split()), translator)
+        return BadRequest(500, f"the server failed to translate this file ({reason[:300]})")
+
+
+def _without_server_paths(text: str, translator: Translator) -> str:
+    """`text` with the model's checkpoint folder named by the run's name only."""
+    folder = os.path.dirname(os.path.abspath(translator.source)) if translator.source else ""
+    return text.replace(folder, os.path.basename(folder)) if folder else text
 
 
 # ------------------------------------------------------------------------------------------ previews
@@ -165,19 +180,20 @@ def volume_preview_png(volume: np.ndarray) -> bytes:
 
 
 def stored_job(body: bytes, folder: str, client_name: str | None, direction: str, n_samples: int | None,
-                seed: int | None, reference_body: bytes | None, limits: Limits, volumes: bool) -> Job:
-    """The upload stored and checked (and a picture's pixels decoded, for a batch), in a thread."""
-    upload = save_upload(body, folder, limits, volumes)
+               seed: int | None, reference_body: bytes | None, limits: Limits, volumes: bool,
+               channels: int) -> Job:
+    """The upload stored and checked from its header, in a thread (`channels`: the model's input channels)."""
+    upload = save_upload(body, folder, limits, volumes, channels)
     reference = None
-    if reference_body is not None:
+    if reference_body:
         reference_folder = tempfile.mkdtemp(dir=folder)
-        reference = save_upload(reference_body, reference_folder, limits, volumes)
+        reference = save_upload(reference_body, reference_folder, limits, volumes, channels)
     job = Job(upload, folder, client_name, direction, n_samples, seed, reference)
     if upload.kind == "picture" and reference is None:
         try:
-            alpha = probe_image(upload.path).alpha
-            if not alpha:
-                job.pixels = read_image(upload.path)
+            info = probe_image(upload.path)
         except UserError as err:
             raise BadRequest(400, describe_upload_error(err, upload.path)) from None
+        if not info.alpha:  # alpha needs the file's own path through the Translator
+            job.layout = ((info.height, info.width, info.channels), np.dtype(info.dtype).str)
     return job

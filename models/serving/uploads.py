@@ -17,6 +17,7 @@ decompressed only up to what its limit allows.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import struct
@@ -81,10 +82,11 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool) -> Upload:
+def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool, channels: int = 4) -> Upload:
     """Store `body` in `folder` as a file of its format and check what its header declares against
-    `limits`; `volumes`: whether the model takes volumes (else pictures). Raises BadRequest: 413 for
-    too much, 415 for what the server does not read or the model does not take, 400 for a damaged file."""
+    `limits`; `volumes`: whether the model takes volumes (else pictures); `channels`: the model's input
+    channels (a picture may hold max(4, channels) values per pixel). Raises BadRequest: 413 for too much,
+    415 for what the server does not read or the model does not take, 400 for a damaged file."""
     if not body:
         raise BadRequest(400, "the request has no file: send the image (or volume) as the request's body or as "
                               "the form field 'file'")
@@ -101,41 +103,33 @@ def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool) -> Uplo
     if kind == "picture" and volumes:
         raise BadRequest(415, "the upload is a picture, but this model translates volumes; send a NIfTI file "
                               "(.nii, .nii.gz) or a .npy array (D x H x W or C x D x H x W)")
-    path = os.path.join(folder, "upload" + extension)
-    if extension == ".nii.gz":
-        # Decompressed here, up to what the limit allows: a small stream may inflate without end.
-        path = os.path.join(folder, "upload.nii")
-        _gunzip(body, path, cap=limits.max_voxels * 8 + (1 << 20))
+    path = os.path.join(folder, "upload" + (".nii" if extension == ".nii.gz" else extension))
+    if extension == ".nii":
+        _nifti_header(body[:540], limits.max_voxels)  # its size checked before anything reads the file
+    if extension == ".nii.gz":  # decompressed here, no further than its header says the volume needs
+        _gunzip_nifti(body, path, limits.max_voxels)
     else:
         with open(path, "wb") as f:
             f.write(body)
     try:
         if kind == "picture":
-            width, height = _declared_size(body, path, extension)
-            if width * height > limits.max_pixels:
-                raise BadRequest(413, f"the image is {width}x{height} pixels, more than this server's "
-                                      f"{limits.max_pixels} (scripts/serve.py --max_pixels)")
-            probe_image(path)  # what else its header says: channels, sample type, a damaged header
+            _check_picture(body, path, extension, limits.max_pixels, max(4, channels))
         else:
-            info = probe_volume(path)
-            values = 1
-            for side in info.shape:
-                values *= side
-            if values > limits.max_voxels:
-                raise BadRequest(413, f"the volume is {'x'.join(map(str, info.shape))} (channels x D x H x W), "
-                                      f"more values than this server's {limits.max_voxels} (scripts/serve.py "
-                                      f"--max_voxels)")
+            _check_volume(path, limits.max_voxels)
     except UserError as err:
         raise BadRequest(400, describe_upload_error(err, path)) from None
     return Upload(path, kind, extension)
 
 
-def _declared_size(body: bytes, path: str, extension: str) -> tuple[int, int]:
-    """(width, height) as the image's header declares them, before any pixel is decoded. PNG's are read
-    here (PIL refuses a header past its own limit without saying the size); the other formats' from PIL's
-    or tifffile's reading of the header (data/image_io.probe_image)."""
+def _check_picture(body: bytes, path: str, extension: str, max_pixels: int, values_per_pixel: int) -> None:
+    """Refuse a picture whose header declares more than `max_pixels` pixels, or more than
+    `values_per_pixel` values a pixel (a TIFF of a thousand bands), before any of it is decoded."""
     if extension == ".png" and len(body) >= 24 and body[12:16] == b"IHDR":
-        return struct.unpack(">II", body[16:24])
+        # read here: PIL refuses a header past its own limit without saying the size
+        width, height = struct.unpack(">II", body[16:24])
+        if width * height > max_pixels:
+            raise BadRequest(413, f"the image is {width}x{height} pixels, more than this server's {max_pixels} "
+                                  f"(scripts/serve.py --max_pixels)")
     try:
         info = probe_image(path)
     except UserError as err:
@@ -143,21 +137,66 @@ def _declared_size(body: bytes, path: str, extension: str) -> tuple[int, int]:
             raise BadRequest(413, "the image declares more pixels than this server's limit "
                                   "(scripts/serve.py --max_pixels) and than PIL decodes") from None
         raise
-    return info.width, info.height
+    if info.width * info.height > max_pixels:
+        raise BadRequest(413, f"the image is {info.width}x{info.height} pixels, more than this server's "
+                              f"{max_pixels} (scripts/serve.py --max_pixels)")
+    if info.channels > values_per_pixel:
+        raise BadRequest(413, f"the image has {info.channels} channels (bands); this model takes at most "
+                              f"{values_per_pixel}")
 
 
-def _gunzip(body: bytes, path: str, cap: int) -> None:
-    """Decompress the gzip stream `body` into `path`, refusing it once more than `cap` bytes come out."""
-    written = 0
+def _check_volume(path: str, max_voxels: int) -> None:
+    info = probe_volume(path)
+    values = 1
+    for side in info.shape:
+        values *= side
+    if values > max_voxels:
+        raise BadRequest(413, f"the volume is {'x'.join(map(str, info.shape))} (channels x D x H x W), more values "
+                              f"than this server's {max_voxels} (scripts/serve.py --max_voxels)")
+    if info.dtype.kind not in "biuf":
+        raise BadRequest(415, f"the volume holds {info.dtype} values; send integers or floats")
+
+
+def _nifti_header(head: bytes, max_voxels: int) -> int:
+    """The bytes a NIfTI file whose first bytes are `head` holds (header and data, as the header says);
+    BadRequest when it is no NIfTI header (400) or declares more than `max_voxels` values (413)."""
+    import nibabel
+
+    header = None
+    for kind in (nibabel.Nifti1Header, nibabel.Nifti2Header):
+        try:
+            header = kind.from_fileobj(io.BytesIO(head), check=False)
+            break
+        except Exception:  # not this kind of header (nibabel raises several types)
+            continue
+    if header is None:
+        raise BadRequest(400, "the upload is not a NIfTI file: its header cannot be read")
+    shape = [int(side) for side in header.get_data_shape()]
+    values = 1
+    for side in shape:
+        values *= max(side, 1)
+    if values > max_voxels:
+        raise BadRequest(413, f"the volume's header declares {'x'.join(map(str, shape))} values, more than this "
+                              f"server's {max_voxels} (scripts/serve.py --max_voxels)")
+    return int(header.get_data_offset()) + values * max(int(header["bitpix"]), 8) // 8
+
+
+def _gunzip_nifti(body: bytes, path: str, max_voxels: int) -> None:
+    """Decompress the gzip stream `body` (a .nii.gz) into `path`: its NIfTI header first, refused when it
+    declares more than `max_voxels` values, then no more bytes than that header describes."""
     try:
         with gzip.GzipFile(fileobj=_BytesReader(body)) as stream, open(path, "wb") as out:
+            head = stream.read(540)
+            cap = _nifti_header(head, max_voxels) + (1 << 16)
+            out.write(head)
+            written = len(head)
             while chunk := stream.read(1 << 20):
                 written += len(chunk)
                 if written > cap:
-                    raise BadRequest(413, f"the gzip upload decompresses to more than {cap} bytes, more than a volume "
-                                          f"within this server's limit holds (scripts/serve.py --max_voxels)")
+                    raise BadRequest(413, f"the gzip upload decompresses to more than the {cap} bytes its header "
+                                          f"describes")
                 out.write(chunk)
-    except (OSError, EOFError, zlib.error) as err:
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise BadRequest(400, f"the gzip upload cannot be decompressed ({' '.join(str(err).split())}): it is "
                               f"damaged or cut short") from None
 
