@@ -28,6 +28,9 @@ batch_images = Bounded(int, low=1, high=256, name="max_batch")
 # On a GPU a batch uses the device better; on the CPU one image at a time was faster: CycleGAN (ngf 64,
 # 256 px) translated 1.58 images/s one by one and 1.16-1.21 in batches of 8 on 2 Zen 4 cores (docs/serving.md).
 AUTO_BATCH = {"cuda": 8, "cpu": 1}
+# Listening on loopback, the server answers only requests addressed to loopback names (models/serving/app.py).
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 def max_batch(text: str) -> int | str:
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].device.type, 1) for r in model.replicas)
     settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),
                               args.max_batch, args.batch_timeout_ms, args.queue_size, args.max_samples,
-                              args.read_timeout_s)
+                              args.read_timeout_s, allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK else None)
     app = create_app(model, settings)
     listening = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -35,12 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from models.saved_generator import find_generator
 from models.serving.batching import MicroBatcher
 from models.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
+from models.serving.receiving import counting, form_upload, raw_upload, unless_disconnected
 from models.serving.uploads import BadRequest, Limits
 from models.translator import Translator
 from util.errors import UserError
@@ -60,15 +62,20 @@ class ServerSettings:
     max_samples: int = 16  # BicycleGAN's samples per request: each costs a translation and its memory
     read_timeout_s: float = 60.0  # a client slower than this with its upload loses its place (408)
     retry_after_s: int = 1
+    # Host headers answered (None: any). Serving on 127.0.0.1, only loopback names: a web page elsewhere
+    # cannot reach the server through a name of its own that resolves to 127.0.0.1 (DNS rebinding).
+    allowed_hosts: tuple[str, ...] | None = None
 
 
 @dataclass
 class ServedModel:
-    """The translators of one run: `replicas[k][direction]`, one dict per device, and the run's name."""
+    """The translators of one run: `replicas[k][direction]`, one dict per device, the run's name, and
+    whether an encoder saved beside a latent generator turns reference images into codes."""
 
     name: str
     replicas: list[dict[str, Translator]]
     default_direction: str
+    has_encoder: bool = False
 
     @property
     def first(self) -> Translator:
@@ -77,10 +84,6 @@ class ServedModel:
     @property
     def directions(self) -> list[str]:
         return list(self.replicas[0])
-
-    @property
-    def has_encoder(self) -> bool:
-        return self.first.latent_size > 0 and _loads_encoder(self.first)
 
 
 def _loads_encoder(translator: Translator) -> bool:
@@ -105,7 +108,9 @@ def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", preci
     replicas = [{direction: Translator.load(checkpoint, direction=None if direction == trained else direction,
                                             epoch=epoch, device=device, precision=precision)
                  for direction in directions} for device in devices]
-    return ServedModel(os.path.basename(os.path.normpath(checkpoint)), replicas, trained)
+    first = replicas[0][trained]  # its encoder loaded now, once, rather than at a request
+    return ServedModel(os.path.basename(os.path.normpath(checkpoint)), replicas, trained,
+                       has_encoder=first.latent_size > 0 and _loads_encoder(first))
 
 
 # ------------------------------------------------------------------------------------------ the app
@@ -176,7 +181,7 @@ class TranslationService:
             await self.ensure_started()
             folder = tempfile.mkdtemp(dir=self.scratch)
             job, as_json = await self._job_of(request, folder)
-            result = await self.batcher.submit(batch_key(job), job)
+            result = await unless_disconnected(request, self.batcher.submit(batch_key(job), job))
             if isinstance(result, BadRequest):
                 raise result
             self.served += 1
@@ -212,12 +217,12 @@ class TranslationService:
             raise BadRequest(413, f"the request is {declared} bytes, more than this server takes (uploads of "
                                   f"{limits.max_bytes} bytes at most: scripts/serve.py --max_upload_mb)")
         fields: dict[str, Any] = dict(request.query_params)
-        counted = _counting(request, most)
+        counted = counting(request, most)
         try:
             if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-                upload = _form_upload(counted, limits.max_bytes, fields)
+                upload = form_upload(counted, limits.max_bytes, fields)
             else:
-                upload = _raw_upload(counted, limits.max_bytes)
+                upload = raw_upload(counted, limits.max_bytes)
             body, client_name, reference_body = await asyncio.wait_for(upload, self.settings.read_timeout_s)
         except asyncio.TimeoutError:
             raise BadRequest(408, f"the upload took more than {self.settings.read_timeout_s:g} s to arrive; send it "
@@ -262,6 +267,8 @@ def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:
 
     app = FastAPI(title=f"img2img: {model.name}", lifespan=lifespan,
                   description="Translate images (or volumes) with a trained model. POST a file to /translate.")
+    if settings.allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts), www_redirect=False)
     page = PAGE.read_text()
     app.add_api_route("/", lambda: HTMLResponse(page), methods=["GET"], include_in_schema=False)
     app.add_api_route("/health", service.health, methods=["GET"], summary="whether the server is up")
@@ -269,53 +276,6 @@ def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:
     app.add_api_route("/translate", service.translate, methods=["POST"], summary="translate one file",
                       responses={200: {"content": {"image/png": {}, "application/zip": {}}}})
     return app
-
-
-def _counting(request: Request, most: int) -> Request:
-    """`request` whose body, however it is sent (chunked too), is refused past `most` bytes as it arrives."""
-    received = 0
-
-    async def receive() -> dict:
-        nonlocal received
-        message = await request.receive()
-        if message["type"] == "http.request":
-            received += len(message.get("body", b""))
-            if received > most:
-                raise BadRequest(413, f"the request is more than the {most} bytes this server takes "
-                                      f"(scripts/serve.py --max_upload_mb)")
-        return message
-
-    return Request(request.scope, receive)
-
-
-async def _form_upload(request: Request, max_bytes: int,
-                       fields: dict[str, Any]) -> tuple[bytes, str | None, bytes | None]:
-    """(file, its client name, reference file or None) of a multipart form; its text fields join `fields`."""
-    try:
-        form = await request.form(max_files=2, max_fields=16, max_part_size=max_bytes)
-    except BadRequest:
-        raise
-    except Exception as err:  # starlette's parser errors: a malformed or oversized form
-        raise BadRequest(400, f"the form cannot be read ({' '.join(str(err).split())})") from None
-    upload = form.get("file")
-    if upload is None or isinstance(upload, str):
-        raise BadRequest(400, "the form has no file field 'file': send the image as 'file'")
-    reference = form.get("reference")
-    reference_body = await reference.read() if reference is not None and not isinstance(reference, str) else None
-    fields.update({key: value for key, value in form.items() if isinstance(value, str)})
-    return await upload.read(), upload.filename, reference_body
-
-
-async def _raw_upload(request: Request, max_bytes: int) -> tuple[bytes, str | None, None]:
-    """(body, the client's name from X-Filename, no reference) of a request whose body is the file."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise BadRequest(413, f"the upload is more than this server's {max_bytes} bytes "
-                                  f"(scripts/serve.py --max_upload_mb)")
-        chunks.append(chunk)
-    return b"".join(chunks), request.headers.get("x-filename"), None
 
 
 def _answer(result: Translated, as_json: bool) -> Response:
