@@ -2,7 +2,7 @@
 file, alone or in a batch of its kind, and the output files and previews it answers with.
 
     Job, batch_key(job)            what a request asks, and which requests may share a batch
-    stored_job(...)                a request's upload stored and checked (and a picture decoded, for a batch)
+    stored_job(...)                a request's upload stored and checked from its header (decoded later, when translated)
     translate_jobs(translators, key, jobs) -> [Translated | BadRequest]   the batcher's call
     preview_png(array), volume_preview_png(volume)                        8-bit previews for the page
 """

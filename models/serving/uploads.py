@@ -10,9 +10,9 @@
 The client's file name is only ever shown back (sanitised, in the download's name): every file is written
 inside the request's temporary folder under a name of the server's. Formats are recognised by their content
 (magic bytes), so a pickle named .png is "not an image"; .npy is read without pickles (allow_pickle=False);
-a header declaring more pixels or voxels than the limits is refused before its data are decoded (a PNG that
-would decompress to 60000 x 60000 pixels, a NIfTI header describing terabytes), and a gzip stream is
-decompressed only up to what its limit allows.
+a header declaring more pixels, bands or voxels than the limits is refused before its data are decoded (a
+PNG that would decompress to 60000 x 60000 pixels, a TIFF of a thousand bands, a NIfTI header describing
+terabytes), and a .nii.gz is decompressed header first, then no further than that header describes.
 """
 from __future__ import annotations
 
