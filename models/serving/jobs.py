@@ -2,7 +2,7 @@
 file, alone or in a batch of its kind, and the output files and previews it answers with.
 
     Job, batch_key(job)            what a request asks, and which requests may share a batch
-    stored_job(...)                a request's upload stored and checked from its header (decoded later, when translated)
+    stored_job(...)                a request's upload stored, checked from its header (decoded when translated)
     translate_jobs(translators, key, jobs) -> [Translated | BadRequest]   the batcher's call
     preview_png(array), volume_preview_png(volume)                        8-bit previews for the page
 """
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from data.image_io import output_extension, probe_image, read_image, write_image
+from data.image_io import output_extension, read_image, write_image
 from data.volume_io import read_volume
 from models.serving.uploads import BadRequest, Limits, Upload, describe_upload_error, download_name, save_upload
 from models.translator import Translator
@@ -66,7 +66,7 @@ def batch_key(job: Job) -> tuple | None:
 def _picture_files(job: Job, outputs: list[np.ndarray]) -> Translated:
     files, previews = [], []
     several = len(outputs) > 1 or job.n_samples is not None
-    info = probe_image(job.upload.path)
+    info = job.upload.picture
     for k, array in enumerate(outputs):
         extension = output_extension(".png", array.dtype, array.shape[-1])
         path = os.path.join(job.folder, f"output{k}{extension}")
@@ -189,11 +189,7 @@ def stored_job(body: bytes, folder: str, client_name: str | None, direction: str
         reference_folder = tempfile.mkdtemp(dir=folder)
         reference = save_upload(reference_body, reference_folder, limits, volumes, channels)
     job = Job(upload, folder, client_name, direction, n_samples, seed, reference)
-    if upload.kind == "picture" and reference is None:
-        try:
-            info = probe_image(upload.path)
-        except UserError as err:
-            raise BadRequest(400, describe_upload_error(err, upload.path)) from None
-        if not info.alpha:  # alpha needs the file's own path through the Translator
-            job.layout = ((info.height, info.width, info.channels), np.dtype(info.dtype).str)
+    info = upload.picture
+    if info is not None and reference is None and not info.alpha:  # alpha needs the file's path through the Translator
+        job.layout = ((info.height, info.width, info.channels), np.dtype(info.dtype).str)
     return job

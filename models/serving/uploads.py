@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import re
 import struct
 import zlib
 from dataclasses import dataclass
 
-from data.image_io import probe_image
+from data.image_io import ImageInfo, probe_image
 from data.volume_io import probe_volume
 from util.errors import UserError
 
@@ -59,11 +60,12 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class Upload:
     """An upload stored in the request's folder: `path` (a name of the server's), `kind` ("picture" or
-    "volume"), `extension` (its format's, e.g. ".png", ".nii.gz")."""
+    "volume"), `extension` (its format's, e.g. ".png", ".nii.gz"), and a picture's header as read."""
 
     path: str
     kind: str
     extension: str
+    picture: ImageInfo | None = None
 
 
 def sniff(head: bytes) -> str | None:
@@ -112,17 +114,17 @@ def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool, channel
         with open(path, "wb") as f:
             f.write(body)
     try:
-        if kind == "picture":
-            _check_picture(body, path, extension, limits.max_pixels, max(4, channels))
-        else:
+        if kind == "volume":
             _check_volume(path, limits.max_voxels)
+            return Upload(path, kind, extension)
+        return Upload(path, kind, extension, _check_picture(body, path, extension, limits.max_pixels,
+                                                            max(4, channels)))
     except UserError as err:
         raise BadRequest(400, describe_upload_error(err, path)) from None
-    return Upload(path, kind, extension)
 
 
-def _check_picture(body: bytes, path: str, extension: str, max_pixels: int, values_per_pixel: int) -> None:
-    """Refuse a picture whose header declares more than `max_pixels` pixels, or more than
+def _check_picture(body: bytes, path: str, extension: str, max_pixels: int, values_per_pixel: int) -> ImageInfo:
+    """The picture's header, read; refused when it declares more than `max_pixels` pixels, or more than
     `values_per_pixel` values a pixel (a TIFF of a thousand bands), before any of it is decoded."""
     if extension == ".png" and len(body) >= 24 and body[12:16] == b"IHDR":
         # read here: PIL refuses a header past its own limit without saying the size
@@ -143,14 +145,12 @@ def _check_picture(body: bytes, path: str, extension: str, max_pixels: int, valu
     if info.channels > values_per_pixel:
         raise BadRequest(413, f"the image has {info.channels} channels (bands); this model takes at most "
                               f"{values_per_pixel}")
+    return info
 
 
 def _check_volume(path: str, max_voxels: int) -> None:
     info = probe_volume(path)
-    values = 1
-    for side in info.shape:
-        values *= side
-    if values > max_voxels:
+    if math.prod(info.shape) > max_voxels:
         raise BadRequest(413, f"the volume is {'x'.join(map(str, info.shape))} (channels x D x H x W), more values "
                               f"than this server's {max_voxels} (scripts/serve.py --max_voxels)")
     if info.dtype.kind not in "biuf":
@@ -172,9 +172,7 @@ def _nifti_header(head: bytes, max_voxels: int) -> int:
     if header is None:
         raise BadRequest(400, "the upload is not a NIfTI file: its header cannot be read")
     shape = [int(side) for side in header.get_data_shape()]
-    values = 1
-    for side in shape:
-        values *= max(side, 1)
+    values = math.prod(max(side, 1) for side in shape)
     if values > max_voxels:
         raise BadRequest(413, f"the volume's header declares {'x'.join(map(str, shape))} values, more than this "
                               f"server's {max_voxels} (scripts/serve.py --max_voxels)")
