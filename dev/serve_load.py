@@ -61,10 +61,10 @@ def photos(folder: Path, count: int, size: int) -> list[Path]:
     return paths
 
 
-def translate_py_rate(checkpoint: Path, images: Path, out: Path) -> float:
+def translate_py_rate(checkpoint: Path, images: Path, out: Path, device: str) -> float:
     """Images per second scripts/translate.py reports for the folder (its translating time only)."""
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "translate.py"), str(images), "--checkpoint",
-                           str(checkpoint), "--output", str(out), "--device", "cpu"],
+                           str(checkpoint), "--output", str(out), "--device", device],
                           capture_output=True, text=True, check=True)
     found = re.search(r"translated (\d+) of \d+ files into .* in ([\d.]+) s", done.stdout)
     return int(found.group(1)) / float(found.group(2))
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=256, help="their side in pixels")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--device", default="cpu", help="where both translate (cpu, cuda, cuda:N)")
     parser.add_argument("--serve_flags", default="", help="more flags for scripts/serve.py, e.g. '--max_batch 4'")
     parser.add_argument("--out", help="write the figures here (JSON)")
     args = parser.parse_args(argv)
@@ -112,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="serve_load_"))
     checkpoint = Path(args.checkpoint) if args.checkpoint else untrained_run(work / "checkpoints", args.size)
     paths = photos(work / "images", args.images, args.size)
-    direct = translate_py_rate(checkpoint, work / "images", work / "translated")
+    direct = translate_py_rate(checkpoint, work / "images", work / "translated", args.device)
     print(f"scripts/translate.py: {direct:.2f} images/s ({args.images} images, {args.size} px)", flush=True)
 
     server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "serve.py"), "--checkpoint", str(checkpoint),
-                               "--port", "0", "--devices", "cpu", *args.serve_flags.split()],
+                               "--port", "0", "--devices", args.device, *args.serve_flags.split()],
                               stdout=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                "p50_s": round(statistics.median(ordered), 3) if ordered else None,
                "p99_s": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3) if ordered else None,
                "translate_py_images_per_s": round(direct, 3), "share_of_translate_py": round(rate / direct, 3),
-               "images": args.images, "size": args.size, "serve_flags": args.serve_flags,
+               "images": args.images, "size": args.size, "device": args.device, "serve_flags": args.serve_flags,
                "cpu": os.cpu_count(), "first_failures": failures[:5]}
     print(json.dumps(figures, indent=1))
     if args.out:

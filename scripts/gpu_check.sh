@@ -81,7 +81,7 @@ out=$(cd "$out" && pwd)
 export PYTHONPATH="$out/site-packages${PYTHONPATH:+:$PYTHONPATH}"
 # module:package pairs; the first group is needed, the second only makes the output complete
 required="torch:torch torchvision:torchvision numpy:numpy PIL:Pillow pytest:pytest"
-optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm nibabel:nibabel monai:monai"
+optional="dominate:dominate matplotlib:matplotlib tqdm:tqdm nibabel:nibabel monai:monai fastapi:fastapi uvicorn:uvicorn multipart:python-multipart"
 missing() {
   for pair in $1; do "$python" -c "import ${pair%%:*}" 2>/dev/null || printf '%s ' "${pair#*:}"; done
 }

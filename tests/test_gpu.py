@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -406,3 +407,52 @@ def test_the_benchmark_measures_speed_and_memory_on_the_gpu(tmp_path):
     for row in rows.values():
         _check_timing(row)  # median step time, quartiles and peak memory, all positive
         assert 0 < row["utilisation_of_conv_peak"] < 10
+
+
+# ----------------------------------------------------------------------------- serving
+
+
+needs_serving = pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None, reason=(
+    "scripts/serve.py needs fastapi, uvicorn and python-multipart (requirements.txt): install them, or pass "
+    "scripts/gpu_check.sh --wheels with their wheels"))
+
+
+@needs_serving
+@needs_nibabel  # tests/test_serving.py's helpers, imported here, need it
+def test_the_server_on_the_gpu_batches_requests_and_each_answer_is_the_cpu_translators(tmp_path):
+    import asyncio
+    import io
+
+    import httpx
+    from models.translator import Translator
+    from test_serving import FAMILIES, photo, png_bytes, save_run
+    run = save_run(tmp_path, "served", FAMILIES["cycle_gan"])
+    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "serve.py"), "--checkpoint", str(run),
+                               "--port", "0", "--devices", DEVICE, "--max_batch", "4", "--batch_timeout_ms", "200"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=EXACT_FP32)
+    uploads = [png_bytes(photo(seed)) for seed in range(12)]
+
+    async def send_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(*(client.post(f"{url}/translate", content=body) for body in uploads))
+
+    try:
+        line = server.stdout.readline()
+        assert "http://127.0.0.1:" in line, line + server.stderr.read()
+        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        answers = asyncio.run(send_all(url))
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        devices = httpx.get(f"{url}/info", timeout=10).json()["batching"]["devices"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert len(devices) == 1 and devices[0].startswith(DEVICE)
+    assert health["largest_batch"] > 1 and health["served"] == len(uploads)
+    on_cpu = Translator.load(run, device="cpu")
+    for body, answer in zip(uploads, answers):
+        assert answer.status_code == 200, answer.text
+        served = np.asarray(Image.open(io.BytesIO(answer.content)), dtype=int)
+        alone = np.asarray(on_cpu.translate(Image.open(io.BytesIO(body))), dtype=int)
+        # fp32 on both (TF32 off); a batched GPU convolution sums in another order, which may move a value
+        # lying within float32 rounding of a quantisation step by one level, and no more
+        assert np.abs(served - alone).max() <= 1 and (served != alone).mean() < 0.01
