@@ -3,7 +3,7 @@
 - `run_ranks`: the N processes of a distributed run, for the tests that compare N processes with
   one (the launcher is no part of what they show). `torch.multiprocessing.start_processes` starts
   them from multiprocessing's forkserver; each runs the script as `__main__` with the variables
-  torchrun gives its workers (or those srun gives its tasks), its output in files of its own. A
+  torchrun gives its workers (or others given as `launch`), its output in files of its own. A
   failing rank ends the others (start_processes' join); past the timeout all are killed.
 - `ScriptProcess` / `run_script_process`: `python script.py args` in a process of its own, for the
   tests that need one (a signal, SIGKILL, a second run on the same folder), forked from the same
@@ -170,12 +170,6 @@ def torchrun_variables(nprocs: int, port: int) -> dict[str, str]:
     and torch's env:// rendezvous read)."""
     return {"RANK": "{rank}", "LOCAL_RANK": "{rank}", "WORLD_SIZE": str(nprocs), "LOCAL_WORLD_SIZE": str(nprocs),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-
-
-def srun_variables(nprocs: int, port: int) -> dict[str, str]:
-    """What srun gives task `{rank}` of a one-node step of `nprocs` tasks (no torchrun)."""
-    return {"SLURM_PROCID": "{rank}", "SLURM_LOCALID": "{rank}", "SLURM_NTASKS": str(nprocs),
-            "SLURM_STEP_NUM_TASKS": str(nprocs), "SLURM_STEP_NODELIST": "localhost", "MASTER_PORT": str(port)}
 
 
 def run_ranks(script: Path | str, args: list[str], env: dict[str, str], cwd: Path, timeout: float, nprocs: int = 2,

@@ -21,9 +21,8 @@ import pytest
 import torch
 
 from conftest import ROOT, free_port, run_in_process
-from processes import run_ranks, srun_variables
 from options.train_options import TrainOptions
-from test_resume import ENV, assert_identical, cycle_gan, final_weights, run_two_ranks, succeeded
+from test_resume import ENV, assert_identical, cycle_gan, final_weights, run_two_ranks
 from util import distributed
 from util.distributed import SLURM_PORT_BASE, SLURM_PORT_SPAN, launch_environment
 from util.errors import UserError
@@ -190,17 +189,6 @@ def torchrun_weights(unpaired_root, tmp_path_factory) -> dict:
     return final_weights(ckpt / "run")
 
 
-@pytest.mark.slow
-def test_srun_tasks_without_torchrun_train_the_same_model_as_torchrun(torchrun_weights, unpaired_root, tmp_path):
-    # The variables srun gives the 2 tasks of a step in a job on one node, no torchrun's; MASTER_PORT a
-    # free port rather than the one derived from the job id.
-    job = {**ENV, "SLURM_JOB_ID": JOB_ID, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "localhost"}
-    result = succeeded(run_ranks(ROOT / "train.py", two_rank_args(unpaired_root, tmp_path, "srun"), job, ROOT,
-                                 timeout=240, launch=srun_variables(2, free_port())))
-    assert "global batch = 2 (1 per process x 2 processes)" in result.stdout
-    assert_identical(final_weights(tmp_path / "srun"), torchrun_weights)
-
-
 def start_batch_job(script: str, args: list[str], env: dict) -> subprocess.Popen:
     """`bash scripts/<script> args` in a session of its own (so that a failed test can end it all)."""
     return subprocess.Popen(["bash", str(ROOT / "scripts" / script), *args], cwd=ROOT, env=env, start_new_session=True,
@@ -225,7 +213,7 @@ def stop_when_logged(job: subprocess.Popen, log: Path, marker: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script, launch", [
-    ("slurm_srun.sh", {}),                                           # one task per process
+    ("slurm_srun.sh", {}),  # one task per process, no torchrun: it trains what torchrun's workers train
     ("slurm_train.sh", {"SLURM_NTASKS": "1", "GPUS_PER_NODE": "2"}),  # one torchrun per node, 2 workers
 ])
 def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, launch, torchrun_weights,
@@ -244,7 +232,7 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
     rerun = subprocess.run(["bash", str(ROOT / "scripts" / script), *args], cwd=ROOT, capture_output=True,
                            text=True, timeout=300, env=slurm_job_env(tmp_path, SLURM_RESTART_COUNT="1", **launch))
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert "resuming from" in rerun.stdout
+    assert "resuming from" in rerun.stdout and "global batch = 2 (1 per process x 2 processes)" in rerun.stdout
     assert (tmp_path / "scontrol.log").read_text() == f"requeue {JOB_ID}\n"  # finished: not requeued again
     assert_identical(final_weights(tmp_path / "job"), torchrun_weights)
 
