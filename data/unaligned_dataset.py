@@ -20,8 +20,17 @@ class UnalignedDataset(BaseDataset):
     `index % size_A`; its partner is B image `index % size_B` with
     --serial_batches, else one drawn at random from `sample_rng(index)`. A and B get
     independent crops and flips. len = max(size_A, size_B).
-    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str}.
+    Sample: {"A": Tensor, "B": Tensor, "A_paths": str, "B_paths": str}. With --second_input (UNSB:
+    --model sb sets it) also a second image of the model's input domain, drawn at random from
+    `sample_rng(index)` with crops and flips of its own: "A2" (or "B2" with --direction BtoA).
     """
+
+    @staticmethod
+    def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
+        parser.add_argument("--second_input", action="store_true", on_resume="noted",
+                            help="also load a second, independent image of the input domain per sample (A2; "
+                                 "--model sb's Schrödinger-bridge loss, which sets it)")
+        return parser
 
     @classmethod
     def required_folders(cls, opt: argparse.Namespace) -> list[RequiredFolder]:
@@ -77,4 +86,10 @@ class UnalignedDataset(BaseDataset):
         (A_img,), (B_img,) = load_for_network(A_path, [self.spec_A]), load_for_network(B_path, [self.spec_B])
         A = get_transform(self.opt, get_params(self.opt, picture_size(A_img), rng))(A_img)
         B = get_transform(self.opt, get_params(self.opt, picture_size(B_img), rng))(B_img)
-        return {"A": A, "B": B, "A_paths": A_path, "B_paths": B_path}
+        sample = {"A": A, "B": B, "A_paths": A_path, "B_paths": B_path}
+        if getattr(self.opt, "second_input", False):
+            side, paths, spec = (("B", self.B_paths, self.spec_B) if self.opt.direction == "BtoA"
+                                 else ("A", self.A_paths, self.spec_A))
+            (second,) = load_for_network(paths[rng.randint(0, len(paths) - 1)], [spec])
+            sample[side + "2"] = get_transform(self.opt, get_params(self.opt, picture_size(second), rng))(second)
+        return sample

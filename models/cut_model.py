@@ -172,7 +172,7 @@ class CUTModel(BaseModel):
         the first batch. They train with G (one loss), so they join G's optimizer."""
         real_A, _, _ = self.paired_input(first_batch)
         with torch.no_grad():
-            feats = self.netG(real_A[:1], self.nce_layers, encode_only=True)
+            feats = self.generator_features(NetworkViews({"G": self.netG}), real_A[:1])
         self.netF.create_mlp([feat.shape[1] for feat in feats])
         networks.init_weights(self.netF, self.opt.init_type, self.opt.init_gain)
         self.netF.to(self.device, self.dtype)
@@ -201,6 +201,10 @@ class CUTModel(BaseModel):
         with step.frozen("D") as netD:  # G's step: D judges only
             self.loss_G = self.generator_loss(nets, netD, flipped)
             step.update_weights(self.optimizer_G, self.loss_G)
+
+    def generator_features(self, nets: NetworkViews, x: torch.Tensor) -> list[torch.Tensor]:
+        """G's features of x at --nce_layers, G called as `nets` runs it."""
+        return nets.G(x, self.nce_layers, encode_only=True)
 
     def draw_patch_ids(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per NCE layer, --num_patches positions for each of this rank's images (all positions of a
@@ -251,11 +255,11 @@ class CUTModel(BaseModel):
         fresh random positions, averaged over the NCE layers, as CUT's calculate_NCE_loss; a flipped
         output's features are flipped back. G and F are called as training runs them (`nets`):
         their gradients from this loss are synchronised like the others'."""
-        feat_q = nets.G(output, self.nce_layers, encode_only=True)
+        feat_q = self.generator_features(nets, output)
         if flipped:
             feat_q = [torch.flip(feat, [3]) for feat in feat_q]
         with torch.no_grad():  # keys get no gradient in PatchNCE: no graph for them
-            feat_k = nets.G(source, self.nce_layers, encode_only=True)
+            feat_k = self.generator_features(nets, source)
             patch_ids = self.draw_patch_ids(feat_k)
             feat_k = nets.F(feat_k, patch_ids)
         feat_q = nets.F(feat_q, patch_ids)

@@ -59,14 +59,17 @@ def known_architecture_keys(netG: str | None = None) -> set[str]:
 class GeneratorCheckpoint:
     """One generator's weights file and the architecture (`architecture_keys`) to build it with; the
     `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), the
-    numbers of the --data_range its run trained with, and the --patch_size (D, H, W) of a volume run's
-    training patches (each None when not given or not known)."""
+    numbers of the --data_range its run trained with, the --patch_size (D, H, W) of a volume run's
+    training patches, and the --num_timesteps and --tau of a Schrödinger-bridge run (--model sb) (each
+    None when not given or not known)."""
 
     path: str
     architecture: dict
     direction: str = "AtoB"
     data_range: tuple[float, ...] | None = None
     patch_size: tuple[int, ...] | None = None
+    num_timesteps: int | None = None
+    tau: float | None = None
 
 
 def describe_architecture(arch: dict) -> str:
@@ -154,12 +157,13 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
     translates = DIRECTIONS[1 - DIRECTIONS.index(trained)] if backward else trained
     options = read_trained_options(folder)
     return GeneratorCheckpoint(path, arch, translates, _numbers(options.get("data_range"), float),
-                               _numbers(options.get("patch_size"), int))
+                               _numbers(options.get("patch_size"), int), options.get("num_timesteps"),
+                               options.get("tau"))
 
 
 # The options of a run that inference reads from its options file (Translator.load's keywords of the
 # same names replace them).
-_TRAINED_OPTIONS = ("data_range", "patch_size")
+_TRAINED_OPTIONS = ("data_range", "patch_size", "num_timesteps", "tau")
 
 
 def read_trained_options(folder: str) -> dict:

@@ -43,15 +43,15 @@ translates volumes instead, whole, in Gaussian-blended sliding windows of the --
 lies over its input in a viewer), or .npy. A picture given to a volume translator, or a volume (a NIfTI
 file, a 5-D tensor) to a picture translator, is refused with the kind the model takes.
 
-Everything runs under `torch.inference_mode()`, in float32 or under bf16/fp16 autocast.
+Everything runs under `torch.inference_mode()`, in float32 or under bf16/fp16 autocast. A run of
+--model sb walks its Schrödinger bridge (models/bridge.py), its noise drawn from `seed` per image.
 
-Eval mode (the default) uses batch norm's running statistics and no dropout: outputs are
-deterministic and calls from several threads run concurrently without a lock (nothing in the
-network changes during a call). `eval_mode=False` computes what the reference's test.py does
-without --eval: each image normalised by its own batch statistics and dropout active, with dropout
-masks drawn from `seed` for every image (so the same image always gives the same output). Batch
-norm in training mode rewrites its running statistics during every call, and the seeding sets the
-global random generator, so in that mode calls serialise on a lock.
+Eval mode (the default) uses batch norm's running statistics and no dropout: outputs are deterministic
+and calls from several threads run concurrently without a lock (nothing in the network changes during a
+call). `eval_mode=False` computes what the reference's test.py does without --eval: each image
+normalised by its own batch statistics and dropout active, with dropout masks drawn from `seed` for every
+image (so the same image always gives the same output). Batch norm in training mode rewrites its running
+statistics during every call, and the seeding sets the global random generator: calls serialise on a lock.
 """
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ import torch
 from torch import nn
 
 from data.base_dataset import parse_data_range
+from models import bridge
 from models.inference import InferenceGenerator
 from models.latent_codes import checked_latent_codes, draw_latent_codes
 from models.networks import family_of
@@ -78,9 +79,9 @@ from util.distributed import pick_device
 from util.errors import UserError
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# The latent code of the translation under way in this thread (a latent generator's; None otherwise):
-# set around one call by `translate`, read by `_forward`, so that concurrent calls keep their own.
+# The latent code of this thread's translation (None: none), set by `translate`, read by `_forward`.
 _LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
+_BRIDGE_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("bridge_seed", default=0)  # --model sb's, likewise
 
 
 class Translator:
@@ -92,7 +93,7 @@ class Translator:
                  output_range: DataRange | None = None, architecture: dict | None = None,
                  encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None,
                  patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
-                 window_batch: int | None = None) -> None:
+                 window_batch: int | None = None, num_timesteps: int | None = None, tau: float | None = None) -> None:
         """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
         was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
         the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
@@ -112,6 +113,7 @@ class Translator:
         self.architecture = SimpleNamespace(**(architecture or {"netG": netG}))
         self.latent_size = family_of(netG).latent_size(self.architecture)  # 0: one answer per input
         self.size_rule = family_of(netG).size_rule(self.architecture)
+        self.bridge = bridge.settings(family_of(netG), self.architecture, num_timesteps, tau, source or netG)  # --model sb
         self.input_nc = input_nc
         self.output_nc = output_nc
         self.eval_mode = eval_mode
@@ -149,7 +151,8 @@ class Translator:
              device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
              seed: int = 0, data_range: Sequence[float] | None = None,
              patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
-             window_batch: int | None = None, **architecture: Any) -> "Translator":
+             window_batch: int | None = None, num_timesteps: int | None = None, tau: float | None = None,
+             **architecture: Any) -> "Translator":
         """The generator in `checkpoint` (a run folder, or one `<epoch>_net_<name>.pth` file).
 
         `direction` ("AtoB": trainA -> trainB, or "BtoA") picks CycleGAN's G_A or G_B; None means the
@@ -170,6 +173,9 @@ class Translator:
         --patch_size, --window_overlap and --window_batch, whose defaults give test.py's outputs. They
         belong to the translator rather than to each call, as the device and precision do; a picture
         generator refuses them.
+
+        A time-conditioned generator (--model sb) walks `num_timesteps` steps, noise of entropy `tau`
+        between them (None: the run's, from its train_opt.json) drawn from `seed` (or `translate`'s).
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
@@ -185,7 +191,9 @@ class Translator:
                    eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
                    output_range=output_range, architecture=arch,
                    encoder=(lambda: find_encoder(found.path, arch["output_nc"], resolved)) if latent else None,
-                   patch_size=patch_size, window_overlap=window_overlap, window_batch=window_batch)
+                   patch_size=patch_size, window_overlap=window_overlap, window_batch=window_batch,
+                   num_timesteps=found.num_timesteps if num_timesteps is None else num_timesteps,
+                   tau=found.tau if tau is None else tau)
 
     @property
     def encoder(self) -> ReferenceEncoder | None:
@@ -214,12 +222,16 @@ class Translator:
         `codes` (N x latent_size), a list of N translations; with a `reference` image of the output
         domain (a path, PIL image, array or tensor, as `image`), the one translation that looks like
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
-        from the first code that `seed` draws. Volume generators take neither tiles nor codes."""
+        from the first code that `seed` draws. Volume generators take neither tiles nor codes; --model sb
+        runs draw the noise of their steps from `seed` (the same seed, the same output)."""
         if self.volumes and tile:
             raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {self.source or self.netG} "
                             f"({self.netG}) translates volumes, whole, in sliding {self.window.describe()}; leave "
                             f"tile out (Translator.load's window_overlap and window_batch set the window).")
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
+        if self.bridge is not None:
+            bridge.check_no_codes(n_samples, codes, reference, f"{self.source or self.netG} ({self.netG})")
+            return _within(_BRIDGE_SEED, self.seed if seed is None else seed, self._translate, image, tile, tile_overlap)
         if self.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
                 raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
@@ -232,11 +244,7 @@ class Translator:
             return self.translate(image, tile=tile, tile_overlap=tile_overlap, codes=self.encode(reference))[0]
         outputs = []
         for code in self.latent_codes(n_samples, codes, seed):
-            token = _LATENT_CODE.set(code)
-            try:
-                outputs.append(self._translate(image, tile, tile_overlap))
-            finally:
-                _LATENT_CODE.reset(token)
+            outputs.append(_within(_LATENT_CODE, code, self._translate, image, tile, tile_overlap))
         return outputs if n_samples is not None or codes is not None else outputs[0]
 
     def latent_codes(self, n_samples: int | None = None, codes: Any = None, seed: int | None = None) -> torch.Tensor:
@@ -300,6 +308,8 @@ class Translator:
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
                                                     enabled=amp_dtype is not None):
             batch = batch.to(self.device, torch.float32)
+            if self.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
+                return bridge.final_steps(net, batch, *self.bridge, _BRIDGE_SEED.get()).float()
             codes = () if code is None else (code.to(self.device, torch.float32).expand(len(batch), -1),)
             if self.eval_mode:
                 return net(batch, *codes).float()
@@ -319,6 +329,13 @@ class Translator:
                 torch.default_generator.manual_seed(self.seed)
             return net(x, *codes)
 
+
+def _within(variable: contextvars.ContextVar, value: Any, function: Callable, *args: Any) -> Any:
+    """function(*args) in a copy of this thread's context where `variable` is `value` (this call's alone)."""
+    def call() -> Any:
+        variable.set(value)
+        return function(*args)
+    return contextvars.copy_context().run(call)
 
 
 def _resolve_device(device: str | torch.device) -> torch.device:

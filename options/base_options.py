@@ -115,6 +115,17 @@ class BaseOptions:
         return parser
 
     @staticmethod
+    def _unsb_command_line(argv: list[str]) -> list[str]:
+        """UNSB's command lines name no --model (its default is sb, ours the reference's cycle_gan) but
+        pass its --mode: such a line trains --model sb, said in a note."""
+        names = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+        if "--mode" in names and "--model" not in names:
+            print("note: --mode without --model is UNSB's command line: training --model sb (the default model "
+                  "here is cycle_gan; pass --model sb to silence this)", file=sys.stderr)
+            return ["--model", "sb", *argv]
+        return argv
+
+    @staticmethod
     def _given(parser: argparse.ArgumentParser, argv: list[str] | None, dest: str) -> Any:
         """The value of the one flag of destination `dest` in `argv` (its default when not given), parsed
         without looking at the other flags."""
@@ -122,6 +133,8 @@ class BaseOptions:
         probe = OneParagraphParser(add_help=False)
         probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default,
                            on_resume=action.on_resume)  # the flag itself, alone
+        if dest == "model":  # UNSB's --mode (--model sb's) is not an abbreviation of --model
+            probe.add_argument("--mode", dest="unsb_mode", on_resume="noted")
         return getattr(probe.parse_known_args(argv)[0], dest)
 
     @staticmethod
@@ -144,6 +157,7 @@ class BaseOptions:
 
         Besides each flag's own type and range, flags that only make sense together are checked
         here (a bad combination exits 2 with one paragraph, like a bad value)."""
+        argv = self._unsb_command_line(sys.argv[1:] if argv is None else list(argv))
         parser = self.build_parser(argv)
         opt = parser.parse_args(argv, namespace=FrozenOptions())
         opt.isTrain = self.isTrain

@@ -479,9 +479,10 @@ def test_a_network_without_a_declared_role_is_refused_naming_it(tmp_path, monkey
 
 
 def test_built_in_models_are_found_by_file_and_class_name():
-    assert models.builtin_model_names() == ["bicycle_gan", "colorization", "cut", "cycle_gan", "pix2pix", "template",
-                                            "test"]
+    assert models.builtin_model_names() == ["bicycle_gan", "colorization", "cut", "cycle_gan", "pix2pix", "sb",
+                                            "template", "test"]
     assert models.find_model_using_name("cycle_gan").__name__ == "CycleGANModel"
+    assert models.find_model_using_name("sb").__name__ == "SBModel"
 
 
 @pytest.mark.parametrize("name", ["cyclegan", "nowhere.my_model"])
@@ -490,7 +491,7 @@ def test_an_unknown_model_exits_2_naming_the_models_and_how_to_name_a_module(cap
         train_opt(name)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and name in err
-    assert "cycle_gan, pix2pix, template, test" in err and "module" in err
+    assert "cycle_gan, pix2pix, sb, template, test" in err and "module" in err
 
 
 OLD_CONTRACT_MODEL = '''

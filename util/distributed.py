@@ -363,6 +363,37 @@ def all_gather_tensor(tensor: torch.Tensor) -> list[torch.Tensor]:
     return [part[tuple(slice(0, n) for n in size)].to(home) for part, size in zip(gathered, sizes)]
 
 
+class _GatherWithGradient(torch.autograd.Function):
+    """All-gather along the first dimension whose backward hands each rank the sum over ranks of the
+    gradients of its part (an all-reduce: gloo has no reduce-scatter)."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        ctx.home, ctx.count = tensor.device, tensor.shape[0]
+        local = tensor.detach().to(_collective_device()).contiguous()
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, local)
+        return torch.cat(parts).to(ctx.home)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        summed = grad.detach().to(_collective_device()).contiguous().clone()
+        dist.all_reduce(summed)
+        start = dist.get_rank() * ctx.count
+        return summed[start:start + ctx.count].to(ctx.home)
+
+
+def all_gather_with_gradient(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's `tensor` (the same shape on each) concatenated along the first dimension, in rank
+    order, on every rank; `tensor` itself in a single process. Gradients flow back: each rank's part
+    gets the sum over ranks of the gradients of its copies, which DDP's averaging turns into the
+    gradient of a loss that every rank computes alike from the whole (a log-sum-exp over the global
+    batch trains as one process's would)."""
+    if not is_distributed():
+        return tensor
+    return _GatherWithGradient.apply(tensor)
+
+
 def broadcast_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """Rank 0's values of `tensor` (same shape on every rank), in place; `tensor` in a single process."""
     if is_distributed():

@@ -12,7 +12,8 @@ of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whos
     activations for --checkpoint_activations (models/networks/layers.py); nothing changes it later;
   - how to rebuild a network from saved weights alone (`from_weights`: the options the weights
     show) and anything the weights decide beyond the options (`rebuild`);
-  - what a generator takes beside the image (`latent_size`: a latent code, for many answers per input);
+  - what a generator takes beside the image (`latent_size`: a latent code, for many answers per input;
+    `time_conditioned`: a step's time index, for the steps of a Schrödinger bridge);
   - the sizes it takes, in any number of spatial dimensions (`size_rule`), how far an output
     pixel sees (`receptive_radius`, for tiled inference), whether its network recomputes
     activations under --checkpoint_activations (`recomputes_activations`), and how many of its
@@ -96,6 +97,16 @@ class NetworkFamily:
     def latent_size(self, flags: Any) -> int:
         """How many numbers the generator takes as a latent code beside the image (`forward(x, z)`,
         z: N x latent_size): several codes give several answers per input. 0: the image alone."""
+        return 0
+
+    def time_conditioned(self, flags: Any) -> bool:
+        """Whether the network takes a step's time index beside the image (`forward(x, t, ...)`: t, N
+        whole step numbers), as UNSB's networks do (--model sb); False by default."""
+        return False
+
+    def step_code_size(self, flags: Any) -> int:
+        """How many numbers of random code a time-conditioned generator takes with each step (`forward(x,
+        t, z)`, z: N x step_code_size, drawn afresh at every step); 0 for the others."""
         return 0
 
     def recomputes_activations(self, flags: Any) -> bool:

@@ -144,7 +144,7 @@ def resnet_seen(state: Mapping[str, Any], ndim: int, names: Mapping[str, int]) -
     first = state.get("model.1.weight")
     if first is None or first.ndim != ndim:
         return None
-    blocks = {key.split(".")[1] for key in state if ".conv_block." in key}
+    blocks = {key.split(".")[1] for key in state if key.startswith("model.") and ".conv_block." in key}
     name = next((name for name, count in names.items() if count == len(blocks)), None)
     if name is None:
         return None

@@ -1,0 +1,219 @@
+"""The time-conditioned resnet generator of UNSB (`--netG resnet_9blocks_cond`; Kim et al., "Unpaired
+Image-to-Image Translation via Neural Schrödinger Bridge", ICLR 2024): CUT's antialiased resnet whose
+residual blocks also take the step's time index (a sinusoidal embedding through two linear layers)
+and a random code z (4 x ngf numbers through a mapping network), so that one network makes every
+refinement step of the bridge, and each call draws a different answer. Used by --model sb.
+
+`forward(x, time_index, z)` translates x (N x C x H x W) one step: `time_index` holds N whole step
+numbers (0 .. --num_timesteps - 1), z is N x `code_size(ngf)`. `forward(x, time_index, z, layers,
+encode_only=True)` returns the outputs of the layers numbered in `layers` (the downsampling layers
+of `model`, then the residual blocks from len(model) on) for PatchNCE.
+
+Layers and parameter names follow cyclomon/UNSB's ResnetGenerator_ncsn (`model.1.weight`,
+`model_res.0.conv_block.1.weight`, `model_res.0.adaptive.style_net.weight`, `z_transform.1.weight`,
+`time_embed.0.weight`, ...), so its checkpoints load with strict=True and ours in its test.py. Do
+not reorder: `model_res.N.style` is built and saved but never used, as in its code.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.networks.blur import Downsample, Upsample
+from models.networks.family import NetworkFamily, SizeRule
+from models.networks.layers import get_norm_layer, norm_seen, reflection_pad, uses_bias, wants_sliced_pads
+
+# The name --model sb defaults to, spelled here alone (its family's)
+DEFAULT = "resnet_9blocks_cond"
+_BLOCKS = {DEFAULT: 9}
+MAPPING_LAYERS = 3  # UNSB's --n_mlp: linear layers of z's mapping network after the first
+
+
+def code_size(ngf: int) -> int:
+    """Numbers in the generator's random code z: 4 x ngf, as UNSB draws it."""
+    return 4 * ngf
+
+
+def timestep_embedding(steps: torch.Tensor, width: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal embedding of whole step numbers (N,) as N x width (sines, then cosines), the
+    transformers' position code that UNSB (after NCSN++) feeds its networks; an odd width is zero-padded."""
+    half = width // 2
+    frequencies = torch.exp(torch.arange(half, dtype=torch.float32, device=steps.device)
+                            * -(math.log(max_period) / (half - 1)))
+    angles = steps.float()[:, None] * frequencies[None, :]
+    embedding = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    return F.pad(embedding, (0, 1)) if width % 2 else embedding
+
+
+class PixelNorm(nn.Module):
+    """Each code scaled to unit root-mean-square (the mapping network's first layer)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-8)
+
+
+class AdaptiveLayer(nn.Module):
+    """gamma * x + beta, gamma and beta per channel from the mapped code (UNSB's AdaptiveLayer)."""
+
+    def __init__(self, channels: int, code_width: int):
+        super().__init__()
+        self.style_net = nn.Linear(code_width, channels * 2)
+
+    def forward(self, x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+        gamma, beta = self.style_net(code)[:, :, None, None].chunk(2, 1)
+        return gamma * x + beta
+
+
+class TimeConditionedBlock(nn.Module):
+    """UNSB's ResnetBlock_cond: pad, conv (+ the time embedding per channel), norm, adaptive layer
+    (the code), ReLU, (dropout), pad, conv, norm, plus the skip connection."""
+
+    def __init__(self, dim: int, norm_layer, use_dropout: bool, use_bias: bool, embed_width: int,
+                 sliced_pads: bool = False):
+        super().__init__()
+        self.conv_block = nn.ModuleList([reflection_pad(1, 2, sliced_pads),
+                                         nn.Conv2d(dim, dim, kernel_size=3, bias=use_bias), norm_layer(dim)])
+        self.adaptive = AdaptiveLayer(dim, embed_width)
+        self.conv_fin = nn.ModuleList([nn.ReLU(True), *([nn.Dropout(0.5)] if use_dropout else []),
+                                       reflection_pad(1, 2, sliced_pads),
+                                       nn.Conv2d(dim, dim, kernel_size=3, bias=use_bias), norm_layer(dim)])
+        self.Dense_time = nn.Linear(embed_width, dim)
+        # Never used, as in UNSB, whose checkpoints hold it: frozen, so that DDP waits for no gradient of it
+        self.style = nn.Linear(embed_width, dim * 2).requires_grad_(False)
+
+    def forward(self, x: torch.Tensor, time_embedding: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+        pad, conv, norm = self.conv_block
+        out = norm(conv(pad(x)) + self.Dense_time(time_embedding)[:, :, None, None])
+        out = self.adaptive(out, code)
+        for layer in self.conv_fin:
+            out = layer(out)
+        return x + out
+
+
+class TimeConditionedResnetGenerator(nn.Module):
+    """UNSB's ResnetGenerator_ncsn (see the module docstring)."""
+
+    def __init__(self, input_nc: int, output_nc: int, ngf: int = 64, norm_layer=nn.InstanceNorm2d,
+                 use_dropout: bool = False, n_blocks: int = 9, antialias: bool = True, antialias_up: bool = True,
+                 *, sliced_pads: bool = False):
+        super().__init__()
+        self.ngf = ngf
+        use_bias = uses_bias(norm_layer)
+        model = [reflection_pad(3, 2, sliced_pads), nn.Conv2d(input_nc, ngf, kernel_size=7, bias=use_bias),
+                 norm_layer(ngf), nn.ReLU(True)]
+        for mult in (1, 2):
+            width = ngf * mult * 2
+            if antialias:
+                model += [nn.Conv2d(ngf * mult, width, kernel_size=3, padding=1, bias=use_bias), norm_layer(width),
+                          nn.ReLU(True), Downsample(width, sliced_pads)]
+            else:
+                model += [nn.Conv2d(ngf * mult, width, kernel_size=3, stride=2, padding=1, bias=use_bias),
+                          norm_layer(width), nn.ReLU(True)]
+        self.model = nn.Sequential(*model)
+        width = code_size(ngf)
+        self.model_res = nn.ModuleList([TimeConditionedBlock(ngf * 4, norm_layer, use_dropout, use_bias, width,
+                                                             sliced_pads) for _ in range(n_blocks)])
+        upsample = []
+        for mult in (4, 2):
+            half = ngf * mult // 2
+            if antialias_up:
+                upsample += [Upsample(ngf * mult), nn.Conv2d(ngf * mult, half, kernel_size=3, padding=1, bias=use_bias),
+                             norm_layer(half), nn.ReLU(True)]
+            else:
+                upsample += [nn.ConvTranspose2d(ngf * mult, half, kernel_size=3, stride=2, padding=1, output_padding=1,
+                                                bias=use_bias), norm_layer(half), nn.ReLU(True)]
+        upsample += [reflection_pad(3, 2, sliced_pads), nn.Conv2d(ngf, output_nc, kernel_size=7), nn.Tanh()]
+        self.model_upsample = nn.Sequential(*upsample)
+        mapping = [PixelNorm(), nn.Linear(width, width), nn.LeakyReLU(0.2)]
+        for _ in range(MAPPING_LAYERS):
+            mapping += [nn.Linear(width, width), nn.LeakyReLU(0.2)]
+        self.z_transform = nn.Sequential(*mapping)
+        self.time_embed = nn.Sequential(nn.Linear(ngf, width), nn.LeakyReLU(0.2), nn.Linear(width, width),
+                                        nn.LeakyReLU(0.2))
+
+    def forward(self, x: torch.Tensor, time_index: torch.Tensor, z: torch.Tensor, layers: Sequence[int] = (),
+                encode_only: bool = False):
+        code = self.z_transform(z.to(x.dtype))
+        time_embedding = self.time_embed(timestep_embedding(time_index, self.ngf).to(x.dtype))
+        if encode_only:
+            return self.features(x, time_embedding, code, layers)
+        out = self.model(x)
+        for block in self.model_res:
+            out = block(out, time_embedding, code)
+        return self.model_upsample(out)
+
+    def features(self, x: torch.Tensor, time_embedding: torch.Tensor, code: torch.Tensor,
+                 layers: Sequence[int]) -> list[torch.Tensor]:
+        """The outputs of the layers numbered in `layers` (`model`'s, then the blocks'), in order."""
+        feats, last = [], max(layers)
+        for index, layer in enumerate(self.model):
+            x = layer(x)
+            if index in layers:
+                feats.append(x)
+            if index == last:
+                return feats
+        for index, block in enumerate(self.model_res, start=len(self.model)):
+            x = block(x, time_embedding, code)
+            if index in layers:
+                feats.append(x)
+            if index == last:
+                break
+        return feats
+
+
+class TimeConditionedResnetFamily(NetworkFamily):
+    """resnet_9blocks_cond: a multiple of 4 from 8 pixels up; takes a time index and a code."""
+
+    role = "generator"
+    names = tuple(_BLOCKS)
+    shape_flags = ("ngf", "norm", "no_dropout", "no_antialias", "no_antialias_up")
+    description = "resnet_9blocks_cond: UNSB's resnet taking a step's time index and a random code (--model sb)"
+
+    def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
+        return TimeConditionedResnetGenerator(
+            input_nc, output_nc, flags.ngf, get_norm_layer(flags.norm), not flags.no_dropout, _BLOCKS[self.name],
+            antialias=not getattr(flags, "no_antialias", False), antialias_up=not getattr(flags, "no_antialias_up", False),
+            sliced_pads=wants_sliced_pads(flags))
+
+    def rebuild(self, flags: Any, state: Mapping[str, Any], input_nc: int, output_nc: int) -> nn.Module:
+        """With the blur layers the weights hold."""
+        sizes = {tuple(value.shape[-2:]) for key, value in state.items() if key.endswith(".filt")}
+        seen = {"no_antialias": (3, 3) not in sizes, "no_antialias_up": (4, 4) not in sizes}
+        return self.build(SimpleNamespace(**{**vars(flags), **seen}), input_nc, output_nc)
+
+    @classmethod
+    def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
+        """Weights with a time embedding and `model_res` blocks: UNSB's layout."""
+        first = state.get("model.1.weight")
+        if first is None or first.ndim != 4 or "time_embed.0.weight" not in state:
+            return None
+        blocks = len({key.split(".")[1] for key in state if key.startswith("model_res.")})
+        name = next((name for name, count in _BLOCKS.items() if count == blocks), None)
+        if name is None:
+            return None
+        convs = [key for key in state if key.startswith("model_upsample.") and key.endswith(".weight")
+                 and state[key].ndim == 4]
+        last = max(convs, key=lambda key: int(key.split(".")[1]))
+        # Dropout shifts the second conv from conv_fin.2 to conv_fin.3 (a batch norm's weight is 1-D)
+        dropout = not any(key.endswith(".conv_fin.2.weight") and state[key].ndim == 4 for key in state)
+        return {"netG": name, "norm": norm_seen(state, "model.1"), "ngf": first.shape[0], "input_nc": first.shape[1],
+                "output_nc": state[last].shape[0], "no_dropout": not dropout}
+
+    def size_rule(self, flags: Any) -> SizeRule:
+        return SizeRule(4, 8)  # as the resnets: halved twice, 1-pixel reflection pads at a quarter size
+
+    def time_conditioned(self, flags: Any) -> bool:
+        return True
+
+    def step_code_size(self, flags: Any) -> int:
+        return code_size(flags.ngf)
+
+    def feature_layers(self, flags: Any) -> int:
+        """`model`'s layers and the residual blocks (UNSB's --nce_layers count on both)."""
+        antialias = not getattr(flags, "no_antialias", False)
+        return (12 if antialias else 10) + _BLOCKS[self.name]

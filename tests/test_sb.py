@@ -1,0 +1,197 @@
+"""UNSB (--model sb): its networks in its code's key layout, its bridge's schedule, training and sampling
+in steps (test.py, the Translator, reproducible by seed), DDP equal to one process in float64, exact
+resume, its command lines, and one-paragraph errors.
+
+UNSB's layouts and schedule are written out here from its published code (cyclomon/UNSB:
+models/ncsn_networks.py ResnetGenerator_ncsn, ResnetBlock_cond, NLayerDiscriminator_ncsn,
+TimestepEmbedding; models/sb_model.py's times), not taken from ours, so that a change of ours fails.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import load_script, ranks, run_in_process
+from models import bridge
+from models.networks import build_discriminator, build_generator, recognise_network
+from models.translator import Translator
+from options.train_options import TrainOptions
+from test_distributed import assert_trained_alike, ok
+from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
+
+TINY = ["--model", "sb", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
+        "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress",
+        "--num_timesteps", "3", "--lambda_SB", "1.0"]
+TWO_EPOCHS = ["--n_epochs", "1", "--n_epochs_decay", "1"]
+
+
+def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
+    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *extra]
+
+
+@pytest.fixture(scope="module")
+def train():
+    return load_script("train.py")
+
+
+# ----------------------------------------------------------------------------- UNSB's layouts and schedule
+def unsb_generator_layout(input_nc: int, output_nc: int, ngf: int, blocks: int = 9) -> dict[str, tuple]:
+    """Key -> shape of UNSB's ResnetGenerator_ncsn with instance norm, antialiased, no dropout, n_mlp 3."""
+    layout = {"model.1.weight": (ngf, input_nc, 7, 7), "model.1.bias": (ngf,)}
+    index = 4
+    for mult in (1, 2):  # conv, norm, relu, Downsample
+        layout[f"model.{index}.weight"] = (ngf * mult * 2, ngf * mult, 3, 3)
+        layout[f"model.{index}.bias"] = (ngf * mult * 2,)
+        layout[f"model.{index + 3}.filt"] = (ngf * mult * 2, 1, 3, 3)
+        index += 4
+    dim, width = ngf * 4, ngf * 4
+    for block in range(blocks):  # conv_block: pad, conv, norm; conv_fin: relu, pad, conv, norm
+        prefix = f"model_res.{block}."
+        layout.update({prefix + "conv_block.1.weight": (dim, dim, 3, 3), prefix + "conv_block.1.bias": (dim,),
+                       prefix + "adaptive.style_net.weight": (dim * 2, width), prefix + "adaptive.style_net.bias": (dim * 2,),
+                       prefix + "conv_fin.2.weight": (dim, dim, 3, 3), prefix + "conv_fin.2.bias": (dim,),
+                       prefix + "Dense_time.weight": (dim, width), prefix + "Dense_time.bias": (dim,),
+                       prefix + "style.weight": (dim * 2, width), prefix + "style.bias": (dim * 2,)})
+    index = 0
+    for mult in (4, 2):  # Upsample, conv, norm, relu
+        layout[f"model_upsample.{index}.filt"] = (ngf * mult, 1, 4, 4)
+        layout[f"model_upsample.{index + 1}.weight"] = (ngf * mult // 2, ngf * mult, 3, 3)
+        layout[f"model_upsample.{index + 1}.bias"] = (ngf * mult // 2,)
+        index += 4
+    layout[f"model_upsample.{index + 1}.weight"], layout[f"model_upsample.{index + 1}.bias"] = (output_nc, ngf, 7, 7), (output_nc,)
+    for k in (1, 3, 5, 7):  # PixelNorm, then 4 x (Linear, LeakyReLU)
+        layout[f"z_transform.{k}.weight"], layout[f"z_transform.{k}.bias"] = (width, width), (width,)
+    layout["time_embed.0.weight"], layout["time_embed.0.bias"] = (width, ngf), (width,)
+    layout["time_embed.2.weight"], layout["time_embed.2.bias"] = (width, width), (width,)
+    return layout
+
+
+def unsb_discriminator_layout(input_nc: int, ndf: int) -> dict[str, tuple]:
+    """Key -> shape of UNSB's NLayerDiscriminator_ncsn (n_layers 3, instance norm): 4 ConvBlock_cond."""
+    layout, width = {}, 4 * ndf
+    for block, (cin, cout) in enumerate([(input_nc, ndf), (ndf, 2 * ndf), (2 * ndf, 4 * ndf), (4 * ndf, 8 * ndf)]):
+        prefix = f"model_main.{block}."
+        layout.update({prefix + "conv1.weight": (cout, cin, 4, 4), prefix + "conv1.bias": (cout,),
+                       prefix + "down.filt": (cout, 1, 3, 3), prefix + "dense.weight": (cout, width),
+                       prefix + "dense.bias": (cout,)})
+    layout["final_conv.weight"], layout["final_conv.bias"] = (1, 8 * ndf, 4, 4), (1,)
+    for k in (0, 2):
+        layout[f"t_embed.main.{k}.weight"], layout[f"t_embed.main.{k}.bias"] = (width, width), (width,)
+    return layout
+
+
+def sb_options(*extra: str):
+    return TrainOptions().parse(["--dataroot", "unused", *TINY, *extra])
+
+
+def test_the_networks_have_unsbs_keys_and_shapes_and_its_weights_are_recognised():
+    opt = sb_options("--input_nc", "1", "--output_nc", "3")
+    generator = build_generator(opt, 1, 3)
+    assert {k: tuple(v.shape) for k, v in generator.state_dict().items()} == unsb_generator_layout(1, 3, 4)
+    discriminator = build_discriminator(opt, 3)
+    assert {k: tuple(v.shape) for k, v in discriminator.state_dict().items()} == unsb_discriminator_layout(3, 4)
+    seen = recognise_network(generator.state_dict())
+    assert seen == {"netG": "resnet_9blocks_cond", "norm": "instance", "ngf": 4, "input_nc": 1, "output_nc": 3,
+                    "no_dropout": True}
+
+
+def test_the_bridge_times_are_unsbs_harmonic_schedule():
+    for steps in (2, 3, 5):  # sb_model.py's forward, in numpy as it computes them
+        incs = np.array([0] + [1 / (i + 1) for i in range(steps - 1)])
+        times = np.cumsum(incs)
+        times = times / times[-1]
+        times = 0.5 * times[-1] + 0.5 * times
+        expected = np.concatenate([np.zeros(1), times])
+        np.testing.assert_allclose(bridge.bridge_times(steps).numpy(), expected, rtol=0, atol=1e-15)
+    assert bridge.bridge_times(1).tolist() == [0.0, 1.0]
+
+
+def test_a_walk_feeds_each_step_its_index_a_fresh_code_and_the_bridges_noise():
+    calls = []
+
+    def generator(x, t, z):
+        calls.append((x.clone(), t.clone(), z.clone()))
+        return torch.full_like(x, float(t[0]) + 1)  # "the target", step by step
+
+    x = torch.zeros(2, 1, 4, 4)
+    guesses, state = bridge.walk(generator, x, 3, 0.0, 5, bridge.SeededNoise(0))
+    assert [int(t[0]) for _, t, _ in calls] == [0, 1, 2] and all(len(t) == 2 for _, t, _ in calls)
+    assert not torch.equal(calls[0][2], calls[1][2]) and calls[0][2].shape == (2, 5)
+    times = bridge.bridge_times(3)
+    towards = float((times[1] - times[0]) / (1 - times[0]))  # tau 0: no noise, the mean of the bridge
+    assert torch.allclose(calls[1][0], torch.full_like(x, towards * 1.0))
+    assert torch.equal(guesses[-1], torch.full_like(x, 3.0)) and torch.equal(state, calls[2][0])
+
+
+# ----------------------------------------------------------------------------- training and sampling
+@pytest.mark.slow
+def test_sb_trains_and_test_py_writes_every_steps_output_which_the_translator_reproduces_by_seed(
+        train, unpaired_root, tmp_path, capsys):
+    assert train.main(args(unpaired_root, tmp_path, "sb", *TWO_EPOCHS, "--max_dataset_size", "4")) == 0
+    run = tmp_path / "sb"
+    assert {"latest_net_G.pth", "latest_net_D.pth", "latest_net_E.pth", "latest_net_F.pth"} <= {
+        p.name for p in run.iterdir()}
+    result = run_in_process("test.py", "--dataroot", str(unpaired_root), "--name", "sb", "--checkpoints_dir",
+                            str(tmp_path), "--results_dir", str(tmp_path / "results"), "--model", "sb", "--ngf", "4",
+                            "--load_size", "32", "--crop_size", "32", "--num_test", "2", "--num_timesteps", "3",
+                            "--seed", "5", capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    images = tmp_path / "results" / "sb" / "test_latest" / "images"
+    first = sorted(images.glob("*_real_A.png"))[0].name.replace("_real_A.png", "")
+    steps = [np.asarray(Image.open(images / f"{first}_fake_{k}.png"), dtype=int) for k in (1, 2, 3)]
+    final = np.asarray(Image.open(images / f"{first}_fake_B.png"), dtype=int)
+    assert np.array_equal(steps[-1], final) and not np.array_equal(steps[0], steps[-1])
+    translator = Translator.load(run, device="cpu", seed=5)
+    assert translator.bridge == (3, 0.01, 16)  # the run's --num_timesteps and --tau, from train_opt.json
+    source = sorted((unpaired_root / "testA").glob("*.png"))[0]
+    assert source.stem == first
+    again = translator.translate(str(source))
+    assert np.abs(again.astype(int) - final).max() <= 1  # test.py's own rounding of the same numbers
+    assert np.array_equal(translator.translate(str(source)), again)  # the same seed, the same output
+    assert not np.array_equal(translator.translate(str(source), seed=6), again)
+
+
+@pytest.mark.slow
+def test_two_processes_train_as_one_with_double_batch_and_a_killed_run_continues_bit_identical(
+        train, unpaired_root, tmp_path, capsys):
+    """2 x 1 == 1 x 2 in float64 (the step, noise and codes per image of the global batch, the SB loss's
+    log-sum-exp over all of it), FastCUT's flip coin and the identity NCE on; and a run killed and
+    continued ends as the whole one."""
+    flags = ["--dtype", "float64", *TWO_EPOCHS, "--serial_batches", "--no_flip", "--max_dataset_size", "4",
+             "--mode", "fastcut", "--nce_idt", "--print_freq", "1", "--save_latest_freq", "2"]
+    assert train.main(args(unpaired_root, tmp_path, "one", "--batch_size", "2", *flags)) == 0
+    ok(ranks("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
+    assert_trained_alike(tmp_path / "one", tmp_path / "two")
+
+    killed = args(unpaired_root, tmp_path, "killed", "--batch_size", "2", *flags)
+    interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,")
+    assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
+    assert_identical(final_weights(tmp_path / "one"), final_weights(tmp_path / "killed"))
+
+
+# ----------------------------------------------------------------------------- command lines and errors
+def test_unsbs_command_line_without_model_trains_sb_with_a_note(capsys):
+    opt = TrainOptions().parse(["--dataroot", "unused", "--mode", "sb", "--lambda_SB", "1.0", "--lambda_NCE", "1.0"])
+    assert opt.model == "sb" and opt.nce_idt and opt.lambda_SB == 1.0 and opt.num_timesteps == 5 and opt.tau == 0.01
+    assert "--mode without --model is UNSB's command line" in capsys.readouterr().err
+    fast = TrainOptions().parse(["--dataroot", "unused", "--model", "sb", "--mode", "FastCut"])
+    assert not fast.nce_idt and fast.lambda_NCE == 10.0 and fast.flip_equivariance and fast.n_epochs == 150
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--num_timesteps", "0"], "--num_timesteps"),
+    (["--netG", "resnet_9blocks"], "--netG"),
+    (["--netE", "basic"], "--netE"),
+    (["--n_mlp", "2"], "--n_mlp"),
+    (["--dataset_mode", "aligned_volume", "--patch_size", "16"], "--dataset_mode"),
+])
+def test_a_bad_value_is_refused_in_one_paragraph_naming_its_flag(flags, named, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        TrainOptions().parse(["--dataroot", "unused", "--model", "sb", *flags])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0]
