@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dataroot", action="append", default=[], type=Path,
                         help="a dataset for the loop measurement instead of the generated demo data: trainA/trainB "
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes), bicycle_gan (batch 2: its two halves) and pix2pix_l1 (--lambda_GAN 0): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section only")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes), bicycle_gan (batch 2: its two halves), pix2pix_l1 (--lambda_GAN 0) and sb (UNSB): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section only")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
                         "; on CUDA also " + ", ".join(CUDA_CONFIGS) +
                         " (fp32 is always measured: everything is compared with it; without --configs the full "

@@ -1,8 +1,8 @@
 """UNSB (Kim, Kwon, Kim, Ye, "Unpaired Image-to-Image Translation via Neural Schrödinger Bridge", ICLR
 2024): unpaired translation in several refinement steps along a Schrödinger bridge, on CUT.
 
-One time-conditioned generator G(x_t, t, z) (models/networks/resnet_cond.py) makes every step of the
-bridge (models/bridge.py). Each training step picks one step t of the --num_timesteps, walks the
+One generator G(x_t, t, z) with a random code z (models/networks/resnet_cond.py; like UNSB's, it ignores
+t) makes every step of the bridge (models/bridge.py). Each training step picks one step t of the --num_timesteps, walks the
 inputs there without gradient, and trains G on the state reached: fool a time-conditioned
 discriminator D (models/networks/patchgan_cond.py), keep each patch's content (CUT's PatchNCE between
 x_0 and G's output, with --nce_idt on B too), and the Schrödinger-bridge loss: an energy network E

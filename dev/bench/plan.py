@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MODELS = ("cycle_gan", "pix2pix")
-# Opt-in (--models cut,fastcut,bicycle_gan,pix2pix_l1): the step section only, beside CycleGAN's and pix2pix's;
+# Opt-in (--models cut,fastcut,bicycle_gan,pix2pix_l1,sb): the step section only, beside CycleGAN's and pix2pix's;
 # their train.py flags. pix2pix_l1: pix2pix without its discriminator (--lambda_GAN 0, the restoration recipe's).
 STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"], "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"],
-                    "bicycle_gan": ["--model", "bicycle_gan"], "pix2pix_l1": ["--model", "pix2pix", "--lambda_GAN", "0"]}
+                    "bicycle_gan": ["--model", "bicycle_gan"], "pix2pix_l1": ["--model", "pix2pix", "--lambda_GAN", "0"],
+                    # UNSB with its examples' SB weight; a step walks a random number of its 5 steps first
+                    "sb": ["--model", "sb", "--lambda_SB", "1.0"]}
 # Volumes (--models pix2pix_3d,cycle_gan_3d): the "volumes" section only, at the plan's patch sizes. pix2pix's
 # volume default unet_64_3d takes multiples of 64, so its measurement uses unet_32_3d (64 and 96 fit).
 VOLUME_MODELS = {"pix2pix_3d": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--data_range", "0", "1",
@@ -42,7 +44,7 @@ TARGETS = {"speedup": {"cycle_gan": 2.0, "pix2pix": 1.5}, "not_slower_than_strai
 # The generators' smallest input multiple: unet_256 halves 8 times, so it needs multiples of 256.
 SIZE_MULTIPLE = {"resnet_9blocks": 4, "unet_256": 256}
 DEFAULT_NETG = {"cycle_gan": "resnet_9blocks", "pix2pix": "unet_256", "cut": "resnet_9blocks", "fastcut": "resnet_9blocks",
-                "bicycle_gan": "unet_256", "pix2pix_l1": "unet_256"}
+                "bicycle_gan": "unet_256", "pix2pix_l1": "unet_256", "sb": "resnet_9blocks"}  # sb's multiple is the resnets'
 
 
 @dataclass
@@ -107,7 +109,8 @@ class Plan:
 def full_plan() -> Plan:
     return Plan(
         name="full",
-        step_size={"cycle_gan": 256, "pix2pix": 256, "cut": 256, "fastcut": 256, "bicycle_gan": 256, "pix2pix_l1": 256},
+        step_size={"cycle_gan": 256, "pix2pix": 256, "cut": 256, "fastcut": 256, "bicycle_gan": 256, "pix2pix_l1": 256,
+                   "sb": 256},
         configs=list(CONFIGS),
         step=Timing(warmup=2, min_steps=4, max_steps=15, budget_s=40.0),
         repeats=2,
@@ -132,7 +135,8 @@ def quick_plan() -> Plan:
     return Plan(
         name="quick",
         # pix2pix's unet_256 takes multiples of 256 only, so it stays at 256 (it is the cheap one).
-        step_size={"cycle_gan": 64, "pix2pix": 256, "cut": 64, "fastcut": 64, "bicycle_gan": 256, "pix2pix_l1": 256},
+        step_size={"cycle_gan": 64, "pix2pix": 256, "cut": 64, "fastcut": 64, "bicycle_gan": 256, "pix2pix_l1": 256,
+                   "sb": 64},
         configs=["fp32", STRAIGHTFORWARD, "bf16", "channels_last", "fused_adam", "bf16+channels_last"],
         step=Timing(warmup=1, min_steps=3, max_steps=5, budget_s=6.0),
         compile_warmup=2,

@@ -80,9 +80,12 @@ def synthetic_batch(opt, batch: int, seed: int = 0) -> dict:
         return torch.rand(batch, channels, *sides, generator=generator) * 2 - 1
 
     a_nc, b_nc = (opt.input_nc, opt.output_nc) if opt.direction == "AtoB" else (opt.output_nc, opt.input_nc)
-    return {"A": images(a_nc), "B": images(b_nc),
-            "A_paths": [f"synthetic_A_{i}" for i in range(batch)],
-            "B_paths": [f"synthetic_B_{i}" for i in range(batch)]}
+    batch_images = {"A": images(a_nc), "B": images(b_nc), "A_paths": [f"synthetic_A_{i}" for i in range(batch)],
+                    "B_paths": [f"synthetic_B_{i}" for i in range(batch)]}
+    if getattr(opt, "second_input", False):  # --model sb's second input image (data/unaligned_dataset.py)
+        side = "B" if opt.direction == "BtoA" else "A"
+        batch_images[side + "2"] = images(batch_images[side].shape[1])
+    return batch_images
 
 
 def count_step_flops(trainee: Trainee, opt) -> tuple[int, dict]:

@@ -1,18 +1,23 @@
-"""The time-conditioned resnet generator of UNSB (`--netG resnet_9blocks_cond`; Kim et al., "Unpaired
-Image-to-Image Translation via Neural Schrödinger Bridge", ICLR 2024): CUT's antialiased resnet whose
-residual blocks also take the step's time index (a sinusoidal embedding through two linear layers)
-and a random code z (4 x ngf numbers through a mapping network), so that one network makes every
-refinement step of the bridge, and each call draws a different answer. Used by --model sb.
+"""The generator of UNSB (`--netG resnet_9blocks_cond`; Kim et al., "Unpaired Image-to-Image Translation
+via Neural Schrödinger Bridge", ICLR 2024), used by --model sb: CUT's antialiased resnet whose residual
+blocks are modulated by a random code z (4 x ngf numbers through a mapping network, as an adaptive
+normalisation), so that each call draws a different answer and one network makes every refinement step
+of the bridge.
 
 `forward(x, time_index, z)` translates x (N x C x H x W) one step: `time_index` holds N whole step
 numbers (0 .. --num_timesteps - 1), z is N x `code_size(ngf)`. `forward(x, time_index, z, layers,
-encode_only=True)` returns the outputs of the layers numbered in `layers` (the downsampling layers
-of `model`, then the residual blocks from len(model) on) for PatchNCE.
+encode_only=True)` returns the outputs of the layers numbered in `layers` (the downsampling layers of
+`model`, then the residual blocks from len(model) on) for PatchNCE.
+
+The network computes what UNSB's code computes, which is not everything its modules hold: its blocks
+build a time embedding and a first convolution that their forward never applies (TimeConditionedBlock),
+so the step's time index reaches nothing in the generator (its discriminators do use it). Its released
+checkpoints were trained so, and give its outputs here only this way.
 
 Layers and parameter names follow cyclomon/UNSB's ResnetGenerator_ncsn (`model.1.weight`,
 `model_res.0.conv_block.1.weight`, `model_res.0.adaptive.style_net.weight`, `z_transform.1.weight`,
-`time_embed.0.weight`, ...), so its checkpoints load with strict=True and ours in its test.py. Do
-not reorder: `model_res.N.style` is built and saved but never used, as in its code.
+`time_embed.0.weight`, ...), so its checkpoints load with strict=True and ours in its test.py. Do not
+reorder.
 """
 from __future__ import annotations
 
@@ -70,8 +75,15 @@ class AdaptiveLayer(nn.Module):
 
 
 class TimeConditionedBlock(nn.Module):
-    """UNSB's ResnetBlock_cond: pad, conv (+ the time embedding per channel), norm, adaptive layer
-    (the code), ReLU, (dropout), pad, conv, norm, plus the skip connection."""
+    """UNSB's ResnetBlock_cond as its code computes it: norm(x), the adaptive layer (the code), ReLU,
+    (dropout), pad, conv, norm, plus the skip connection.
+
+    Its block holds pad, conv (+ the time embedding per channel) and norm in `conv_block`, but its loop
+    applies each of them to the block's input (`out = layer(x)`), so only the last, the norm, reaches the
+    output: the conv and the time embedding are built, saved and never used, and UNSB's generator does
+    not see the time index. Its checkpoints were trained so; computing what its code computes (without
+    the discarded conv) is what makes them give its outputs here. The unused weights get no gradient
+    (frozen, so that DDP waits for none)."""
 
     def __init__(self, dim: int, norm_layer, use_dropout: bool, use_bias: bool, embed_width: int,
                  sliced_pads: bool = False):
@@ -83,13 +95,12 @@ class TimeConditionedBlock(nn.Module):
                                        reflection_pad(1, 2, sliced_pads),
                                        nn.Conv2d(dim, dim, kernel_size=3, bias=use_bias), norm_layer(dim)])
         self.Dense_time = nn.Linear(embed_width, dim)
-        # Never used, as in UNSB, whose checkpoints hold it: frozen, so that DDP waits for no gradient of it
-        self.style = nn.Linear(embed_width, dim * 2).requires_grad_(False)
+        self.style = nn.Linear(embed_width, dim * 2)  # unused in UNSB's code too
+        for unused in (self.conv_block[1], self.Dense_time, self.style):
+            unused.requires_grad_(False)
 
-    def forward(self, x: torch.Tensor, time_embedding: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-        pad, conv, norm = self.conv_block
-        out = norm(conv(pad(x)) + self.Dense_time(time_embedding)[:, :, None, None])
-        out = self.adaptive(out, code)
+    def forward(self, x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+        out = self.adaptive(self.conv_block[2](x), code)  # conv_block's last layer, on the block's input
         for layer in self.conv_fin:
             out = layer(out)
         return x + out
@@ -133,22 +144,21 @@ class TimeConditionedResnetGenerator(nn.Module):
         for _ in range(MAPPING_LAYERS):
             mapping += [nn.Linear(width, width), nn.LeakyReLU(0.2)]
         self.z_transform = nn.Sequential(*mapping)
+        # the time index's embedding, for the blocks' unused time inputs: kept for the checkpoints' keys
         self.time_embed = nn.Sequential(nn.Linear(ngf, width), nn.LeakyReLU(0.2), nn.Linear(width, width),
-                                        nn.LeakyReLU(0.2))
+                                        nn.LeakyReLU(0.2)).requires_grad_(False)
 
     def forward(self, x: torch.Tensor, time_index: torch.Tensor, z: torch.Tensor, layers: Sequence[int] = (),
                 encode_only: bool = False):
-        code = self.z_transform(z.to(x.dtype))
-        time_embedding = self.time_embed(timestep_embedding(time_index, self.ngf).to(x.dtype))
+        code = self.z_transform(z.to(x.dtype))  # `time_index` reaches nothing, as in UNSB (TimeConditionedBlock)
         if encode_only:
-            return self.features(x, time_embedding, code, layers)
+            return self.features(x, code, layers)
         out = self.model(x)
         for block in self.model_res:
-            out = block(out, time_embedding, code)
+            out = block(out, code)
         return self.model_upsample(out)
 
-    def features(self, x: torch.Tensor, time_embedding: torch.Tensor, code: torch.Tensor,
-                 layers: Sequence[int]) -> list[torch.Tensor]:
+    def features(self, x: torch.Tensor, code: torch.Tensor, layers: Sequence[int]) -> list[torch.Tensor]:
         """The outputs of the layers numbered in `layers` (`model`'s, then the blocks'), in order."""
         feats, last = [], max(layers)
         for index, layer in enumerate(self.model):
@@ -158,7 +168,7 @@ class TimeConditionedResnetGenerator(nn.Module):
             if index == last:
                 return feats
         for index, block in enumerate(self.model_res, start=len(self.model)):
-            x = block(x, time_embedding, code)
+            x = block(x, code)
             if index in layers:
                 feats.append(x)
             if index == last:
