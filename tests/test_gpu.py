@@ -36,6 +36,7 @@ from test_benchmark import _check_timing
 from test_bicyclegan import TINY as BICYCLE_TINY
 from test_bicyclegan import args as bicycle_args
 from test_cut import args as cut_args
+from test_sb import args as sb_args
 from test_distributed import (assert_a_failing_rank_ends_every_rank_quickly, assert_trained_alike, cycle_gan_args, ok,
                               pix2pix_args, torchrun, weights)
 from test_fast_path import EVERY_SPEED_FLAG
@@ -203,8 +204,9 @@ def test_fp16_gradient_scaler_state_is_saved_and_resumed(unpaired_root, paired_r
 
 # ----------------------------------------------------------------------- the newer families: BicycleGAN, CUT, volumes
 
-NEWER_FAMILIES = ["bicycle_gan", "cut", pytest.param("cycle_gan_3d", marks=needs_nibabel)]
-TRAINING_DATA = {"bicycle_gan": "paired_root", "cut": "unpaired_root", "cycle_gan_3d": "volumes"}  # fixtures
+NEWER_FAMILIES = ["bicycle_gan", "cut", "sb", pytest.param("cycle_gan_3d", marks=needs_nibabel)]
+TRAINING_DATA = {"bicycle_gan": "paired_root", "cut": "unpaired_root", "sb": "unpaired_root",
+                 "cycle_gan_3d": "volumes"}  # fixtures
 
 
 def newer_family_args(family: str, request: pytest.FixtureRequest, ckpt: Path, name: str, epochs: int = 1
@@ -218,6 +220,8 @@ def newer_family_args(family: str, request: pytest.FixtureRequest, ckpt: Path, n
         args = bicycle_args(root, ckpt, name, "--max_dataset_size", "4")
     elif family == "cut":
         args = cut_args(root, ckpt, name, "--max_dataset_size", "4", "--nce_idt")
+    elif family == "sb":
+        args = sb_args(root, ckpt, name, "--max_dataset_size", "4")
     else:  # patches of 8^3 at random places, 2 per volume
         args = ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "cycle_gan",
                 "--dataset_mode", "unaligned_volume", "--data_range", "-1", "1", "--patch_size", "8",
@@ -256,6 +260,22 @@ def bicycle_test_py(paired_root: Path, run_dir: Path, results: Path, *where: str
                         "--num_test", "2", "--n_samples", "2", "--seed", "4", *where, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return sorted((results / run_dir.name / "test_latest" / "images").glob("*_fake_B*.png"))
+
+
+def test_sb_on_the_gpu_gives_test_py_on_the_cpus_outputs_at_every_step_for_a_seed(unpaired_root, request, tmp_path):
+    run(train_command(newer_family_args("sb", request, tmp_path, "run")))
+    outputs = {}
+    for where, device, env in (("gpu", DEVICE, EXACT_FP32), ("cpu", "cpu", CPU_ONLY)):
+        result = run_script("test.py", "--dataroot", str(unpaired_root), "--name", "run", "--checkpoints_dir",
+                            str(tmp_path), "--results_dir", str(tmp_path / where), "--model", "sb", "--ngf", "4",
+                            "--load_size", "32", "--crop_size", "32", "--num_timesteps", "3", "--seed", "3",
+                            "--phase", "test", "--num_test", "2", "--device", device, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[where] = sorted((tmp_path / where / "run" / "test_latest" / "images").glob("*_fake_*.png"))
+    assert len(outputs["gpu"]) == 2 * 4  # fake_1 .. fake_3 and fake_B of 2 images
+    for on_gpu, on_cpu in zip(outputs["gpu"], outputs["cpu"]):
+        difference = np.abs(np.asarray(Image.open(on_gpu), dtype=int) - np.asarray(Image.open(on_cpu), dtype=int))
+        assert difference.max() <= 1, on_gpu.name  # the same noise (drawn on the CPU), fp32 rounding apart
 
 
 def test_bicycle_gan_on_the_gpu_gives_test_py_on_the_cpus_encoded_outputs_and_samples(paired_root, request, tmp_path):
