@@ -39,7 +39,7 @@ from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
 from data.volume_patches import patch_size, window_batch  # noqa: E402
-from models import networks  # noqa: E402
+from models import bridge, networks  # noqa: E402
 from models.networks import unet_latent  # noqa: E402
 from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
@@ -63,11 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tile", type=tile_side, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
     parser.add_argument("--tile_overlap", type=tile_side, default=64, help="pixels by which neighbouring tiles overlap")
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
-    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the dropout masks with --no_eval, and of the latent codes of --n_samples")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the dropout masks with --no_eval, of the latent codes of --n_samples, and of a bridge's noise (--model sb)")
     many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
     many.add_argument("--n_samples", type=sample_count, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
     many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
     many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
+    steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): the noise of its steps is drawn from --seed")
+    steps.add_argument("--num_timesteps", type=Bounded(int, low=1, high=bridge.MAX_STEPS, name="num_timesteps"), default=None, help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its train_opt.json)")
     volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes are translated in blended sliding windows")
     volumes.add_argument("--patch_size", type=patch_size, default=None, metavar="D[,H,W]", help="the window's size in voxels, one number for a cube; default: the --patch_size the run trained on (its train_opt.json)")
     volumes.add_argument("--window_overlap", type=fraction_below_one, default=None, metavar="F", help="the fraction of a window by which neighbouring windows overlap (0 <= F < 1); default 0.5, as test.py")
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
                                      eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                     **window, **args.architecture)
+                                     num_timesteps=args.num_timesteps, **window, **args.architecture)
     except UserError as err:  # the window of a picture run: named by this script's flags
         if given and str(err).startswith(" and ".join(given) + ":"):
             flags = " and ".join(f"--{name}" for name in given)

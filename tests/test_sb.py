@@ -153,6 +153,14 @@ def test_sb_trains_and_test_py_writes_every_steps_output_which_the_translator_re
     assert np.abs(again.astype(int) - final).max() <= 1  # test.py's own rounding of the same numbers
     assert np.array_equal(translator.translate(str(source)), again)  # the same seed, the same output
     assert not np.array_equal(translator.translate(str(source), seed=6), again)
+    # scripts/translate.py walks the steps asked for, with the Translator's noise for --seed
+    result = run_in_process("scripts/translate.py", str(source), "--checkpoint", str(run), "--output",
+                            str(tmp_path / "two_steps"), "--num_timesteps", "2", "--seed", "5", "--device", "cpu",
+                            capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = np.asarray(Image.open(tmp_path / "two_steps" / source.name), dtype=int)
+    two_steps = Translator.load(run, device="cpu", seed=5, num_timesteps=2).translate(str(source))
+    assert np.array_equal(written, two_steps.astype(int)) and not np.array_equal(written, again)
 
 
 @pytest.mark.slow
