@@ -89,6 +89,7 @@ class CUTModel(BaseModel):
     network_roles = {"G": "generator", "F": "head", "D": "discriminator"}  # netF: PatchNCE's projection
     translators = ("G",)  # one way only, as trained
     input_visual = "real_A"
+    random_streams: tuple[str, ...] = ("patch_rng",)  # torch.Generator attributes saved for an exact resume
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
@@ -279,13 +280,14 @@ class CUTModel(BaseModel):
     def shared_training_state(self) -> dict:
         state = super().shared_training_state()
         if self.isTrain:
-            state["patch_rng"] = self.patch_rng.get_state()
+            state.update({name: getattr(self, name).get_state() for name in self.random_streams})
         return state
 
     def load_shared_training_state(self, state: dict) -> None:
         super().load_shared_training_state(state)
-        if self.isTrain and "patch_rng" in state:
-            self.patch_rng.set_state(state["patch_rng"])
+        for name in self.random_streams if self.isTrain else ():
+            if name in state:
+                getattr(self, name).set_state(state[name])
 
 
 def check_generator(opt, nce_layers: tuple[int, ...]) -> None:

@@ -78,6 +78,7 @@ class SBModel(CUTModel):
     visual_sides = {"real_A": "A", "real_A_noisy": "A", "fake_B": "B", "real_B": "B", "idt_B": "B"}
     network_roles = {"G": "generator", "F": "head", "D": "discriminator", "E": "discriminator"}
     skips_incomplete_batches = True  # the SB loss's log-sum-exp needs every rank's share of the batch
+    random_streams = ("patch_rng", "bridge_rng")  # saved for an exact resume (CUTModel's shared_training_state)
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -262,15 +263,3 @@ class SBModel(CUTModel):
         """netF's MLPs sized by G's features (CUT's), read with a zero code."""
         self.nce_code = torch.zeros(1, self.code_width, device=self.device, dtype=self.dtype)
         super().data_dependent_initialize(first_batch)
-
-    # ------------------------------------------------------------------ exact resume
-    def shared_training_state(self) -> dict:
-        state = super().shared_training_state()
-        if self.isTrain:
-            state["bridge_rng"] = self.bridge_rng.get_state()
-        return state
-
-    def load_shared_training_state(self, state: dict) -> None:
-        super().load_shared_training_state(state)
-        if self.isTrain and "bridge_rng" in state:
-            self.bridge_rng.set_state(state["bridge_rng"])
