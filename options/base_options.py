@@ -120,7 +120,7 @@ class BaseOptions:
         pass its --mode: such a line trains --model sb, said in a note."""
         names = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
         if "--mode" in names and "--model" not in names:
-            print("note: --mode without --model is UNSB's command line: training --model sb (the default model "
+            print("note: --mode without --model is UNSB's command line: using --model sb (the default model "
                   "here is cycle_gan; pass --model sb to silence this)", file=sys.stderr)
             return ["--model", "sb", *argv]
         return argv
