@@ -110,9 +110,10 @@ def check_no_codes(n_samples: Any, codes: Any, reference: Any, source: str) -> N
                         f"n_samples, codes and reference, and pass a seed for another draw.")
 
 
-def final_steps(generator: Generator, batch: torch.Tensor, steps: int, tau: float, code_width: int,
-                seed: int) -> torch.Tensor:
-    """The last step's output for each image of `batch`, each walking with noise drawn from `seed` afresh
-    (so an image's output depends on neither the batch nor its place in it)."""
-    return torch.cat([walk(generator, image[None], steps, tau, code_width, SeededNoise(seed))[0][-1]
-                      for image in batch])
+def walk_each(generator: Generator, batch: torch.Tensor, steps: int, tau: float, code_width: int,
+              seed: int) -> list[torch.Tensor]:
+    """Each step's output for `batch` (N x C x H x W), every image walking with noise drawn from `seed`
+    afresh, so an image's outputs depend on neither the batch nor its place in it: how test.py (the
+    model's forward) and the Translator sample, alike."""
+    walks = [walk(generator, image[None], steps, tau, code_width, SeededNoise(seed))[0] for image in batch]
+    return [torch.cat([guesses[step] for guesses in walks]) for step in range(steps)]

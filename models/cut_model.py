@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Mapping
 
 import torch
 
@@ -71,14 +72,18 @@ def parse_layers(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
-def mode_defaults_action(is_train: bool) -> type[argparse.Action]:
+def mode_defaults_action(is_train: bool, as_cut_mode: Mapping[str, str] | None = None) -> type[argparse.Action]:
     """The action of --CUT_mode: besides storing the mode, it makes that mode's defaults the parser's,
     so the final parse (options/base_options.py parses again after the model adds its flags) gives
-    every flag the user did not pass the mode's value, as CUT's own parser does."""
+    every flag the user did not pass the mode's value, as CUT's own parser does. With `as_cut_mode`
+    (a mode flag of another name, e.g. UNSB's --mode: its value -> the CUT mode it means) it sets
+    --CUT_mode's default too."""
     class SetModeDefaults(argparse.Action):
         def __call__(self, parser, namespace, value, option_string=None):
             setattr(namespace, self.dest, value)
-            parser.set_defaults(**MODE_DEFAULTS[value], **(MODE_TRAIN_DEFAULTS[value] if is_train else {}))
+            mode = value if as_cut_mode is None else as_cut_mode[value]
+            also = {} if as_cut_mode is None else {"CUT_mode": mode}
+            parser.set_defaults(**also, **MODE_DEFAULTS[mode], **(MODE_TRAIN_DEFAULTS[mode] if is_train else {}))
     return SetModeDefaults
 
 

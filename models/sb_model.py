@@ -27,7 +27,7 @@ import torch
 
 import data
 from models import bridge, networks
-from models.cut_model import CUTModel, MODE_DEFAULTS, MODE_TRAIN_DEFAULTS
+from models.cut_model import CUTModel, mode_defaults_action
 from models.network_views import NetworkViews
 from models.networks import patchgan_cond, resnet_cond
 from models.training_step import TrainingStep
@@ -45,16 +45,6 @@ def unsb_mode(text: str) -> str:
     if text.lower() in MODES:
         return text.lower()
     raise argparse.ArgumentTypeError(f"choose sb or fastcut (any case), got {text!r}")
-
-
-def mode_defaults_action(is_train: bool) -> type[argparse.Action]:
-    """--mode: stores the mode and makes its CUT mode's defaults the parser's, as UNSB's parser does."""
-    class SetModeDefaults(argparse.Action):
-        def __call__(self, parser, namespace, value, option_string=None):
-            setattr(namespace, self.dest, value)
-            cut = MODES[value]
-            parser.set_defaults(CUT_mode=cut, **MODE_DEFAULTS[cut], **(MODE_TRAIN_DEFAULTS[cut] if is_train else {}))
-    return SetModeDefaults
 
 
 class GlobalBatchNoise:
@@ -89,7 +79,7 @@ class SBModel(CUTModel):
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
         parser = CUTModel.modify_commandline_options(parser, is_train)
-        parser.add_argument("--mode", type=unsb_mode, default="sb", action=mode_defaults_action(is_train),
+        parser.add_argument("--mode", type=unsb_mode, default="sb", action=mode_defaults_action(is_train, MODES),
                             on_resume="noted", help="sb (CUT's defaults: --nce_idt, --lambda_NCE 1) or fastcut "
                             "(FastCUT's), as UNSB's --mode; --CUT_mode says the same in CUT's words")
         parser.add_argument("--num_timesteps", type=NUM_TIMESTEPS, default=5, on_resume="noted",
@@ -159,11 +149,10 @@ class SBModel(CUTModel):
         """Walk all --num_timesteps: fake_1 .. fake_T each step's translation, fake_B the last. Each
         image walks with noise drawn from --seed afresh, as the Translator's: its outputs do not depend
         on the batch or the order, and equal the Translator's for the same seed."""
-        walks = [bridge.walk(nets.G, image[None], self.steps, self.tau, self.code_width,
-                             bridge.SeededNoise(self.sampling_seed))[0] for image in self.real_A]
-        for k in range(self.steps):
-            setattr(self, f"fake_{k + 1}", torch.cat([guesses[k] for guesses in walks]))
-        self.fake_B = getattr(self, f"fake_{self.steps}")
+        outputs = bridge.walk_each(nets.G, self.real_A, self.steps, self.tau, self.code_width, self.sampling_seed)
+        for k, output in enumerate(outputs, start=1):
+            setattr(self, f"fake_{k}", output)
+        self.fake_B = outputs[-1]
 
     # ------------------------------------------------------------------ training
     def draw(self) -> tuple[int, GlobalBatchNoise]:

@@ -309,7 +309,7 @@ class Translator:
                                                     enabled=amp_dtype is not None):
             batch = batch.to(self.device, torch.float32)
             if self.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
-                return bridge.final_steps(net, batch, *self.bridge, _BRIDGE_SEED.get()).float()
+                return bridge.walk_each(net, batch, *self.bridge, _BRIDGE_SEED.get())[-1].float()
             codes = () if code is None else (code.to(self.device, torch.float32).expand(len(batch), -1),)
             if self.eval_mode:
                 return net(batch, *codes).float()

@@ -12,19 +12,31 @@ branch builds nothing usable), so --no_antialias is refused with it.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from models.networks.blur import Downsample
 from models.networks.family import NetworkFamily, SizeRule
 from models.networks.layers import get_norm_layer, uses_bias, wants_sliced_pads
-from models.networks.resnet_cond import timestep_embedding
 
 # The name --model sb defaults to for D and E, spelled here alone (its family's)
 DEFAULT = "basic_cond"
 LAYERS = 3
+
+
+def timestep_embedding(steps: torch.Tensor, width: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal embedding of whole step numbers (N,) as N x width (sines, then cosines), the
+    transformers' position code that UNSB (after NCSN++) feeds its networks; an odd width is zero-padded."""
+    half = width // 2
+    frequencies = torch.exp(torch.arange(half, dtype=torch.float32, device=steps.device)
+                            * -(math.log(max_period) / (half - 1)))
+    angles = steps.float()[:, None] * frequencies[None, :]
+    embedding = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    return F.pad(embedding, (0, 1)) if width % 2 else embedding
 
 
 class TimeConditionedConvBlock(nn.Module):

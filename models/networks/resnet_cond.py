@@ -21,17 +21,16 @@ reorder.
 """
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from models.networks.blur import Downsample, Upsample
 from models.networks.family import NetworkFamily, SizeRule
 from models.networks.layers import get_norm_layer, norm_seen, reflection_pad, uses_bias, wants_sliced_pads
+from models.networks.resnet import blur_flags
 
 # The name --model sb defaults to, spelled here alone (its family's)
 DEFAULT = "resnet_9blocks_cond"
@@ -42,17 +41,6 @@ MAPPING_LAYERS = 3  # UNSB's --n_mlp: linear layers of z's mapping network after
 def code_size(ngf: int) -> int:
     """Numbers in the generator's random code z: 4 x ngf, as UNSB draws it."""
     return 4 * ngf
-
-
-def timestep_embedding(steps: torch.Tensor, width: int, max_period: float = 10000.0) -> torch.Tensor:
-    """Sinusoidal embedding of whole step numbers (N,) as N x width (sines, then cosines), the
-    transformers' position code that UNSB (after NCSN++) feeds its networks; an odd width is zero-padded."""
-    half = width // 2
-    frequencies = torch.exp(torch.arange(half, dtype=torch.float32, device=steps.device)
-                            * -(math.log(max_period) / (half - 1)))
-    angles = steps.float()[:, None] * frequencies[None, :]
-    embedding = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-    return F.pad(embedding, (0, 1)) if width % 2 else embedding
 
 
 class PixelNorm(nn.Module):
@@ -191,10 +179,8 @@ class TimeConditionedResnetFamily(NetworkFamily):
             sliced_pads=wants_sliced_pads(flags))
 
     def rebuild(self, flags: Any, state: Mapping[str, Any], input_nc: int, output_nc: int) -> nn.Module:
-        """With the blur layers the weights hold."""
-        sizes = {tuple(value.shape[-2:]) for key, value in state.items() if key.endswith(".filt")}
-        seen = {"no_antialias": (3, 3) not in sizes, "no_antialias_up": (4, 4) not in sizes}
-        return self.build(SimpleNamespace(**{**vars(flags), **seen}), input_nc, output_nc)
+        """With the blur layers the weights hold (CUT's, read as for the resnets)."""
+        return self.build(SimpleNamespace(**{**vars(flags), **blur_flags(state)}), input_nc, output_nc)
 
     @classmethod
     def from_weights(cls, state: Mapping[str, Any]) -> dict | None:
