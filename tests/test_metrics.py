@@ -92,6 +92,32 @@ def test_the_ssim_of_volumes_is_torchmetrics_ssim_computed_one_axis_at_a_time():
     assert ssim_map_3d(target, target).sub(1).abs().max() < 1e-12
 
 
+def stripes(size: int, period: int, phase: int, colour: float, dark: float) -> torch.Tensor:
+    """1 x 3 x size x size: horizontal stripes, `dark` on rows whose (row + phase) % period < period / 2."""
+    rows = (torch.arange(size) + phase) % period < period // 2
+    as_float64 = dict(dtype=torch.float64)
+    image = torch.where(rows[:, None], torch.tensor(dark, **as_float64), torch.tensor(colour, **as_float64))
+    return image.expand(1, 3, size, size)
+
+
+def test_texture_distances_see_whether_stripes_are_there_and_not_where_they_lie():
+    from util.evaluation.texture import texture_distances
+    true = stripes(32, 8, 0, colour=0.6, dark=-0.8)
+    shifted = stripes(32, 8, 3, colour=0.6, dark=-0.8)  # the same stripes, 3 rows off
+    assert (shifted - true).abs().mean() > 0.5  # pixel L1 punishes the shift (1.4 on 6 rows of 8)
+    # a window of one period holds half light, half dark rows wherever it lies: the same mean and spread
+    # (up to float64 rounding of the sums of 64 terms and of one square root)
+    same = texture_distances(shifted, true, window=8)
+    assert same["coarse_L1"].item() < 1e-12 and same["texture_L1"].item() < 1e-6
+    # no stripes: each window's mean is the colour, not the midpoint 1.4 / 2 away; its spread 0, not 0.7
+    solid = texture_distances(torch.full_like(true, 0.6), true, window=8)
+    assert solid["coarse_L1"].item() == pytest.approx(0.7, abs=1e-12)
+    assert solid["texture_L1"].item() == pytest.approx(0.7, abs=1e-6)
+    # a flat image of the right mean colour passes the coarse look and fails the texture
+    grey = texture_distances(torch.full_like(true, -0.1), true, window=8)
+    assert grey["coarse_L1"].item() < 1e-12 and grey["texture_L1"].item() == pytest.approx(0.7, abs=1e-6)
+
+
 def test_identical_images_score_zero_l1_ssim_one_and_infinite_psnr():
     images = smooth_images(2)
     scores = score_pairs(images, images.clone()).compute()
