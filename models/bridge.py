@@ -103,6 +103,16 @@ def settings(family: Any, architecture: Any, steps: int | None, tau: float | Non
     return steps, DEFAULTS[1] if tau is None else float(tau), family.step_code_size(architecture)
 
 
+def checked_steps(steps: int | None, default: int) -> int:
+    """A call's number of steps (`default` when None), refused in words outside 1 .. MAX_STEPS."""
+    if steps is None:
+        return default
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise UserError(f"steps={steps!r}: a Schrödinger bridge walks a whole number of steps from 1 to {MAX_STEPS} "
+                        f"(UNSB samples with 1 to 5; more steps trade colour for texture, docs/sb.md).")
+    return steps
+
+
 def check_no_codes(n_samples: Any, codes: Any, reference: Any, source: str) -> None:
     """A bridge draws its own noise: refuse a latent generator's answers (many samples, codes, a reference)."""
     if n_samples is not None or codes is not None or reference is not None:

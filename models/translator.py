@@ -81,7 +81,8 @@ from util.errors import UserError
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The latent code of this thread's translation (None: none), set by `translate`, read by `_forward`.
 _LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
-_BRIDGE_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("bridge_seed", default=0)  # --model sb's, likewise
+# --model sb's (seed, steps) of this thread's walk, likewise
+_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk", default=(0, 1))
 
 
 class Translator:
@@ -212,7 +213,7 @@ class Translator:
 
     # ------------------------------------------------------------------ public API
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64, n_samples: int | None = None,
-                  codes: Any = None, seed: int | None = None, reference: Any = None) -> Any:
+                  codes: Any = None, seed: int | None = None, reference: Any = None, steps: int | None = None) -> Any:
         """The translation of `image`, of the same kind (see the module docstring). `tile` > 0
         translates images larger than `tile` pixels in overlapping tiles (as test.py --tile).
 
@@ -223,7 +224,8 @@ class Translator:
         domain (a path, PIL image, array or tensor, as `image`), the one translation that looks like
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
         from the first code that `seed` draws. Volume generators take neither tiles nor codes; --model sb
-        runs draw the noise of their steps from `seed` (the same seed, the same output)."""
+        runs draw the noise of their steps from `seed` (the same seed, the same output) and walk `steps`
+        steps (default the translator's num_timesteps)."""
         if self.volumes and tile:
             raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {self.source or self.netG} "
                             f"({self.netG}) translates volumes, whole, in sliding {self.window.describe()}; leave "
@@ -231,7 +233,11 @@ class Translator:
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
         if self.bridge is not None:
             bridge.check_no_codes(n_samples, codes, reference, f"{self.source or self.netG} ({self.netG})")
-            return _within(_BRIDGE_SEED, self.seed if seed is None else seed, self._translate, image, tile, tile_overlap)
+            walk = (self.seed if seed is None else seed, bridge.checked_steps(steps, self.bridge[0]))
+            return _within(_BRIDGE_WALK, walk, self._translate, image, tile, tile_overlap)
+        if steps is not None:
+            raise UserError(f"steps={steps}: the generator of {self.source or self.netG} ({self.netG}) translates in "
+                            f"one pass; only a Schrödinger-bridge run (--model sb) walks steps. Leave steps out.")
         if self.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
                 raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
@@ -309,7 +315,8 @@ class Translator:
                                                     enabled=amp_dtype is not None):
             batch = batch.to(self.device, torch.float32)
             if self.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
-                return bridge.walk_each(net, batch, *self.bridge, _BRIDGE_SEED.get())[-1].float()
+                seed, steps = _BRIDGE_WALK.get()
+                return bridge.walk_each(net, batch, steps, *self.bridge[1:], seed)[-1].float()
             codes = () if code is None else (code.to(self.device, torch.float32).expand(len(batch), -1),)
             if self.eval_mode:
                 return net(batch, *codes).float()

@@ -19,6 +19,7 @@ from conftest import load_script, ranks, run_in_process
 from models import bridge
 from models.networks import build_discriminator, build_generator, recognise_network
 from models.translator import Translator
+from util.errors import UserError
 from options.train_options import TrainOptions
 from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
@@ -161,6 +162,10 @@ def test_sb_trains_and_test_py_writes_every_steps_output_which_the_translator_re
     written = np.asarray(Image.open(tmp_path / "two_steps" / source.name), dtype=int)
     two_steps = Translator.load(run, device="cpu", seed=5, num_timesteps=2).translate(str(source))
     assert np.array_equal(written, two_steps.astype(int)) and not np.array_equal(written, again)
+    # a call may ask for its own number of steps (the server's steps option): the same walk
+    assert np.array_equal(translator.translate(str(source), steps=2), two_steps)
+    with pytest.raises(UserError, match="steps=0"):
+        translator.translate(str(source), steps=0)
 
 
 @pytest.mark.slow

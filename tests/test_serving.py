@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 import io
 import os
 import re
@@ -45,6 +46,7 @@ FAMILIES = {
     "cut": ["--model", "cut", "--ngf", "4", "--netF_nc", "8"],
     "bicycle_gan": ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD",
                     "basic_128_multi", "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--nz", "3"],
+    "sb": ["--model", "sb", "--ngf", "4", "--netF_nc", "8", "--num_timesteps", "3"],
     "volume": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--netG", "resnet_6blocks_3d", "--ngf", "4",
                "--netD", "n_layers_3d", "--input_nc", "1", "--output_nc", "1", "--patch_size", "8,8,8",
                "--data_range", "0", "1000"],
@@ -167,6 +169,30 @@ def test_bicyclegan_samples_come_zipped_reproducible_by_seed_and_a_reference_giv
         encoded = httpx.post(f"{url}/translate", files={"file": ("photo.png", upload.read_bytes()),
                                                         "reference": ("look.png", look.read_bytes())}, timeout=60)
         assert np.array_equal(decoded(encoded, tmp_path), expected(run, upload, reference=str(look)))
+
+
+def test_unsb_walks_the_steps_asked_for_with_the_noise_of_the_seed_as_the_translator_does(runs, tmp_path):
+    run = runs["sb"]
+    upload = tmp_path / "photo.png"
+    upload.write_bytes(png_bytes(photo(6)))
+    with served(run, max_batch=4, batch_timeout_ms=200) as url:
+        info = httpx.get(f"{url}/info").json()
+        assert info["options"]["steps"] == [1, 100] and info["options"]["default_steps"] == 3  # the run's
+        asked = [{"seed": 5, "steps": 2}, {"seed": 5, "steps": 2}, {"seed": 6, "steps": 2}, {"seed": 5, "steps": 1}]
+        with ThreadPoolExecutor(len(asked)) as pool:  # at once: equal options may share a batch
+            answers = list(pool.map(lambda params: httpx.post(f"{url}/translate", params=params,
+                                                              content=upload.read_bytes(), timeout=60), asked))
+        outputs = [decoded(answer, tmp_path, f"out{k}.png") for k, answer in enumerate(answers)]
+        plain = decoded(httpx.post(f"{url}/translate", content=upload.read_bytes(), timeout=60), tmp_path)
+        refused = {field: httpx.post(f"{url}/translate", params={field: value}, content=upload.read_bytes(), timeout=60)
+                   for field, value in (("steps", 0), ("steps", 101), ("n_samples", 2))}
+    for params, output in zip(asked, outputs):
+        assert_translated_alike(output, expected(run, upload, **params))
+    assert np.array_equal(plain, expected(run, upload))  # seed 0, the run's 3 steps
+    assert np.array_equal(outputs[0], outputs[1])  # the same seed and steps, the same answer
+    assert not np.array_equal(outputs[0], outputs[2]) and not np.array_equal(outputs[0], outputs[3])
+    for field, answer in refused.items():
+        assert answer.status_code == 400 and field in answer.json()["error"], answer.text
 
 
 def test_a_16_bit_image_comes_back_as_a_16_bit_png_equal_to_the_translator(runs, tmp_path):

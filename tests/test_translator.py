@@ -200,6 +200,8 @@ def test_translate_returns_the_kind_and_precision_it_was_given(work):
         translator.translate(rgb.astype(np.int32))
     with pytest.raises(UserError, match="4 channels"):
         translator.translate(np.zeros((8, 8, 4), np.uint8))
+    with pytest.raises(UserError, match="translates in one pass"):  # steps are a bridge's (--model sb)
+        translator.translate(rgb, steps=2)
 
 
 def test_bf16_runs_on_the_cpu_close_to_fp32_and_fp16_asks_for_a_gpu(work):

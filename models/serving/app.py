@@ -6,7 +6,7 @@
     POST /translate  a file in (the body, or the form field "file"), the output file out; options as query
                      or form fields: direction (CycleGAN), n_samples and seed (BicycleGAN; a zip of the
                      samples when n_samples is given), reference (a form file: BicycleGAN's encoded
-                     output), response=json (the outputs base64-encoded with 8-bit previews, for the page)
+                     output), seed and steps (--model sb: its noise and its number of steps), response=json (the outputs base64-encoded with 8-bit previews, for the page)
     GET  /docs       the OpenAPI page FastAPI makes
 
 Outputs are what `Translator.translate` gives for the same file (models/translator.py): pictures as PNG at
@@ -39,6 +39,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from models import bridge
 from models.saved_generator import find_generator
 from models.serving.batching import MicroBatcher
 from models.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
@@ -160,7 +161,9 @@ class TranslationService:
             "window": translator.window.describe() if translator.window else None,
             "options": {"direction": model.directions,
                         **({"n_samples": [1, settings.max_samples], "seed": [0, MAX_SEED],
-                            "reference": model.has_encoder} if latent else {})},
+                            "reference": model.has_encoder} if latent else {}),
+                        **({"seed": [0, MAX_SEED], "steps": [1, bridge.MAX_STEPS],
+                            "default_steps": translator.bridge[0]} if translator.bridge else {})},
             "limits": {"max_bytes": settings.limits.max_bytes, "max_pixels": settings.limits.max_pixels,
                        "max_voxels": settings.limits.max_voxels},
             "batching": {"max_batch": settings.max_batch, "batch_timeout_ms": settings.batch_timeout_ms,
@@ -227,19 +230,28 @@ class TranslationService:
         except asyncio.TimeoutError:
             raise BadRequest(408, f"the upload took more than {self.settings.read_timeout_s:g} s to arrive; send it "
                                   f"again") from None
-        direction, n_samples, seed = self._options(fields, bool(reference_body))
+        direction, n_samples, seed, steps = self._options(fields, bool(reference_body))
         job = await asyncio.to_thread(stored_job, body, folder, client_name, direction, n_samples, seed,
-                                      reference_body, limits, self.translator.volumes, self.translator.input_nc)
+                                      reference_body, limits, self.translator.volumes, self.translator.input_nc, steps)
         return job, fields.get("response") == "json"
 
-    def _options(self, fields: dict[str, Any], has_reference: bool) -> tuple[str, int | None, int | None]:
-        """(direction, n_samples, seed) from the request's fields, each checked against the model."""
+    def _options(self, fields: dict[str, Any], has_reference: bool) -> tuple[str, int | None, int | None, int | None]:
+        """(direction, n_samples, seed, steps) from the request's fields, each checked against the model."""
         model, translator = self.model, self.translator
         direction = fields.get("direction") or model.default_direction
         if direction not in model.directions:
             raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
         n_samples = _option(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
         seed = _option(fields, "seed", 0, MAX_SEED)
+        steps = _option(fields, "steps", 1, bridge.MAX_STEPS)
+        if translator.bridge is not None:
+            if n_samples is not None or has_reference:
+                raise BadRequest(400, f"{model.name} ({translator.netG}) draws its own noise at each step: leave out "
+                                      f"n_samples and reference; send seed (and steps) for another draw")
+            return direction, None, seed, steps
+        if steps is not None:
+            raise BadRequest(400, f"steps={steps}: {model.name} ({translator.netG}) translates in one pass; only a "
+                                  f"Schrödinger-bridge run (--model sb) walks steps")
         if translator.latent_size == 0 and (n_samples is not None or seed is not None or has_reference):
             raise BadRequest(400, f"{model.name} ({translator.netG}) gives one translation per input: leave out "
                                   f"n_samples, seed and reference")
@@ -249,7 +261,7 @@ class TranslationService:
         if has_reference and not model.has_encoder:
             raise BadRequest(400, f"{model.name} has no encoder saved beside its generator, so a reference image "
                                   f"cannot be encoded; ask for n_samples instead")
-        return direction, n_samples, seed
+        return direction, n_samples, seed, None
 
 
 def create_app(model: ServedModel, settings: ServerSettings) -> FastAPI:

@@ -42,6 +42,7 @@ class Job:
     seed: int | None
     reference: Upload | None = None
     layout: tuple[tuple[int, int, int], str] | None = None  # None: translated alone, from its file
+    steps: int | None = None  # --model sb: the number of steps of its walk (None: the run's)
 
 
 @dataclass
@@ -60,7 +61,7 @@ def batch_key(job: Job) -> tuple | None:
     an alpha channel, which need the file's own path through the Translator)."""
     if job.layout is None:
         return None
-    return (job.direction, *job.layout, job.n_samples, job.seed)
+    return (job.direction, *job.layout, job.n_samples, job.seed, job.steps)
 
 
 def _picture_files(job: Job, outputs: list[np.ndarray]) -> Translated:
@@ -110,6 +111,9 @@ def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: 
 def _translate_together(translator: Translator, jobs: list[Job]) -> list[Translated]:
     batch = np.stack([read_image(job.upload.path) for job in jobs])  # decoded here, on the translating thread
     first = jobs[0]
+    if translator.bridge is not None:
+        outputs = translator.translate(batch, seed=first.seed, steps=first.steps)
+        return [_picture_files(job, [out]) for job, out in zip(jobs, outputs)]
     if translator.latent_size == 0:
         return [_picture_files(job, [out]) for job, out in zip(jobs, translator.translate(batch))]
     answers = translator.translate(batch, n_samples=first.n_samples, seed=first.seed)
@@ -123,7 +127,9 @@ def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated
         if job.upload.kind == "volume":
             return _volume_files(job, translator)
         answers = {}
-        if translator.latent_size > 0:
+        if translator.bridge is not None:
+            answers = {"seed": job.seed, "steps": job.steps}
+        elif translator.latent_size > 0:
             answers = ({"reference": job.reference.path} if job.reference is not None else
                        {"n_samples": job.n_samples, "seed": job.seed})
         output = translator.translate(job.upload.path, **answers)
@@ -181,14 +187,14 @@ def volume_preview_png(volume: np.ndarray) -> bytes:
 
 def stored_job(body: bytes, folder: str, client_name: str | None, direction: str, n_samples: int | None,
                seed: int | None, reference_body: bytes | None, limits: Limits, volumes: bool,
-               channels: int) -> Job:
+               channels: int, steps: int | None = None) -> Job:
     """The upload stored and checked from its header, in a thread (`channels`: the model's input channels)."""
     upload = save_upload(body, folder, limits, volumes, channels)
     reference = None
     if reference_body:
         reference_folder = tempfile.mkdtemp(dir=folder)
         reference = save_upload(reference_body, reference_folder, limits, volumes, channels)
-    job = Job(upload, folder, client_name, direction, n_samples, seed, reference)
+    job = Job(upload, folder, client_name, direction, n_samples, seed, reference, steps=steps)
     info = upload.picture
     if info is not None and reference is None and not info.alpha:  # alpha needs the file's path through the Translator
         job.layout = ((info.height, info.width, info.channels), np.dtype(info.dtype).str)
