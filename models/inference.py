@@ -124,6 +124,16 @@ class LatentPadToMultiple(PadToMultiple):
         return self.net(padded, z)[:, :, top:top + x.shape[2], left:left + x.shape[3]]
 
 
+class StepPadToMultiple(PadToMultiple):
+    """PadToMultiple for one step of a Schrödinger bridge's generator (--model sb): forward(x, step, z), step
+    the N step numbers (int64) and z N x code size, its noise code. The walk between steps is the caller's
+    (models/bridge.py, docs/export.md)."""
+
+    def forward(self, x: torch.Tensor, step: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        padded, top, left = self.pad(x)
+        return self.net(padded, step, z)[:, :, top:top + x.shape[2], left:left + x.shape[3]]
+
+
 def export_min_size(netG: str, flags: Any = None) -> int:
     """Smallest height/width a PadToMultiple-wrapped generator of family `netG` accepts."""
     rule = family_of(netG).size_rule(flags)

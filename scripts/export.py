@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import data  # noqa: E402
 from models import builtin_model_names, create_model, networks  # noqa: E402
-from models import saved_generator  # noqa: E402
+from models import bridge, saved_generator  # noqa: E402
 from models.windows import check_window  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
@@ -61,7 +61,7 @@ from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
-from models.inference import LatentPadToMultiple, PadToMultiple, export_min_size  # noqa: E402
+from models.inference import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 EXTENSIONS = {"torchscript": ".pt", "onnx": ".onnx"}  # of the files each format writes
@@ -227,22 +227,30 @@ def float32_rounding_error(module: torch.nn.Module, *x: torch.Tensor) -> tuple[f
     values are so large that their rounding crosses zero)."""
     with torch.no_grad():
         single = _before_last_tanh(module, *x).double()
-        exact = _before_last_tanh(copy.deepcopy(module).double(), *(t.double() for t in x))
+        exact = _before_last_tanh(copy.deepcopy(module).double(), *(t.double() if t.is_floating_point() else t
+                                                                      for t in x))
     return (single - exact).abs().max().item(), exact.abs().max().item()
 
 
 def example_inputs(batch: int, channels: int, size: tuple[int, ...], latent_size: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Random images in [-1, 1] and, for a generator taking a latent code, a standard normal code per image."""
+                   generator: torch.Generator, steps: int = 0) -> tuple[torch.Tensor, ...]:
+    """Random images in [-1, 1]; for a generator taking a latent code, a standard normal code per image; for
+    one step of a bridge (`steps` > 0), a step number below `steps` per image before the code."""
     x = torch.rand(batch, channels, *size, generator=generator) * 2 - 1
-    return (x, torch.randn(batch, latent_size, generator=generator)) if latent_size else (x,)
+    step = (torch.randint(0, steps, (batch,), generator=generator),) if steps else ()
+    return (x, *step, torch.randn(batch, latent_size, generator=generator)) if latent_size else (x,)
+
+
+def input_names(steps: int) -> list[str]:
+    """The exported module's inputs, in order (ONNX names; a plain generator takes the first only)."""
+    return ["input", "step", "code"] if steps else ["input", "code"]
 
 
 def refuse_ill_conditioned(module: torch.nn.Module, source: str, channels: int, size: tuple[int, ...],
-                           tolerance: float, latent_size: int = 0) -> None:
+                           tolerance: float, latent_size: int = 0, steps: int = 0) -> None:
     """Raise UserError if float32 rounding alone can move `module`'s output by more than
     `tolerance`: no check could then tell a faithful export from a broken one."""
-    inputs = example_inputs(1, channels, size, latent_size, torch.Generator().manual_seed(1))
+    inputs = example_inputs(1, channels, size, latent_size, torch.Generator().manual_seed(1), steps)
     error, magnitude = float32_rounding_error(module, *inputs)
     if 2 * error <= tolerance:
         return
@@ -267,10 +275,10 @@ def export_torchscript(module: torch.nn.Module, path: str) -> torch.jit.ScriptMo
 
 
 def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int, opset: int | None,
-                latent_size: int = 0, window: tuple[int, ...] | None = None) -> None:
+                latent_size: int = 0, window: tuple[int, ...] | None = None, steps: int = 0) -> None:
     """The ONNX file of `module`: input "input" (N x channels x H x W of any size from `min_size`, or
-    N x channels x D x H x W of exactly the volume `window`) and, with a latent code, "code" (N x
-    latent_size); output "output"."""
+    N x channels x D x H x W of exactly the volume `window`), for one step of a bridge "step" (N int64),
+    and with a latent code "code" (N x latent_size); output "output"."""
     try:
         import onnxscript  # noqa: F401  (torch's dynamo exporter needs it)
     except ImportError:
@@ -278,7 +286,7 @@ def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int
                         "(or drop onnx from --formats).") from None
     batch = torch.export.Dim("batch", min=1, max=4096)
     if window:  # a volume generator: one window size, any batch
-        example = example_inputs(2, channels, window, latent_size, torch.Generator())
+        example = example_inputs(2, channels, window, latent_size, torch.Generator(), steps)
         image_shape = {0: batch}
     else:
         height = torch.export.Dim("height", min=min_size, max=16384)
@@ -286,24 +294,24 @@ def export_onnx(module: torch.nn.Module, path: str, channels: int, min_size: int
         # Batch 2 and unequal sides in the example: torch.export would fix a dimension of size 1, or
         # tie two equal ones together.
         example = example_inputs(2, channels, (max(min_size, 64), max(min_size, 64) + 8), latent_size,
-                                 torch.Generator())
+                                 torch.Generator(), steps)
         image_shape = {0: batch, 2: height, 3: width}
     # by position: the plain network of a volume generator names its argument `input`, the wrappers `x`
-    shapes = (image_shape, {0: batch}) if latent_size else (image_shape,)
+    shapes = (image_shape, *[{0: batch}] * (len(example) - 1))
     kwargs = {"opset_version": opset} if opset else {}
     atomic_write_by_name(path, lambda temporary: torch.onnx.export(
-        module, example, temporary, dynamo=True, input_names=["input", "code"][:len(example)],
+        module, example, temporary, dynamo=True, input_names=input_names(steps)[:len(example)],
         output_names=["output"], dynamic_shapes=shapes, verbose=False, **kwargs))
 
 
-def run_onnx(path: str):
+def run_onnx(path: str, steps: int = 0):
     """A callable running the ONNX file with onnxruntime, or None if it is not installed."""
     try:
         import onnxruntime
     except ImportError:
         return None
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return lambda *x: torch.from_numpy(session.run(None, dict(zip(("input", "code"), (t.numpy() for t in x))))[0])
+    return lambda *x: torch.from_numpy(session.run(None, dict(zip(input_names(steps), (t.numpy() for t in x))))[0])
 
 
 @exits_on_user_error()
@@ -313,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = check_sizes(opt)
     min_size = export_min_size(opt.netG, opt)
     net, stem = load_generator(opt)
-    latent_size = networks.family_of(opt.netG).latent_size(opt)  # > 0: the code is a second input
+    family = networks.family_of(opt.netG)
+    # One step of a Schrödinger bridge (--model sb) takes the step number and a code beside the image; the
+    # walk between steps is the caller's (docs/export.md), as the sliding window is for volumes.
+    steps = getattr(opt, "num_timesteps", bridge.DEFAULTS[0]) if family.time_conditioned(opt) else 0
+    latent_size = family.step_code_size(opt) if steps else family.latent_size(opt)  # > 0: the code is an input
     rule = networks.size_rule(opt.netG, opt)
     window = sizes[0] if rule.dims == 3 else None
     if window:  # volumes: the plain network for one window; the sliding window is the user's (docstring)
@@ -321,14 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"volume generator: the exports take windows of {'x'.join(map(str, window))} voxels "
               f"(N x C x D x H x W); translate whole volumes in overlapping windows of that size")
     else:
-        wrapper = LatentPadToMultiple if latent_size else PadToMultiple
+        wrapper = StepPadToMultiple if steps else LatentPadToMultiple if latent_size else PadToMultiple
         module = wrapper(net, rule.multiple).eval()
     # G_B of a CycleGAN maps output_nc to input_nc channels: ask the network, not the flags.
     # A latent generator's first convolution may take the code too: its image has --input_nc channels.
     in_channels = opt.input_nc if latent_size else \
         next(m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))).in_channels
     source = opt.weights or f"{os.path.join(opt.checkpoints_dir, opt.name)} ({stem})"
-    refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance, latent_size)
+    refuse_ill_conditioned(module, source, in_channels, sizes[0], opt.tolerance, latent_size, steps)
     out_dir = export_dir(opt)
     os.makedirs(out_dir, exist_ok=True)
     runners = {}
@@ -337,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         runners["torchscript"] = (path, export_torchscript(module, path))
     if "onnx" in formats:
         path = os.path.join(out_dir, stem + EXTENSIONS["onnx"])
-        export_onnx(module, path, in_channels, min_size, opt.opset, latent_size, window)
-        runners["onnx"] = (path, run_onnx(path))
+        export_onnx(module, path, in_channels, min_size, opt.opset, latent_size, window, steps)
+        runners["onnx"] = (path, run_onnx(path, steps))
     worst = 0.0
     generator = torch.Generator().manual_seed(0)
     for name, (path, run) in runners.items():
@@ -347,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  not checked: onnxruntime is not installed (pip install onnxruntime)")
             continue
         for i, size in enumerate(sizes):
-            x = example_inputs(1 + i % 2, in_channels, size, latent_size, generator)  # batch 1, then 2
+            x = example_inputs(1 + i % 2, in_channels, size, latent_size, generator, steps)  # batch 1, then 2
             # Without TorchScript's profiling passes, which cost seconds on the first calls and
             # would only speed up later ones.
             with torch.no_grad(), torch.jit.optimized_execution(False):

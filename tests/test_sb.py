@@ -168,6 +168,41 @@ def test_sb_trains_and_test_py_writes_every_steps_output_which_the_translator_re
         translator.translate(str(source), steps=0)
 
 
+def test_one_exported_step_walked_by_the_caller_gives_the_translators_output(tmp_path, capsys):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from models import create_model
+    from options.base_options import save_options
+    from util.distributed import DistContext
+    # weights far from the usual N(0, 0.02) start, so that a wrong input or step shows in every pixel
+    flags = ["--model", "sb", "--ngf", "4", "--netF_nc", "8", "--num_timesteps", "3", "--init_type", "xavier",
+             "--init_gain", "1.0"]
+    opt = TrainOptions().parse(["--dataroot", "unused", "--name", "sb", "--checkpoints_dir", str(tmp_path),
+                                "--display_id", "0", *flags])
+    save_options(opt)
+    torch.manual_seed(0)
+    create_model(opt, DistContext()).save_networks("latest")
+    result = run_in_process("scripts/export.py", "--name", "sb", "--checkpoints_dir", str(tmp_path), *flags,
+                            "--formats", "onnx", "--check_sizes", "32x32", capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    session = onnxruntime.InferenceSession(str(tmp_path / "sb" / "export" / "latest_net_G.onnx"))
+    assert [i.name for i in session.get_inputs()] == ["input", "step", "code"]
+
+    def exported_step(state: torch.Tensor, step: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+        feeds = {"input": state.float().numpy(), "step": step.numpy(), "code": code.float().numpy()}
+        return torch.from_numpy(session.run(None, feeds)[0]).double()
+
+    image = torch.rand(3, 28, 36, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    translator = Translator.load(tmp_path / "sb", device="cpu")
+    for seed in (4, 5):
+        # the caller's loop: models/bridge.py's walk (docs/export.md), its noise drawn as the Translator draws it
+        guesses, _ = bridge.walk(exported_step, image[None].double(), 3, translator.bridge[1], translator.bridge[2],
+                                 bridge.SeededNoise(seed))
+        wanted = translator.translate(image, seed=seed)
+        # float32 in both, the same operations in another runtime: rounding (~1e-7 per step, the export's own
+        # check), carried through 3 steps, against differences of order 0.1 for a wrong step or noise
+        assert (guesses[-1][0].float() - wanted).abs().max() < 1e-4
+
+
 @pytest.mark.slow
 def test_two_processes_train_as_one_with_double_batch_and_a_killed_run_continues_bit_identical(
         train, unpaired_root, tmp_path, capsys):

@@ -22,7 +22,7 @@ reorder.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -136,11 +136,12 @@ class TimeConditionedResnetGenerator(nn.Module):
         self.time_embed = nn.Sequential(nn.Linear(ngf, width), nn.LeakyReLU(0.2), nn.Linear(width, width),
                                         nn.LeakyReLU(0.2)).requires_grad_(False)
 
-    def forward(self, x: torch.Tensor, time_index: torch.Tensor, z: torch.Tensor, layers: Sequence[int] = (),
-                encode_only: bool = False):
+    def forward(self, x: torch.Tensor, time_index: torch.Tensor, z: torch.Tensor, layers: Optional[List[int]] = None,
+                encode_only: bool = False) -> torch.Tensor:
         code = self.z_transform(z.to(x.dtype))  # `time_index` reaches nothing, as in UNSB (TimeConditionedBlock)
-        if encode_only:
-            return self.features(x, code, layers)
+        if not torch.jit.is_scripting():  # a branch of its own: TorchScript (scripts/export.py) compiles one step
+            if encode_only:
+                return self.features(x, code, layers or ())
         out = self.model(x)
         for block in self.model_res:
             out = block(out, code)
