@@ -16,6 +16,7 @@ same seed gives the same outputs, or noise given by the caller (to match another
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Protocol
 
 import torch
@@ -107,10 +108,14 @@ def checked_steps(steps: int | None, default: int) -> int:
     """A call's number of steps (`default` when None), refused in words outside 1 .. MAX_STEPS."""
     if steps is None:
         return default
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+    try:
+        whole = operator.index(steps)  # int, numpy's integers; not floats or strings
+    except TypeError:
+        whole = None
+    if isinstance(steps, bool) or whole is None or not 1 <= whole <= MAX_STEPS:
         raise UserError(f"steps={steps!r}: a Schrödinger bridge walks a whole number of steps from 1 to {MAX_STEPS} "
-                        f"(UNSB samples with 1 to 5; more steps trade colour for texture, docs/sb.md).")
-    return steps
+                        f"(UNSB samples with 1 to 5).")
+    return whole
 
 
 def check_no_codes(n_samples: Any, codes: Any, reference: Any, source: str) -> None:

@@ -81,8 +81,8 @@ from util.errors import UserError
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The latent code of this thread's translation (None: none), set by `translate`, read by `_forward`.
 _LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
-# --model sb's (seed, steps) of this thread's walk, likewise
-_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk", default=(0, 1))
+# --model sb's (seed, steps) of this thread's walk, likewise (set by `translate` before every walk)
+_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk")
 
 
 class Translator:

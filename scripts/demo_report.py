@@ -99,6 +99,10 @@ def report(opt, best: dict | None, texture_window: int = 0) -> dict[str, dict[st
         trained = models["trained"]
         outputs = {"identity": trained.real_A, **{name: model.fake_B for name, model in models.items()}}
         scores.update({"target": trained.real_B, **outputs})
+        if texture_window > min(trained.real_B.shape[-2:]):
+            raise UserError(f"--texture_window {texture_window} is larger than the images scored "
+                            f"({'x'.join(map(str, trained.real_B.shape[-2:]))} px): give a window of about one "
+                            f"period of the texture, smaller than the images.")
         for name, output in outputs.items() if texture_window else ():
             for key, values in texture_distances(output, trained.real_B, texture_window).items():
                 texture[name][key] += values.tolist()
@@ -169,14 +173,15 @@ def texture_window_flag(argv: list[str]) -> tuple[int, list[str]]:
 
 
 @exits_on_user_error()
-def main() -> int:
-    if sys.argv[1:2] == ["--compare"]:
-        return compare(sys.argv[2:])
-    texture_window, sys.argv[1:] = texture_window_flag(sys.argv[1:])
-    opt = TestOptions().parse()
-    if texture_window and min(opt.crop_size, opt.load_size) < texture_window:
-        raise UserError(f"--texture_window {texture_window} is larger than the images scored ({opt.crop_size} px, "
-                        f"--crop_size): give a window of about one period of the texture, smaller than the images.")
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--compare"]:
+        return compare(argv[1:])
+    texture_window, rest = texture_window_flag(argv)
+    opt = TestOptions().parse(rest)
+    if texture_window and spatial_dims(opt) == 3:
+        raise UserError(f"--texture_window {texture_window} compares squares of pictures; --dataset_mode "
+                        f"{opt.dataset_mode} gives volumes, which it does not score: leave --texture_window out.")
     best = best_epoch(opt)
     table = report(opt, best, texture_window)
     # Where a texture is the translation, its distances decide (pixel L1 cannot tell a stripe's phase).

@@ -15,7 +15,9 @@ does with --preprocess none. The network is in eval mode (batch norm running sta
 dropout), i.e. what `test.py --eval` computes. A generator that takes a latent code beside the
 image (BicycleGAN's: `--model bicycle_gan`) is exported with the code as a second input: forward(x, z),
 ONNX inputs "input" and "code" (N x --nz, one code per image; draw them from a standard normal
-distribution, or encode a reference image with the Translator's `encode`).
+distribution, or encode a reference image with the Translator's `encode`). A UNSB generator (`--model sb`)
+is exported as one step of its bridge: forward(x, step, z), ONNX inputs "input", "step" (N int64) and "code"
+(N x 4*ngf); the walk between steps is the caller's (docs/export.md, models/bridge.py's walk).
 
 A volume generator (a 3-D --netG, e.g. `--weights latest_net_G.pth --netG resnet_9blocks_3d`; a volume
 --dataset_mode is assumed) is exported as the plain network for one window: it takes N x C x D x H x W

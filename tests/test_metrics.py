@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.utilities import dim_zero_cat
 
-from conftest import load_script, ranks
+from conftest import demo_data, load_script, ranks, run_in_process
 from util.evaluation import inception
 from util.errors import UserError
 from util.evaluation.fid_kid import InceptionFeatureDistances, frechet_distance
@@ -116,6 +116,31 @@ def test_texture_distances_see_whether_stripes_are_there_and_not_where_they_lie(
     # a flat image of the right mean colour passes the coarse look and fails the texture
     grey = texture_distances(torch.full_like(true, -0.1), true, window=8)
     assert grey["coarse_L1"].item() < 1e-12 and grey["texture_L1"].item() == pytest.approx(0.7, abs=1e-6)
+
+
+def test_the_demo_report_scores_at_the_texture_window_and_an_untrained_model_fails_its_verdict(tmp_path, capsys):
+    from models import create_model
+    from options.base_options import save_options
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+    pairs = demo_data.make_cyclegan_pairs(tmp_path / "data", 32, 0, 3)
+    flags = ["--model", "cut", "--CUT_mode", "FastCUT", "--ngf", "4", "--ndf", "4", "--netF_nc", "8",
+             "--load_size", "32", "--crop_size", "32", "--name", "fastcut", "--checkpoints_dir", str(tmp_path)]
+    opt = TrainOptions().parse(["--dataroot", "unused", "--display_id", "0", *flags])
+    save_options(opt)
+    create_model(opt, DistContext()).save_networks("latest")  # "trained": weights never trained
+    scored = ["--dataroot", str(pairs), "--dataset_mode", "aligned", "--num_test", "3", "--results_dir",
+              str(tmp_path / "results"), *flags]
+    result = run_in_process("scripts/demo_report.py", "--texture_window", "7", *scored, capsys=capsys)
+    assert result.returncode == 1 and "training did NOT beat the baselines (coarse_L1, texture_L1)" in result.stdout
+    table = json.loads((tmp_path / "results" / "fastcut" / "test_latest" / "demo_report.json").read_text())
+    for name in ("identity", "untrained", "trained"):
+        assert set(table[name]) >= {"L1", "coarse_L1", "texture_L1"}
+    # the input has no stripes: its texture_L1 is the striped targets' own spread, far from 0
+    assert table["identity"]["texture_L1"] > 0.05 and table["identity"]["coarse_L1"] > 0
+    too_wide = run_in_process("scripts/demo_report.py", "--texture_window", "40", *scored, capsys=capsys)
+    assert too_wide.returncode == 2 and "--texture_window 40 is larger than the images scored (32x32 px)" in \
+        too_wide.stderr and "Traceback" not in too_wide.stderr
 
 
 def test_identical_images_score_zero_l1_ssim_one_and_infinite_psnr():

@@ -173,7 +173,8 @@ def test_one_exported_step_walked_by_the_caller_gives_the_translators_output(tmp
     from models import create_model
     from options.base_options import save_options
     from util.distributed import DistContext
-    # weights far from the usual N(0, 0.02) start, so that a wrong input or step shows in every pixel
+    # weights far from the usual N(0, 0.02) start, so that a wrong image, code or noise shows in every pixel (the
+    # generator reads no step number, as UNSB's: the test sees only that the step input is there)
     flags = ["--model", "sb", "--ngf", "4", "--netF_nc", "8", "--num_timesteps", "3", "--init_type", "xavier",
              "--init_gain", "1.0"]
     opt = TrainOptions().parse(["--dataroot", "unused", "--name", "sb", "--checkpoints_dir", str(tmp_path),

@@ -177,12 +177,14 @@ def test_unsb_walks_the_steps_asked_for_with_the_noise_of_the_seed_as_the_transl
     upload.write_bytes(png_bytes(photo(6)))
     with served(run, max_batch=4, batch_timeout_ms=200) as url:
         info = httpx.get(f"{url}/info").json()
-        assert info["options"]["steps"] == [1, 100] and info["options"]["default_steps"] == 3  # the run's
+        assert info["options"]["steps"] == [1, 100] and info["default_steps"] == 3  # the run's
         asked = [{"seed": 5, "steps": 2}, {"seed": 5, "steps": 2}, {"seed": 6, "steps": 2}, {"seed": 5, "steps": 1}]
         with ThreadPoolExecutor(len(asked)) as pool:  # at once: equal options may share a batch
             answers = list(pool.map(lambda params: httpx.post(f"{url}/translate", params=params,
                                                               content=upload.read_bytes(), timeout=60), asked))
         outputs = [decoded(answer, tmp_path, f"out{k}.png") for k, answer in enumerate(answers)]
+        # the two equal requests went through the generator together, the others apart (their own options)
+        assert httpx.get(f"{url}/health").json()["largest_batch"] == 2
         plain = decoded(httpx.post(f"{url}/translate", content=upload.read_bytes(), timeout=60), tmp_path)
         refused = {field: httpx.post(f"{url}/translate", params={field: value}, content=upload.read_bytes(), timeout=60)
                    for field, value in (("steps", 0), ("steps", 101), ("n_samples", 2))}

@@ -162,8 +162,8 @@ class TranslationService:
             "options": {"direction": model.directions,
                         **({"n_samples": [1, settings.max_samples], "seed": [0, MAX_SEED],
                             "reference": model.has_encoder} if latent else {}),
-                        **({"seed": [0, MAX_SEED], "steps": [1, bridge.MAX_STEPS],
-                            "default_steps": translator.bridge[0]} if translator.bridge else {})},
+                        **({"seed": [0, MAX_SEED], "steps": [1, bridge.MAX_STEPS]} if translator.bridge else {})},
+            "default_steps": translator.bridge[0] if translator.bridge else None,
             "limits": {"max_bytes": settings.limits.max_bytes, "max_pixels": settings.limits.max_pixels,
                        "max_voxels": settings.limits.max_voxels},
             "batching": {"max_batch": settings.max_batch, "batch_timeout_ms": settings.batch_timeout_ms,
@@ -243,15 +243,15 @@ class TranslationService:
             raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
         n_samples = _option(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
         seed = _option(fields, "seed", 0, MAX_SEED)
+        if translator.bridge is None and fields.get("steps") not in (None, ""):
+            raise BadRequest(400, f"steps={fields['steps']!r}: {model.name} ({translator.netG}) translates in one "
+                                  f"pass; only a Schrödinger-bridge run (--model sb) walks steps")
         steps = _option(fields, "steps", 1, bridge.MAX_STEPS)
         if translator.bridge is not None:
             if n_samples is not None or has_reference:
                 raise BadRequest(400, f"{model.name} ({translator.netG}) draws its own noise at each step: leave out "
                                       f"n_samples and reference; send seed (and steps) for another draw")
             return direction, None, seed, steps
-        if steps is not None:
-            raise BadRequest(400, f"steps={steps}: {model.name} ({translator.netG}) translates in one pass; only a "
-                                  f"Schrödinger-bridge run (--model sb) walks steps")
         if translator.latent_size == 0 and (n_samples is not None or seed is not None or has_reference):
             raise BadRequest(400, f"{model.name} ({translator.netG}) gives one translation per input: leave out "
                                   f"n_samples, seed and reference")
