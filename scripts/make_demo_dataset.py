@@ -10,8 +10,11 @@ Layouts follow the reference repository:
   each photo's colours are turned by a random hue (the same label map has many right
   renderings): a task for a model with many answers per input (BicycleGAN).
 * ``OUT/demo_cyclegan/{trainA,trainB,testA,testB}/*.png`` -- S x S, unpaired. Domain A
-  has solid shapes, domain B striped shapes (like horse -> zebra), drawn from different
-  random scenes.
+  has solid shapes, domain B striped shapes (like horse -> zebra; stripes every S/5 px, in a
+  random direction and phase per shape), drawn from different random scenes.
+* ``OUT/demo_scenes/{trainA,trainB,testA,testB,test}/NNNN.png`` -- the pix2pix demo's label maps (A)
+  and rendered scenes (B) of different random scenes, unpaired, for CycleGAN; `test` holds the held-out
+  scenes' aligned pairs A | B, to score an unpaired model against the true scene.
 * ``OUT/demo_volumes/{trainA,trainB,valA,valB,testA,testB}/NNNN.nii.gz`` -- paired 3-D phantoms
   (48 x 48 x 32 voxels of 2 x 2 x 2.5 mm): A an MR-like scan (arbitrary units, dark bone *and*
   dark air, a smooth bias field), B the CT of the same body in Hounsfield units (air -1000, bone
@@ -24,7 +27,7 @@ A folder of that name that this script did not make (no .demo_params.json) is ne
 the script stops with exit status 2, naming it.
 
 Usage: python scripts/make_demo_dataset.py [--out datasets] [--size 64] [--seed 0]
-       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|bicyclegan|volumes]
+       [--n_train 200] [--n_test 20] [--task pix2pix|cyclegan|both|cut|scenes|bicyclegan|volumes]
 """
 
 from __future__ import annotations
@@ -145,14 +148,14 @@ def _bicyclegan_pair(rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool,
-                    stripe_rng: np.random.Generator | None = None) -> np.ndarray:
+                    stripe_rng: np.random.Generator | None = None, period: float | None = None) -> np.ndarray:
     """One S x S scene of 1-3 shapes on a plain background; striped shapes for domain B. With
     `stripe_rng` the stripes are drawn from it, so `rng` makes the same scene as unstriped: the
     striped counterpart of a domain-A image."""
     yy, xx = _grid(size)
     img = np.empty((size, size, 3), np.float32)
     img[:] = CG_BACKGROUNDS[int(rng.integers(len(CG_BACKGROUNDS)))]
-    period = max(4.0, size / 10)
+    period = period or stripe_period(size)
     for _ in range(int(rng.integers(1, 4))):
         # Bigger than pix2pix shapes so each one shows several stripes.
         mask = _shape_mask(rng, int(rng.integers(1, 4)), size, scale=1.4)
@@ -165,6 +168,12 @@ def _cyclegan_scene(rng: np.random.Generator, size: int, striped: bool,
             dark = ((wy * yy + wx * xx + phase) % period) < period / 2
             img[mask & dark] = STRIPE_COLOR
     return img.astype(np.uint8)
+
+
+def stripe_period(size: int) -> float:
+    """The default stripe period (pixels) of the unpaired demo at image side `size`: wide enough (12.8 px at
+    64 px) for a small generator to draw and a patch discriminator to see."""
+    return max(4.0, size / 5)
 
 
 def _rng(seed: int, *stream: int) -> np.random.Generator:
@@ -300,39 +309,62 @@ def make_volume_demo(out_dir: Path, seed: int = 0, n_train: int = 6, n_test: int
 
 
 def make_cyclegan_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100,
-                       n_test: int = 10) -> Path:
+                       n_test: int = 10, period: float | None = None) -> Path:
     """Write (or reuse) `out_dir/demo_cyclegan` (solid A vs striped B, unpaired); return it."""
     splits = {"trainA": n_train, "trainB": n_train, "testA": n_test, "testB": n_test}
-    params = {"task": "cyclegan", "size": size, "seed": seed, "n_train": n_train, "n_test": n_test}
+    period = period or stripe_period(size)
+    # the period is recorded, default or not: a folder made with another (S/10 before) is made anew
+    params = {"task": "cyclegan", "size": size, "seed": seed, "n_train": n_train, "n_test": n_test, "period": period}
 
     def make_split(folder: Path, split: str, count: int) -> None:
         # Each domain/split has its own stream, so A and B scenes are unrelated (unpaired).
         rng = _rng(seed, 1, list(splits).index(split))
         domain = split[-1]
         for i in range(count):
-            img = _cyclegan_scene(rng, size, striped=domain == "B")
+            img = _cyclegan_scene(rng, size, striped=domain == "B", period=period)
             _save(img, folder / f"{domain.lower()}_{i:04d}.png")
 
     return _build(Path(out_dir), "demo_cyclegan", params, splits, make_split)
 
 
-def make_cyclegan_pairs(out_dir: Path, size: int = 64, seed: int = 0, n_test: int = 10) -> Path:
+def make_cyclegan_pairs(out_dir: Path, size: int = 64, seed: int = 0, n_test: int = 10,
+                        period: float | None = None) -> Path:
     """Write (or reuse) `out_dir/demo_cyclegan_pairs/test`: each test image of `demo_cyclegan/testA`
     (same seed and size) beside its true striped counterpart, A | B, so that an unpaired model's
     held-out outputs can be scored offline by L1/PSNR (scripts/demo_report.py)."""
     splits = {"test": n_test}
-    params = {"task": "cyclegan_pairs", "size": size, "seed": seed, "n_test": n_test}
+    period = period or stripe_period(size)
+    params = {"task": "cyclegan_pairs", "size": size, "seed": seed, "n_test": n_test, "period": period}
 
     def make_split(folder: Path, split: str, count: int) -> None:
         rng = _rng(seed, 1, 2)  # demo_cyclegan's testA stream (see make_cyclegan_demo)
         for i in range(count):
             state = rng.bit_generator.state
-            solid = _cyclegan_scene(rng, size, striped=False)
+            solid = _cyclegan_scene(rng, size, striped=False, period=period)
             rng.bit_generator.state = state  # the same scene again, striped
-            striped = _cyclegan_scene(rng, size, striped=True, stripe_rng=_rng(seed, 2, i))
+            striped = _cyclegan_scene(rng, size, striped=True, stripe_rng=_rng(seed, 2, i), period=period)
             _save(np.concatenate([solid, striped], axis=1), folder / f"a_{i:04d}.png")
 
     return _build(Path(out_dir), "demo_cyclegan_pairs", params, splits, make_split)
+
+
+def make_scenes_demo(out_dir: Path, size: int = 64, seed: int = 0, n_train: int = 100, n_test: int = 20) -> Path:
+    """Write (or reuse) `out_dir/demo_scenes`: the pix2pix demo's label maps (trainA) and rendered scenes
+    (trainB) of *different* random scenes, unpaired (as cityscapes labels -> photos in CycleGAN's paper),
+    and held-out scenes as testA / testB and as aligned pairs A | B in `test` (for scoring against the
+    true scene, scripts/demo_report.py --dataset_mode aligned); return it."""
+    splits = {"trainA": n_train, "trainB": n_train, "testA": n_test, "testB": n_test, "test": n_test}
+    params = {"task": "scenes", "size": size, "seed": seed, "n_train": n_train, "n_test": n_test}
+
+    def make_split(folder: Path, split: str, count: int) -> None:
+        # trainA and trainB from streams of their own (unrelated scenes); the three test splits from one
+        rng = _rng(seed, 5, {"trainA": 0, "trainB": 1}.get(split, 2))
+        for i in range(count):
+            pair = _pix2pix_pair(rng, size)
+            image = {"A": pair[:, :size], "B": pair[:, size:]}.get(split[-1], pair)
+            _save(image, folder / f"{i:04d}.png")
+
+    return _build(Path(out_dir), "demo_scenes", params, splits, make_split)
 
 
 MAX_SIZE = 4096  # --size: an image side (its pixels are allocated whole)
@@ -350,14 +382,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="pix2pix training pairs; CycleGAN gets n_train/2 per domain")
     parser.add_argument("--n_test", type=Bounded(int, low=2, high=MAX_COUNT, name="n_test"), default=20,
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
-    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "bicyclegan", "volumes"],
+    parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "scenes", "bicyclegan", "volumes"],
                         default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
-                        "their true striped counterparts, for scoring); bicyclegan: the hue-turned pix2pix demo")
+                        "their true striped counterparts, for scoring); scenes: label maps and rendered scenes, unpaired; "
+                        "bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task in ("cyclegan", "both", "cut"):
         make_cyclegan_demo(args.out, args.size, args.seed, args.n_train // 2, args.n_test // 2)
+    if args.task == "scenes":
+        make_scenes_demo(args.out, args.size, args.seed, args.n_train // 2, args.n_test)
     if args.task == "bicyclegan":
         make_bicyclegan_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task == "cut":
