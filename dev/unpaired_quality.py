@@ -112,6 +112,12 @@ def main() -> int:
         scored = list(pool.map(lambda s: score(*s), scoring))
     (args.out / "quality.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                          "window": window, "period": period, "runs": scored}, indent=1))
+    print_table(args, scored, period, window)
+    return 0
+
+
+def print_table(args: argparse.Namespace, scored: list[dict], period: float, window: int) -> None:
+    """Mean +- standard deviation over the seeds of each model (each NFE for sb), its seeds below it."""
     print(f"unpaired demo, {args.size} px, stripes every {period:g} px, window {window}; "
           f"{args.epochs[0]}+{args.epochs[1]} epochs, batch {args.batch_size}; {len(args.seeds)} seeds, mean +- sd")
     print(f"{'model':<22}" + "".join(f"{k:>22}" for k in KEYS) + f"{'train s':>10}  beats both (seeds)")
@@ -134,7 +140,6 @@ def main() -> int:
               + "".join(f" (seed {r['seed']} stopped at the timeout)" for r in results if r["train_rc"] == 124))
         for r in ok:
             print(f"{'  seed ' + str(r['seed']):<22}" + "".join(f"{r['table']['trained'][k]:>22.4f}" for k in KEYS))
-    return 0
 
 
 def _cell(values: list[float]) -> str:

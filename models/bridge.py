@@ -104,10 +104,16 @@ def settings(family: Any, architecture: Any, steps: int | None, tau: float | Non
     return steps, DEFAULTS[1] if tau is None else float(tau), family.step_code_size(architecture)
 
 
-def checked_steps(steps: int | None, default: int) -> int:
-    """A call's number of steps (`default` when None), refused in words outside 1 .. MAX_STEPS."""
+def checked_steps(steps: int | None, settings: tuple[int, float, int] | None, source: str) -> int | None:
+    """A call's number of steps for a bridge of `settings` (its own when None), refused in words outside
+    1 .. MAX_STEPS, or for a generator without a bridge (`settings` None), which translates in one pass."""
+    if settings is None:
+        if steps is not None:
+            raise UserError(f"steps={steps}: the generator of {source} translates in one pass; only a "
+                            f"Schrödinger-bridge run (--model sb) walks steps. Leave steps out.")
+        return None
     if steps is None:
-        return default
+        return settings[0]
     try:
         whole = operator.index(steps)  # int, numpy's integers; not floats or strings
     except TypeError:

@@ -81,8 +81,7 @@ from util.errors import UserError
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # The latent code of this thread's translation (None: none), set by `translate`, read by `_forward`.
 _LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
-# --model sb's (seed, steps) of this thread's walk, likewise (set by `translate` before every walk)
-_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk")
+_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk")  # sb's (seed, steps)
 
 
 class Translator:
@@ -115,13 +114,9 @@ class Translator:
         self.latent_size = family_of(netG).latent_size(self.architecture)  # 0: one answer per input
         self.size_rule = family_of(netG).size_rule(self.architecture)
         self.bridge = bridge.settings(family_of(netG), self.architecture, num_timesteps, tau, source or netG)  # --model sb
-        self.input_nc = input_nc
-        self.output_nc = output_nc
-        self.eval_mode = eval_mode
-        self.seed = seed
-        self.source = source
-        self.input_range = input_range
-        self.output_range = output_range
+        self.input_nc, self.output_nc = input_nc, output_nc
+        self.eval_mode, self.seed, self.source = eval_mode, seed, source
+        self.input_range, self.output_range = input_range, output_range
         # Volumes: the sliding window whole volumes are translated in (None for a picture generator),
         # and what volumes go in and come out as (models/volume_translation.py).
         self.volumes = self.size_rule.dims == 3
@@ -224,20 +219,17 @@ class Translator:
         domain (a path, PIL image, array or tensor, as `image`), the one translation that looks like
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
         from the first code that `seed` draws. Volume generators take neither tiles nor codes; --model sb
-        runs draw the noise of their steps from `seed` (the same seed, the same output) and walk `steps`
-        steps (default the translator's num_timesteps)."""
+        runs walk `steps` steps (default num_timesteps), their noise from `seed` (the same seed, the same output)."""
         if self.volumes and tile:
             raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {self.source or self.netG} "
                             f"({self.netG}) translates volumes, whole, in sliding {self.window.describe()}; leave "
                             f"tile out (Translator.load's window_overlap and window_batch set the window).")
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
+        walk_steps = bridge.checked_steps(steps, self.bridge, f"{self.source or self.netG} ({self.netG})")
         if self.bridge is not None:
             bridge.check_no_codes(n_samples, codes, reference, f"{self.source or self.netG} ({self.netG})")
-            walk = (self.seed if seed is None else seed, bridge.checked_steps(steps, self.bridge[0]))
+            walk = (self.seed if seed is None else seed, walk_steps)
             return _within(_BRIDGE_WALK, walk, self._translate, image, tile, tile_overlap)
-        if steps is not None:
-            raise UserError(f"steps={steps}: the generator of {self.source or self.netG} ({self.netG}) translates in "
-                            f"one pass; only a Schrödinger-bridge run (--model sb) walks steps. Leave steps out.")
         if self.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
                 raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
