@@ -6,7 +6,8 @@
     POST /translate  a file in (the body, or the form field "file"), the output file out; options as query
                      or form fields: direction (CycleGAN), n_samples and seed (BicycleGAN; a zip of the
                      samples when n_samples is given), reference (a form file: BicycleGAN's encoded
-                     output), seed and steps (--model sb: its noise and its number of steps), response=json (the outputs base64-encoded with 8-bit previews, for the page)
+                     output), seed and steps (--model sb: its noise and its number of steps),
+                     response=json (the outputs base64-encoded with 8-bit previews, for the page)
     GET  /docs       the OpenAPI page FastAPI makes
 
 Outputs are what `Translator.translate` gives for the same file (models/translator.py): pictures as PNG at
