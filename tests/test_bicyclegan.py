@@ -2,7 +2,8 @@
 BicycleGAN's checkpoints (dev/compare_bicyclegan.py checks them against its own code); here: it
 trains under DDP as one process does, a killed run continues bit-identically, test.py writes the
 encoded output and N reproducible samples per input, the Translator gives test.py's images for
-the same codes, and its bad values are refused in one paragraph.
+the same codes, its samples differ more across codes than pix2pix's across dropout masks on a task
+with many right answers, and its bad values are refused in one paragraph.
 
 One tiny shared run (BicycleGAN's 128 px networks, 4 filters wide) serves the inference tests."""
 from __future__ import annotations
