@@ -220,19 +220,20 @@ class Translator:
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
         from the first code that `seed` draws. Volume generators take neither tiles nor codes; --model sb
         runs walk `steps` steps (default num_timesteps), their noise from `seed` (the same seed, the same output)."""
+        generator = f"{self.source or self.netG} ({self.netG})"  # as the refusals below name it
         if self.volumes and tile:
-            raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {self.source or self.netG} "
-                            f"({self.netG}) translates volumes, whole, in sliding {self.window.describe()}; leave "
+            raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {generator} translates "
+                            f"volumes, whole, in sliding {self.window.describe()}; leave "
                             f"tile out (Translator.load's window_overlap and window_batch set the window).")
         check_tiling(self.netG, tile, tile_overlap, self.architecture)
-        walk_steps = bridge.checked_steps(steps, self.bridge, f"{self.source or self.netG} ({self.netG})")
+        walk_steps = bridge.checked_steps(steps, self.bridge, generator)
         if self.bridge is not None:
-            bridge.check_no_codes(n_samples, codes, reference, f"{self.source or self.netG} ({self.netG})")
+            bridge.check_no_codes(n_samples, codes, reference, generator)
             walk = (self.seed if seed is None else seed, walk_steps)
             return _within(_BRIDGE_WALK, walk, self._translate, image, tile, tile_overlap)
         if self.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
-                raise UserError(f"the generator of {self.source or self.netG} ({self.netG}) takes no latent code: it "
+                raise UserError(f"the generator of {generator} takes no latent code: it "
                                 f"gives one translation per input; leave out n_samples, codes and reference.")
             return self._translate(image, tile, tile_overlap)
         if reference is not None:

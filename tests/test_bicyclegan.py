@@ -188,25 +188,24 @@ def test_its_samples_differ_more_across_codes_than_pix2pixs_across_dropout_masks
     # dropout mask (diversity_L1 0.008 to 0.010 seen); BicycleGAN, trained as long on the same pairs, gives
     # another one for each code (0.20 to 0.21 seen). A generator that ignored its code would score its
     # untrained self's 0.0001.
+    training = ["--display_id", "0", "--no_html", "--no_progress", "--batch_size", "2", "--lr", "0.0004",
+                "--n_epochs", "3", "--n_epochs_decay", "3"]
+    models = {"bicycle_gan": ["--netE", "resnet_128", "--nef", "8", "--netD", "basic_128_multi", "--netD2",
+                              "basic_128_multi", "--norm", "none"],
+              "pix2pix": []}
     for seed in ("0", "1", "2"):
         root = demo_data.make_bicyclegan_demo(tmp_path / f"task{seed}", 128, int(seed), 8, 2, 4)
         common = ["--dataroot", str(root), "--checkpoints_dir", str(tmp_path), "--netG", "unet_128", "--ngf", "8",
                   "--ndf", "8", "--load_size", "128", "--crop_size", "128", "--seed", seed, "--num_threads", "0"]
-        runs = {"bicycle_gan": [*common, "--name", f"bicycle_gan{seed}", "--model", "bicycle_gan", "--netE",
-                                "resnet_128", "--nef", "8", "--netD", "basic_128_multi", "--netD2", "basic_128_multi",
-                                "--norm", "none"],
-                "pix2pix": [*common, "--name", f"pix2pix{seed}", "--model", "pix2pix"]}
         diversity = {}
-        for model, flags in runs.items():
-            training = ["--display_id", "0", "--no_html", "--no_progress", "--batch_size", "2", "--lr", "0.0004",
-                        "--n_epochs", "3", "--n_epochs_decay", "3"]
+        for model, model_flags in models.items():
+            flags = [*common, "--name", f"{model}{seed}", "--model", model, *model_flags]
             assert load_script("train.py").main([*flags, *training]) == 0
             report = run_in_process("scripts/demo_report.py", *flags, "--phase", "test", "--num_test", "4",
                                     "--n_samples", "5", "--results_dir", str(tmp_path / "results"))
             assert report.returncode == 0, report.stdout + report.stderr  # and each beats its untrained model
-            scores = json.loads((tmp_path / "results" / flags[flags.index("--name") + 1] / "test_latest"
-                                 / "demo_report.json").read_text())
-            diversity[model] = scores["trained"]["diversity_L1"]
+            report_file = tmp_path / "results" / f"{model}{seed}" / "test_latest" / "demo_report.json"
+            diversity[model] = json.loads(report_file.read_text())["trained"]["diversity_L1"]
         assert diversity["bicycle_gan"] > diversity["pix2pix"], (seed, diversity)
 
 
