@@ -13,7 +13,7 @@ docs/evaluation.md).
 
 With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
 size the generator takes and the output cropped back. --tile N translates large images in blended
-N x N tiles, and volumes in sliding windows of --patch_size (models/inference.py, models/windows.py: the way
+N x N tiles, and volumes in sliding windows of --patch_size (models/inference/application.py, models/inference/windows.py: the way
 the Translator and validation apply a generator too; docs/evaluation.md).
 """
 from __future__ import annotations
@@ -25,10 +25,10 @@ from data import create_dataset, spatial_dims
 from data.image_folder import image_batches, list_images
 from data.output_files import FOLDER as FULL_PRECISION_FOLDER, VOLUME_FOLDER, write_full_precision, write_volume_outputs
 from models import create_model, networks
-from models.inference import inference_views
-from models.latent_codes import draw_latent_codes
+from models.inference.application import inference_views
+from models.inference.latent_codes import draw_latent_codes
 from models.network_views import NetworkViews
-from models.windows import Windows, check_tiling, check_window, receptive_radius
+from models.inference.windows import Windows, check_tiling, check_window, receptive_radius
 from options.test_options import TestOptions, results_folder
 from util import distributed, html
 from util.console import print0
@@ -59,7 +59,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
                         f"answers per input, whose generator takes a code).")
     model.setup(opt)  # loads <epoch>_net_<name>.pth
     volumes = spatial_dims(opt) == 3
-    # Any image size works: the generators pad and crop back (models/inference.py). Other preprocess
+    # Any image size works: the generators pad and crop back (models/inference/application.py). Other preprocess
     # modes give the --crop_size/--load_size the user chose, which stays checked below so that a bad
     # size is named. Whole volumes of any size are translated in sliding windows of --patch_size.
     any_size = opt.preprocess == "none" or opt.tile > 0 or volumes

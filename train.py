@@ -21,19 +21,19 @@ from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
 from models import create_model, find_model_using_name
 from models import networks
-from models.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
+from models.training.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
 from models.base_model import BaseModel
-from models.training_engine import TrainingEngine
+from models.training.engine import TrainingEngine
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
 from util.console import print0
 from util.errors import UserError, exits_on_user_error, exit_with_status
 from util.seeding import choose_kernels, seed_everything
-from util.training.checkpointer import Checkpointer, StartPoint
-from util.training.position import Position
-from util.training.run_control import RunLock, StopRequest
-from util.training.validator import Validator, make_validator
+from models.training.checkpointer import Checkpointer, StartPoint
+from util.position import Position
+from models.training.run_control import RunLock, StopRequest
+from models.training.validator import Validator, make_validator
 from util.display.visualizer import NullVisualizer, Visualizer, make_visualizer
 
 

@@ -258,7 +258,7 @@ def get_transform(
     if opt.preprocess == "none" and getattr(opt, "isTrain", True):
         # Training batches need sizes the generator takes. At test time the image keeps its size
         # and aspect ratio: test.py pads it for the generator and crops the output back
-        # (models/inference.py), so nothing is distorted.
+        # (models/inference/application.py), so nothing is distorted.
         steps.append(partial(_make_multiple, base=4, method=method))
     if not opt.no_flip and params["flip"]:
         steps.append(_flip)

@@ -6,7 +6,7 @@ every run sees the same order); `pair_files_by_name` pairs the files of two fold
 every file before training); `load_image` decodes one file into an 8-bit PIL image of the requested
 mode; `load_for_network` loads a dataset image for the network with a given channel count, at the
 file's full precision (data/image_io.py), and `network_input` turns an image already read into the
-tensor the network gets for it (models/translator.py). All turn unreadable files into a `UserError` that names
+tensor the network gets for it (models/inference/translator.py). All turn unreadable files into a `UserError` that names
 the file and says what is wrong with it.
 """
 

@@ -118,7 +118,7 @@ class _Problem:
 
 
 def _test_time_any_size(opt: argparse.Namespace) -> bool:
-    """At test time --preprocess none and --tile take images of any size (see models/inference.py)."""
+    """At test time --preprocess none and --tile take images of any size (see models/inference/application.py)."""
     return not getattr(opt, "isTrain", True) and (opt.preprocess == "none" or getattr(opt, "tile", 0) > 0)
 
 

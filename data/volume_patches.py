@@ -102,7 +102,7 @@ def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="keep whole volumes in memory, in each data loader process, up to this many MB (the "
                              "least recently used dropped first); patches of volumes beyond it are read from the "
                              "files (fast for .nii and .npy, a .nii.gz is decompressed up to the patch)")
-    # How whole volumes are translated (test.py, validation) and scored: models/windows.py
+    # How whole volumes are translated (test.py, validation) and scored: models/inference/windows.py
     parser.add_argument("--window_overlap", type=fraction_below_one, default=WINDOW_OVERLAP, on_resume="silent",
                         help="whole volumes are translated in windows of --patch_size overlapping by this fraction "
                              "of a window (0 <= f < 1), blended with Gaussian weights so that no seams show")

@@ -74,7 +74,7 @@ def recording(draws_file: Path, script: Path, argv: list[str]) -> None:
 def replaying(draws_file: Path, steps: int, argv: list[str]) -> None:
     """Run our test.py with each image's walk fed the last 2T-1 draws UNSB's test.py made for it."""
     import torch
-    from models import bridge
+    from models.losses import bridge
     recorded = torch.load(draws_file, weights_only=False)
     per_image, current = [], []
     for item in recorded:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "dev"))
 
 import make_demo_dataset as demo  # noqa: E402
-from models.translator import Translator  # noqa: E402
+from models.inference.translator import Translator  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 

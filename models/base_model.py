@@ -1,9 +1,9 @@
 """The contract every model follows, and what they share: setup, schedules, reporting.
 
 A model's attributes hold the networks it built (`netG`, `netD_A`, ...): plain modules, always the
-same objects. How they are called is the caller's: the training engine (models/training_engine.py)
+same objects. How they are called is the caller's: the training engine (models/training/engine.py)
 hands `optimize_parameters` a `TrainingStep` whose `nets` are DDP-wrapped and compiled as the run
-needs, inference (models/inference.py) hands `forward` its `NetworkViews`. Saving and loading is
+needs, inference (models/inference/application.py) hands `forward` its `NetworkViews`. Saving and loading is
 models/model_state.py.
 
 A model is one file: a BaseModel subclass in models/<name>_model.py named <Name>Model (found by
@@ -23,7 +23,7 @@ It
   - may add flags in `modify_commandline_options(parser, is_train)` and refuse them in `check_flags(opt)`;
   - to train with --accum_steps, lists in `accumulation_phases` the methods (each taking the step)
     that make one step, split where a loss needs an optimizer step taken before it in the same step
-    (models/accumulation.py; the training engine runs them over the micro-batches);
+    (models/training/accumulation.py; the training engine runs them over the micro-batches);
   - may take a `seed` in its constructor (the run's seed, the same on every rank) for its own streams;
   - may build more of itself from the first training batch in `data_dependent_initialize(batch)`
     (e.g. a projection head sized by the generator's features, and its optimizer): `setup` calls
@@ -59,11 +59,11 @@ from data import find_dataset_using_name
 from models import networks
 from models.batch_entries import paired_batch
 from models import precision
-from models.diff_augment import DiscriminatorAugment
+from models.losses.diff_augment import DiscriminatorAugment
 from models.model_contract import MovedToTheStep
 from models.model_state import ModelState
 from models.network_views import NetworkViews
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
@@ -91,13 +91,13 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
     # The networks that translate: the first in the direction the run trained in, the second (if
     # any) back, from output_nc to input_nc channels. An instance may refine it from its options.
     translators: ClassVar[tuple[str, ...]] = ("G",)
-    # Why models/translator.py (images in, images out) cannot use them, if it cannot; completes
+    # Why models/inference/translator.py (images in, images out) cannot use them, if it cannot; completes
     # "<run folder> holds a --model <name> run, ...".
     translator_refusal: ClassVar[str] = ""
     # The visual holding the model's input, scored against the target as the do-nothing baseline.
     input_visual: ClassVar[str | None] = None
     # --accum_steps: the methods that make one training step, in order, each over every micro-batch
-    # before the next begins (models/accumulation.py); none: the model cannot accumulate.
+    # before the next begins (models/training/accumulation.py); none: the model cannot accumulate.
     accumulation_phases: ClassVar[tuple[str, ...]] = ()
     # Many answers per input: the visuals that change with the latent code (test.py --n_samples
     # writes them once per code); a model with codes also overrides `latent_size` and `set_latent`.
@@ -238,7 +238,7 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
               first_batch: dict | None = None) -> None:
         """Let the model see `first_batch` (`data_dependent_initialize`; train.py passes it), create
         schedulers; load weights (testing, --continue_train) or the model's part of a whole training
-        state (exact resume: `resume_state` from util.training.training_state, `rank_state` this
+        state (exact resume: `resume_state` from models.training.training_state, `rank_state` this
         rank's part; the training engine loads its own part). The networks stay the model's plain
         modules: whoever runs them wraps them (DDP, compiled, in windows) in objects of its own."""
         self.check_network_roles()
@@ -290,7 +290,7 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
             net.eval()
 
     def test(self, nets: NetworkViews) -> None:
-        """Forward without gradients, with the networks as the caller runs them (models/inference.py)."""
+        """Forward without gradients, with the networks as the caller runs them (models/inference/application.py)."""
         with torch.no_grad():
             self.forward(nets)
             self.compute_visuals()

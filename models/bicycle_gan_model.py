@@ -41,7 +41,7 @@ from models.base_model import BaseModel
 from models.networks import encoder, patchgan_bicycle, unet
 from models.network_views import NetworkViews
 from models.networks.unet_latent import BASIC_UPSAMPLING, NONLINEARITIES, UPSAMPLINGS, WHERE_ADD
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util import distributed
 from util.errors import UserError
 from util.flag_types import Bounded, network_width, non_negative_float

@@ -3,7 +3,7 @@ one discriminator and a patchwise contrastive loss (PatchNCE) instead of cycle c
 
 Flags, defaults and per-mode defaults are CUT's (taesungp/contrastive-unpaired-translation), so a
 CUT command line runs here unchanged; the generator and discriminator have CUT's antialiased
-layers and key layout (models/cut_networks.py), so checkpoints load both ways.
+layers and key layout (models/losses/patchnce.py), so checkpoints load both ways.
 
 What differs from CUT's code, on purpose: each image gets its own random patch positions (CUT
 shares one draw across the batch), drawn with the flip coin from a stream seeded by --seed and
@@ -20,11 +20,13 @@ from typing import Mapping
 
 import torch
 
-from models import cut_networks, networks
+from models.losses import patchnce as cut_networks
+
+from models import networks
 from models.base_model import BaseModel
-from models.multiscale import MultiscaleGANLoss
+from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util import distributed
 from util.errors import UserError
 from util.flag_types import Bounded, network_width, non_negative_float, norm_name, positive_float
@@ -103,7 +105,7 @@ class CUTModel(BaseModel):
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
-        # How each flag fares on --continue_train (util/training/resume_flags.py): the losses are
+        # How each flag fares on --continue_train (util/resume_flags.py): the losses are
         # "noted"; what shapes G, D and F (netF's MLPs follow --nce_layers) is "architecture".
         parser.add_argument("--CUT_mode", type=cut_mode, default="CUT", action=mode_defaults_action(is_train),
                             on_resume="noted", help="CUT or FastCUT (any case): FastCUT has no identity NCE, "
@@ -164,7 +166,7 @@ class CUTModel(BaseModel):
         self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
         self.netD = networks.build_discriminator(networks.with_flags(opt, norm=opt.normD or opt.norm),
                                                  opt.output_nc).to(self.device)
-        # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+        # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
         self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
         self.optimizer_G = self.make_adam(self.netG.parameters())  # netF's MLPs join it (first batch)
         self.optimizer_D = self.make_adam(self.netD.parameters())

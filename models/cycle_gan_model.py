@@ -12,9 +12,9 @@ import torch
 
 from models import networks
 from models.base_model import BaseModel
-from models.multiscale import MultiscaleGANLoss
+from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util.flag_types import non_negative_float
 from util.errors import UserError
 from util.image_pool import ImagePool
@@ -27,7 +27,7 @@ class CycleGANModel(BaseModel):
     network_roles = {"G_A": "generator", "G_B": "generator", "D_A": "discriminator", "D_B": "discriminator"}
     translators = ("G_A", "G_B")  # G_A translates as trained, G_B back
     input_visual = "real_A"
-    # --accum_steps (models/accumulation.py): one phase. Every loss of the step uses the weights
+    # --accum_steps (models/training/accumulation.py): one phase. Every loss of the step uses the weights
     # from before it (D's losses take the fakes computed before G's update), so each micro-batch
     # adds to G's and D's gradients in one pass, and the image pools see the fakes in the order
     # of one large batch.
@@ -77,7 +77,7 @@ class CycleGANModel(BaseModel):
                                 f"(got {opt.input_nc} and {opt.output_nc}); pass --lambda_identity 0.")
             self.fake_A_pool = ImagePool(opt.pool_size, seed=seed * 2 + 1)
             self.fake_B_pool = ImagePool(opt.pool_size, seed=seed * 2 + 2)
-            # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+            # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
             self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
             self.criterionCycle = torch.nn.L1Loss()
             self.criterionIdt = torch.nn.L1Loss()

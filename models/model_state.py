@@ -9,11 +9,13 @@ import os
 
 from torch import nn
 
-from models import checkpoint_files, networks
+from models.networks import checkpoint_files
+
+from models import networks
 from util import distributed
 from util.console import print0
 from util.errors import UserError
-from util.training.training_state import STATE_SUFFIX
+from models.training.training_state import STATE_SUFFIX
 
 
 class ModelState:

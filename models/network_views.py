@@ -3,9 +3,9 @@
 A model's attributes (`netG`, `netD_A`, ...) always hold the plain modules it built. Whoever runs the
 model decides how each network is called and hands the model that choice as a `NetworkViews`:
 
-    training (models/training_engine.py)   each network DDP-wrapped under torchrun, compiled with
-                                           --compile (models/training_networks.py)
-    inference (models/inference.py)        the generators padded to their size rule, in tiles or in
+    training (models/training/engine.py)   each network DDP-wrapped under torchrun, compiled with
+                                           --compile (models/training/network_variants.py)
+    inference (models/inference/application.py)        the generators padded to their size rule, in tiles or in
                                            sliding windows; the moving averages (--ema_decay) in
                                            validation; plain otherwise
 

@@ -10,9 +10,9 @@ import torch
 from models import networks
 from models.networks import buffers_kept, unet
 from models.base_model import BaseModel
-from models.multiscale import MultiscaleGANLoss, feature_matching_loss
+from models.losses.multiscale import MultiscaleGANLoss, feature_matching_loss
 from models.network_views import NetworkViews
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util.flag_types import non_negative_float
 
 
@@ -23,7 +23,7 @@ class Pix2PixModel(BaseModel):
     network_roles = {"G": "generator", "D": "discriminator"}
     translators = ("G",)  # one way only: the trained direction
     input_visual = "real_A"
-    # --accum_steps (models/accumulation.py): G's loss judges with the D stepped before it, so D's
+    # --accum_steps (models/training/accumulation.py): G's loss judges with the D stepped before it, so D's
     # gradients are gathered over every micro-batch and D steps before G's pass begins.
     accumulation_phases = ("accumulate_D", "accumulate_G")
 
@@ -70,7 +70,7 @@ class Pix2PixModel(BaseModel):
             self.optimizers = [self.optimizer_G]
         if self.judged:
             self.netD = networks.build_discriminator(opt, opt.input_nc + opt.output_nc).to(self.device)
-            # --netD multiscale predicts one grid per scale: the loss is their mean (models/multiscale.py)
+            # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
             self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
             self.optimizer_D = self.make_adam(self.netD.parameters())
             self.optimizers.append(self.optimizer_D)

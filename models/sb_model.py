@@ -2,7 +2,7 @@
 2024): unpaired translation in several refinement steps along a Schrödinger bridge, on CUT.
 
 One generator G(x_t, t, z) with a random code z (models/networks/resnet_cond.py; like UNSB's, it ignores
-t) makes every step of the bridge (models/bridge.py). Each training step picks one step t of the --num_timesteps, walks the
+t) makes every step of the bridge (models/losses/bridge.py). Each training step picks one step t of the --num_timesteps, walks the
 inputs there without gradient, and trains G on the state reached: fool a time-conditioned
 discriminator D (models/networks/patchgan_cond.py), keep each patch's content (CUT's PatchNCE between
 x_0 and G's output, with --nce_idt on B too), and the Schrödinger-bridge loss: an energy network E
@@ -26,11 +26,12 @@ import argparse
 import torch
 
 import data
-from models import bridge, networks
+from models.losses import bridge
+from models import networks
 from models.cut_model import CUTModel, mode_defaults_action
 from models.network_views import NetworkViews
 from models.networks import patchgan_cond, resnet_cond
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util import distributed
 from util.errors import UserError
 from util.flag_types import Bounded, finite_float, non_negative_float

@@ -20,7 +20,7 @@ project, e.g. mypackage/dummy_model.py, and pass `--model mypackage.dummy_model`
   - `optimize_parameters(step)`: compute losses with `step.nets` and apply each with
     `step.update_weights(optimizer, loss)`;
   - optionally `data_dependent_initialize(first_batch)`: build what needs to see data first.
-DDP wrapping and the step's mechanics come from the training engine (models/training_engine.py);
+DDP wrapping and the step's mechanics come from the training engine (models/training/engine.py);
 checkpoints, schedules, logging and test-time loading from BaseModel.
 Train it with: python train.py --dataroot ./datasets/facades --name template --model template
 """
@@ -31,7 +31,7 @@ import torch
 from models import networks
 from models.base_model import BaseModel
 from models.network_views import NetworkViews
-from models.training_step import TrainingStep
+from models.training.step import TrainingStep
 from util.flag_types import non_negative_float
 
 
@@ -54,7 +54,7 @@ class TemplateModel(BaseModel):
                                 help="weight for the regression loss")
         return parser
 
-    # --accum_steps (models/accumulation.py): the methods that make one step, split where a loss
+    # --accum_steps (models/training/accumulation.py): the methods that make one step, split where a loss
     # needs an optimizer step taken before it in the same step; one optimizer here, so one phase.
     accumulation_phases = ("optimize_parameters",)
 

@@ -3,7 +3,7 @@
 Every flag of the reference implementation is accepted with the same name, type, default and
 meaning, so its users' scripts run unchanged. Models and datasets add their own flags through
 `modify_commandline_options`, each flag declaring what a change of it does when a run is
-continued (`on_resume`, util/training/resume_flags.py). After `parse()` the options are
+continued (`on_resume`, util/resume_flags.py). After `parse()` the options are
 read-only: derived values (device, rank, seed) live in the objects that compute them, not in
 `opt`; `opt._defaults` and `opt._flag_classes` keep each flag's default and resume class.
 """
@@ -27,9 +27,9 @@ from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_option
 from util.flag_types import (Bounded, OneParagraphParser, batch_size, channel_count, finite_float, image_side,
                              network_width, non_negative_int, norm_name, positive_float, positive_int, seed_value)
 from util.safe_files import atomic_write_json, atomic_write_text
-from util.training.resume_flags import SILENT, ignored
+from util.resume_flags import SILENT, ignored
 
-# What happens to a flag when a run is continued is declared with it (`on_resume`, util/training/resume_flags.py).
+# What happens to a flag when a run is continued is declared with it (`on_resume`, util/resume_flags.py).
 SEED_KEPT = ignored("a continued run keeps the seed it started with, which its data order and augmentations follow")
 WEIGHTS_LOADED = ignored("the weights are loaded, not initialised")
 

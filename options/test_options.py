@@ -16,13 +16,13 @@ class TestOptions(BaseOptions):
 
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
-        # test.py continues no run: its own flags are "silent" (util/training/resume_flags.py)
+        # test.py continues no run: its own flags are "silent" (util/resume_flags.py)
         parser.add_argument("--results_dir", type=str, default="./results/", on_resume="silent", help="saves results here.")
         parser.add_argument("--aspect_ratio", type=Bounded(float, low=0.01, high=100, name="aspect_ratio"), default=1.0, on_resume="silent", help="aspect ratio of result images")
         parser.add_argument("--phase", type=str, default="test", on_resume="noted", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", on_resume="silent", help="use eval mode during test time.")
         parser.add_argument("--num_test", type=positive_int, default=50, on_resume="silent", help="how many test images to run")
-        # Large and non-square images (models/inference.py, models/windows.py, docs/evaluation.md).
+        # Large and non-square images (models/inference/application.py, models/inference/windows.py, docs/evaluation.md).
         parser.add_argument("--tile", type=tile_side, default=0, on_resume="silent", help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
         parser.add_argument("--tile_overlap", type=tile_side, default=64, on_resume="silent", help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
         # Many answers per input: models whose generator takes a latent code (docs/inference.md).

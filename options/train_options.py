@@ -6,7 +6,7 @@ import os
 
 import data
 from models import networks
-from models.diff_augment import augment_policy
+from models.losses.diff_augment import augment_policy
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
@@ -14,7 +14,7 @@ from util.errors import UserError
 from util.flag_types import (Bounded, fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float,
                              positive_int)
 from util.safe_files import refuse_output_over_inputs
-from util.training.resume_flags import ignored, refused
+from util.resume_flags import ignored, refused
 
 # A saved schedule is of one --lr_policy; --epoch_count is where a new run's schedule starts.
 SCHEDULE = refused("learning-rate schedule", "To change the schedule, continue from its weights alone with "
@@ -50,7 +50,7 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--auto_resume", action="store_true", on_resume="silent", help="continue from the newest training state in the run folder if there is one (as --continue_train), else start a new run: for jobs a scheduler restarts with the same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this by themselves)")
         parser.add_argument("--epoch_count", type=positive_int, default=1, on_resume=SCHEDULE_FROM_START, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", on_resume="noted", help="train, val, test, etc")
-        # validation during training (util/training/validator.py, docs/evaluation.md)
+        # validation during training (models/training/validator.py, docs/evaluation.md)
         parser.add_argument("--val_freq", type=non_negative_int, default=0, on_resume="silent", help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
         parser.add_argument("--val_phase", type=str, default=None, on_resume="silent", help="the held-out split to validate on (a folder like --phase); default: val, else test")
         parser.add_argument("--val_max_images", type=positive_int, default=100, on_resume="silent", help="validate on at most this many held-out images (the first ones in sorted order)")
@@ -77,7 +77,7 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--accum_steps", type=Bounded(int, low=1, high=1024, name="accum_steps"), default=1, on_resume="noted", help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
         parser.add_argument("--num_D", type=Bounded(int, low=1, high=8, name="num_D"), default=2, on_resume="architecture", help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
         parser.add_argument("--checkpoint_activations", action="store_true", on_resume="silent", help="activation checkpointing: the generators' residual blocks and U-Net levels recompute their activations in the backward pass instead of keeping them, for less memory at high resolution (a step takes longer; same results)")
-        # small data and steadier training (models/diff_augment.py, docs/training_tips.md)
+        # small data and steadier training (models/losses/diff_augment.py, docs/training_tips.md)
         parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", on_resume="noted", help="differentiable augmentation of every discriminator input, real and fake alike (DiffAugment): comma-separated color, translation, cutout, e.g. color,translation,cutout; a pix2pix pair gets one transform for both halves; empty: off. For datasets of a few hundred images or fewer")
         parser.add_argument("--ada_target", type=fraction_below_one, default=0.0, on_resume="noted", help="with --diff_augment: apply each transform with a probability p adapted as in ADA, raised while the fraction of real images the discriminator calls real exceeds this target (e.g. 0.6), lowered otherwise; p is saved with the training state; 0: always augment (p = 1)")
         parser.add_argument("--ada_kimg", type=positive_float, default=100.0, on_resume="noted", help="with --ada_target: thousands of images over which p may move from 0 to 1 (ADA's speed; small datasets and short runs want a few)")

@@ -44,10 +44,10 @@ from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.evaluation.texture import texture_distances  # noqa: E402
 from models.base_model import BaseModel  # noqa: E402
-from models.inference import inference_views  # noqa: E402
+from models.inference.application import inference_views  # noqa: E402
 from models.network_views import NetworkViews  # noqa: E402
-from models.windows import Windows  # noqa: E402
-from models.latent_codes import draw_latent_codes  # noqa: E402
+from models.inference.windows import Windows  # noqa: E402
+from models.inference.latent_codes import draw_latent_codes  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
 
@@ -82,7 +82,7 @@ def report(opt, best: dict | None, texture_window: int = 0) -> dict[str, dict[st
         windows = Windows.for_volumes(opt.patch_size, opt.window_overlap, opt.window_batch)
         low, high = dataset.dataset.window("B" if opt.direction == "AtoB" else "A")
         volumes = {"volume_units": dict.fromkeys(names, (high - low) / 2), "mask": opt.eval_mask}
-    # each model's networks as test.py applies them (models/inference.py)
+    # each model's networks as test.py applies them (models/inference/application.py)
     nets = {name: inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows)
             for name, model in models.items()}
     scores = TranslationMetrics({name: (name, "target") for name in names}, paired=True, **volumes)

@@ -17,7 +17,7 @@ image (BicycleGAN's: `--model bicycle_gan`) is exported with the code as a secon
 ONNX inputs "input" and "code" (N x --nz, one code per image; draw them from a standard normal
 distribution, or encode a reference image with the Translator's `encode`). A UNSB generator (`--model sb`)
 is exported as one step of its bridge: forward(x, step, z), ONNX inputs "input", "step" (N int64) and "code"
-(N x 4*ngf); the walk between steps is the caller's (docs/export.md, models/bridge.py's walk).
+(N x 4*ngf); the walk between steps is the caller's (docs/export.md, models/losses/bridge.py's walk).
 
 A volume generator (a 3-D --netG, e.g. `--weights latest_net_G.pth --netG resnet_9blocks_3d`; a volume
 --dataset_mode is assumed) is exported as the plain network for one window: it takes N x C x D x H x W
@@ -25,7 +25,7 @@ float volumes in [-1, 1] of exactly the --patch_size it trained on (default: the
 train_opt.json beside the weights) and returns the same size. Whole volumes are translated in
 overlapping windows of that size, blended with Gaussian weights; that loop is not exported, so run it
 yourself around the exported network (e.g. MONAI's sliding_window_inference with mode="gaussian",
-sigma_scale=0.125 and overlap 0.5, as models/windows.py does) to get test.py's outputs. It is
+sigma_scale=0.125 and overlap 0.5, as models/inference/windows.py does) to get test.py's outputs. It is
 checked at the window size, in batches of 1 and 2; --check_sizes does not apply.
 
 Each export is run on random inputs of the --check_sizes (batches of 1, then 2) and compared with
@@ -55,15 +55,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import data  # noqa: E402
 from models import builtin_model_names, create_model, networks  # noqa: E402
-from models import bridge, saved_generator  # noqa: E402
-from models.windows import check_window  # noqa: E402
+from models.losses import bridge  # noqa: E402
+from models.inference import saved_generator
+from models.inference.windows import check_window  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
-from models.inference import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
+from models.inference.application import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 EXTENSIONS = {"torchscript": ".pt", "onnx": ".onnx"}  # of the files each format writes
@@ -79,7 +80,7 @@ class ExportOptions(TestOptions):
             if action.dest == "dataroot":
                 action.required = False
                 action.default = ""
-        # exporting continues no run: "silent" (util/training/resume_flags.py)
+        # exporting continues no run: "silent" (util/resume_flags.py)
         parser.add_argument("--weights", type=str, default="", on_resume="silent", help="a generator state_dict .pth to export instead of the checkpoints folder's")
         parser.add_argument("--which_net", type=str, default="", on_resume="silent", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
         parser.add_argument("--export_dir", type=str, default="", on_resume="silent", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")

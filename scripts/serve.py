@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from models.translator import PRECISIONS  # noqa: E402
+from models.inference.translator import PRECISIONS  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
 
@@ -28,7 +28,7 @@ batch_images = Bounded(int, low=1, high=256, name="max_batch")
 # On a GPU a batch uses the device better; on the CPU one image at a time was faster: CycleGAN (ngf 64,
 # 256 px) translated 1.58 images/s one by one and 1.16-1.21 in batches of 8 on 2 Zen 4 cores (docs/serving.md).
 AUTO_BATCH = {"cuda": 8, "cpu": 1}
-# Listening on loopback, the server answers only requests addressed to loopback names (models/serving/app.py).
+# Listening on loopback, the server answers only requests addressed to loopback names (models/inference/serving/app.py).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         import uvicorn
-        from models.serving.app import ServerSettings, create_app, load_model
+        from models.inference.serving.app import ServerSettings, create_app, load_model
     except ImportError as err:
         raise UserError(f"serving needs FastAPI and uvicorn ({err}); pip install -r requirements.txt") from None
-    from models.serving.uploads import Limits
+    from models.inference.serving.uploads import Limits
 
     devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
     model = load_model(args.checkpoint, devices, args.epoch, args.precision)

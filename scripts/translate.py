@@ -19,7 +19,7 @@ same name (x.nii.gz -> OUTPUT/x.nii.gz, with the input's affine and header); the
 Files that are not images (or volumes), cannot be decoded, declare more than the limits of data/image_io.py
 or data/volume_io.py in their headers, or cannot be written are skipped; the summary lists them with the
 reason, and the others are translated. Exit status 0 when at least one image was translated, 2 with one paragraph
-when nothing could be (or the checkpoint is unusable). The model comes from models/translator.py;
+when nothing could be (or the checkpoint is unusable). The model comes from models/inference/translator.py;
 docs/inference.md explains --direction, --no_eval and the architecture flags.
 """
 from __future__ import annotations
@@ -39,9 +39,10 @@ from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
 from data.volume_patches import patch_size, window_batch  # noqa: E402
-from models import bridge, networks  # noqa: E402
+from models.losses import bridge  # noqa: E402
+from models import networks
 from models.networks import unet_latent  # noqa: E402
-from models.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
+from models.inference.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
@@ -298,7 +299,7 @@ def read_codes(path: str, size: int) -> torch.Tensor:
     """--codes FILE: N x `size` numbers from a .npy file or a text file (one code a line), checked."""
     import numpy as np
 
-    from models.latent_codes import checked_latent_codes
+    from models.inference.latent_codes import checked_latent_codes
 
     try:
         if path.endswith(".npy"):  # the shape its header declares, checked before the codes are loaded

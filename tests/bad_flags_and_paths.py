@@ -76,7 +76,7 @@ def trained_pix2pix(work: Path) -> None:
 
 
 def b_resume_with_another_model(work):
-    from util.training.training_state import FORMAT_VERSION, STATE_SUFFIX
+    from models.training.training_state import FORMAT_VERSION, STATE_SUFFIX
     run_dir = work / "ck" / NAME
     run_dir.mkdir(parents=True)
     torch.save({"format": FORMAT_VERSION, "progress": {"epoch": 1, "images_done": 1, "total_iters": 1}, "seed": 0,

@@ -1,5 +1,5 @@
 """Corpus cases of tests/test_bad_input.py for flags changed between a run and its continuation
-(util/training/resume_flags.py, docs/resume.md): flags that cannot change are refused naming both
+(util/resume_flags.py, docs/resume.md): flags that cannot change are refused naming both
 values, a finished run says how to train more, changed schedule flags are honoured with a note,
 and a refused continuation leaves every file of the run folder byte-identical.
 

@@ -196,9 +196,9 @@ _engines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def training_engine(model):
-    """The training engine of a set-up `model` (models/training_engine.py), built at its first use as
+    """The training engine of a set-up `model` (models/training/engine.py), built at its first use as
     train.py builds it: the networks as training calls them, gradient scalers, moving averages."""
-    from models.training_engine import TrainingEngine
+    from models.training.engine import TrainingEngine
     from util.distributed import DistContext
 
     if model not in _engines:
@@ -212,8 +212,8 @@ def train_on(model, batch: dict) -> None:
 
 
 def inference_nets(model, windows=None):
-    """The networks of a set-up `model` as test.py applies them (models/inference.py)."""
-    from models.inference import inference_views
+    """The networks of a set-up `model` as test.py applies them (models/inference/application.py)."""
+    from models.inference.application import inference_views
 
     return inference_views(model.named_networks(), model.networks_with_role("generator"), model.opt, windows)
 

@@ -149,7 +149,7 @@ def synced_pages(trained, paired_root) -> Path:
 
 
 def test_the_translator_gives_test_pys_images_for_the_same_codes(trained, synced_pages, paired_root):
-    from models.translator import Translator
+    from models.inference.translator import Translator
     translator = Translator.load(trained, device="cpu")
     assert translator.latent_size == 3
     source = sorted((paired_root / "test").glob("*.png"))[0]
@@ -217,7 +217,7 @@ def test_an_epoch_whose_first_batch_is_skipped_logs_and_shows_nothing_rather_tha
     import train
     from options.train_options import TrainOptions
     from util.distributed import DistContext
-    from util.training.position import Position
+    from util.position import Position
 
     opt = TrainOptions().parse(args(paired_root, tmp_path, "skip", "--max_dataset_size", "3", "--batch_size", "2",
                                     "--print_freq", "1", "--display_freq", "1", "--n_epochs", "1",
@@ -265,7 +265,7 @@ def test_lpips_without_its_weights_is_left_out_saying_where_to_put_them(trained,
 
 def test_a_reference_image_gives_test_pys_encoded_output_in_the_translator_and_translate_py(trained, synced_pages,
                                                                                              paired_root, tmp_path):
-    from models.translator import Translator
+    from models.inference.translator import Translator
     source = sorted((paired_root / "test").glob("*.png"))[0]
     pair = Image.open(source).convert("RGB")
     halves = [pair.crop((x, 0, x + pair.width // 2, pair.height)).resize((128, 128), Image.BICUBIC)
@@ -293,7 +293,7 @@ def test_export_takes_the_code_as_a_second_input(trained, paired_root, tmp_path)
     assert export(["--name", trained.name, "--checkpoints_dir", str(trained.parent), *TINY,
                    "--export_dir", str(tmp_path), "--formats", "torchscript", "--check_sizes", "128x128"]) == 0
     scripted = torch.jit.load(str(tmp_path / "latest_net_G.pt"))
-    from models.translator import Translator
+    from models.inference.translator import Translator
     translator = Translator.load(trained, device="cpu")
     x = torch.rand(2, 3, 128, 128) * 2 - 1
     codes = torch.randn(2, 3)
@@ -310,7 +310,7 @@ def input_image(paired_root, tmp_path) -> Path:
 
 
 def test_translate_py_translates_with_the_codes_of_a_file(trained, input_image, tmp_path):
-    from models.translator import Translator
+    from models.inference.translator import Translator
     codes = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]])
     np.savetxt(tmp_path / "codes.txt", codes)
     assert load_script("scripts/translate.py").main([str(input_image), "--checkpoint", str(trained), "--output",
@@ -342,7 +342,7 @@ def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_
         trained, input_image, paired_root, tmp_path):
     """BicycleGAN's own folders hold only latest_net_{G,E,D,D2}.pth: the generator and the encoder are
     recognised from their weights (the encoder's normalisation, which leaves no weights, tried)."""
-    from models.translator import Translator
+    from models.inference.translator import Translator
     for name in ("G", "E", "D", "D2"):
         shutil.copy(trained / f"latest_net_{name}.pth", tmp_path / f"latest_net_{name}.pth")
     reference = np.asarray(Image.open(sorted((paired_root / "test").glob("*.png"))[1]).convert("RGB").crop(

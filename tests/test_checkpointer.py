@@ -11,8 +11,8 @@ import torch
 
 from util.distributed import DistContext
 from util.errors import UserError
-from util.training.checkpointer import Checkpointer
-from util.training.position import Position
+from models.training.checkpointer import Checkpointer
+from util.position import Position
 
 
 class FakeModel:

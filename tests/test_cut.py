@@ -186,7 +186,7 @@ def test_a_checkpoint_in_cuts_layout_loads_in_test_py_and_the_translator(trained
     for a, b in zip(outputs["cut"], outputs["test"]):
         assert np.abs(a - b).max() == 0 and a.std() > 1  # the same, non-blank images
 
-    from models.translator import Translator
+    from models.inference.translator import Translator
     translator = Translator.load(run_dir, device="cpu")  # its architecture is read from the weights
     source = sorted((unpaired_root / "testA").glob("*.png"))[0]
     translated = translator.translate(np.asarray(Image.open(source).convert("RGB")))

@@ -13,7 +13,7 @@ from torch import nn
 
 from conftest import load_script, ranks, train_on
 from models import networks
-from models.diff_augment import ADA_INTERVAL, DiscriminatorAugment, augment_policy
+from models.losses.diff_augment import ADA_INTERVAL, DiscriminatorAugment, augment_policy
 from test_distributed import assert_trained_alike, ok
 from test_resume import assert_identical, final_weights
 
@@ -202,8 +202,8 @@ def test_every_option_shows_in_train_opt_and_p_rose_and_fell(one_process):
 
 
 def test_the_translator_rebuilds_a_resize_generator_from_the_run_folder_and_from_its_weights(one_process):
-    from models.saved_generator import infer_architecture
-    from models.translator import Translator
+    from models.inference.saved_generator import infer_architecture
+    from models.inference.translator import Translator
 
     image = torch.rand(3, 32, 32)
     for source in (one_process, one_process / "latest_net_G.pth"):

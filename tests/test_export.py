@@ -13,7 +13,7 @@ import torch
 
 from conftest import load_script, run_in_process, run_script
 from models import networks
-from models.inference import InferenceGenerator
+from models.inference.application import InferenceGenerator
 
 TOL = 1e-4
 # (netG, norm, sizes HxW): one size the generator takes as is, one that needs padding.

@@ -211,8 +211,8 @@ def test_compiled_training_reproduces_the_first_losses(monkeypatch):
     # (~1e-4 for pix2pix's batch-norm D), as it would for any change of summation order.
     # The run takes the GPU's way (CUDA graphs, as on one GPU): the CPU dry run of its plumbing (the trained
     # networks compiled apart from the judging ones, each step marked as new), which compiles as usual here.
-    import models.training_engine
-    monkeypatch.setattr(models.training_engine, "captures_cuda_graphs", lambda *_: (True, None))
+    import models.training.engine
+    monkeypatch.setattr(models.training.engine, "captures_cuda_graphs", lambda *_: (True, None))
     marks = []
     mark = torch.compiler.cudagraph_mark_step_begin
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(mark()))
@@ -237,7 +237,7 @@ def test_compiled_training_reproduces_the_first_losses(monkeypatch):
 
 
 def test_cuda_graphs_are_recorded_on_one_gpu_and_under_nccl_and_declined_in_one_line_under_gloo():
-    from models.training_networks import captures_cuda_graphs
+    from models.training.network_variants import captures_cuda_graphs
     gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert captures_cuda_graphs(True, gpu, None) == (True, None)  # one process
     assert captures_cuda_graphs(True, gpu, "nccl") == (True, None)

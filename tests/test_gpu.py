@@ -444,7 +444,7 @@ def test_the_server_on_the_gpu_batches_requests_and_each_answer_is_the_cpu_trans
     import io
 
     import httpx
-    from models.translator import Translator
+    from models.inference.translator import Translator
     from test_serving import FAMILIES, photo, png_bytes, save_run
     run = save_run(tmp_path, "served", FAMILIES["cycle_gan"])
     server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "serve.py"), "--checkpoint", str(run),

@@ -109,9 +109,9 @@ def test_two_processes_accumulating_two_micro_batches_equal_one_process_with_bat
 
 
 def test_a_model_without_accumulation_phases_is_refused_and_a_changed_accum_steps_is_noted_on_continuing():
-    from models.accumulation import check_accumulation
+    from models.training.accumulation import check_accumulation
     from util.errors import UserError
-    from util.training.resume_flags import check_changed_flags
+    from util.resume_flags import check_changed_flags
 
     class Unsplit:  # what check_accumulation reads of a model that did not adopt the contract
         accumulation_phases = ()
@@ -239,7 +239,7 @@ def test_cycle_gan_trains_with_multiscale_discriminators(train, unpaired_root, t
 def test_the_multiscale_loss_is_the_mean_over_scales_for_every_gan_mode_and_side():
     # --gan_mode hinge scores the generator differently from the discriminator: that side must
     # reach every scale's loss.
-    from models.multiscale import MultiscaleGANLoss
+    from models.losses.multiscale import MultiscaleGANLoss
     from models.networks import GANLoss
     predictions = [torch.randn(2, 1, 6, 6, dtype=torch.float64), torch.randn(2, 1, 3, 3, dtype=torch.float64)]
     for mode in ("lsgan", "vanilla", "hinge"):
@@ -255,7 +255,7 @@ def test_the_multiscale_loss_is_the_mean_over_scales_for_every_gan_mode_and_side
 
 def test_each_scale_judges_the_image_halved_once_more_and_one_scale_is_the_plain_patchgan():
     from models import networks
-    from models.multiscale import MultiscaleGANLoss, discriminator_features, feature_matching_loss
+    from models.losses.multiscale import MultiscaleGANLoss, discriminator_features, feature_matching_loss
 
     torch.manual_seed(0)
     multiscale = networks.define_D(6, 4, "multiscale", 2, "instance", num_D=3)

@@ -100,7 +100,7 @@ def test_test_py_translates_and_scores_with_the_model_and_its_best_epoch(trained
 
 def test_the_translator_loads_the_run_folder_and_matches_the_trained_generator(trained):
     from models import networks
-    from models.translator import Translator
+    from models.inference.translator import Translator
 
     translator = Translator.load(trained, device="cpu")
     image = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)

@@ -14,8 +14,9 @@ import torch.nn.functional as F
 import models
 from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
 from conftest import inference_nets, train_on, training_engine
-from models import checkpoint_files, networks
-from models.training_step import TrainingStep
+from models.networks import checkpoint_files
+from models import networks
+from models.training.step import TrainingStep
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
 from util.distributed import DistContext

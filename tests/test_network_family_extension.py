@@ -119,7 +119,7 @@ def test_test_py_translates_whole_and_tiled_with_the_familys_size_rule(trained, 
 
 
 def test_the_translator_rebuilds_it_from_the_run_and_tiles_exactly_with_enough_overlap(trained):
-    from models.translator import Translator
+    from models.inference.translator import Translator
     translator = Translator.load(trained, device="cpu")
     image = np.random.default_rng(1).integers(0, 256, (300, 400, 3), dtype=np.uint8)
     out = translator.translate(image)
@@ -149,7 +149,7 @@ def test_export_writes_it_with_its_size_rule(trained, tmp_path):
 def test_its_weights_alone_rebuild_it_when_the_family_is_named(trained, tmp_path):
     """Without architecture.json, the family named by netG reads its own weights (blocks, widths)."""
     import shutil
-    from models.translator import Translator
+    from models.inference.translator import Translator
     lone = tmp_path / "dilated.pth"
     shutil.copy(trained / "latest_net_G.pth", lone)
     translator = Translator.load(lone, device="cpu", netG=NET)

@@ -11,7 +11,7 @@ from torch import nn
 
 from models import networks
 from models.base_model import BaseModel
-from models.training_engine import TrainingEngine
+from models.training.engine import TrainingEngine
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.errors import UserError

@@ -12,7 +12,7 @@ from torch import nn
 
 from conftest import ROOT, ranks
 from models import networks
-from models.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
+from models.networks.sync_batchnorm import CPUSyncBatchNorm, CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util.errors import UserError
 
 GENERATORS_3D = ["resnet_9blocks_3d", "resnet_6blocks_3d", "unet_8_3d", "unet_16_3d", "unet_32_3d", "unet_64_3d",
@@ -302,7 +302,7 @@ import sys
 sys.path.insert(0, {root!r})
 import torch
 from torch import nn
-from models.sync_batchnorm import CPUSyncBatchNorm3d, convert_sync_batchnorm
+from models.networks.sync_batchnorm import CPUSyncBatchNorm3d, convert_sync_batchnorm
 from util import distributed
 ctx = distributed.init_distributed("cpu")
 whole = torch.randn(4, 3, 4, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -348,7 +348,8 @@ def cut_flags(**changes) -> SimpleNamespace:
 
 
 def test_cut_reads_5d_features_from_the_3d_resnet_and_samples_patches_of_them():
-    from models import cut_model, cut_networks
+    from models import cut_model
+    from models.losses import patchnce as cut_networks
     family = networks.family_of("resnet_6blocks_3d")
     flags = cut_flags()
     layers = (0, 4, 8, 12, 16)  # CUT's default --nce_layers

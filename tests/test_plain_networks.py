@@ -12,7 +12,7 @@ from torch.nn.utils.parametrize import type_before_parametrizations
 from conftest import inference_nets, training_engine
 from models import create_model, networks
 from models.network_views import NetworkViews
-from models.windows import Windows
+from models.inference.windows import Windows
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.seeding import seed_everything
@@ -119,7 +119,7 @@ def test_the_synchronised_twin_trains_the_plain_networks_weights_and_statistics(
     synchronise across processes: it must share every Parameter and buffer with the model's network,
     so that the optimizer (made with the model's parameters), the checkpoints and the running
     statistics are those of what was trained, while the model's network keeps its own classes."""
-    from models.training_networks import synchronised_twin
+    from models.training.network_variants import synchronised_twin
 
     torch.manual_seed(0)
     plain = networks.build_discriminator(TrainOptions().parse(

@@ -25,7 +25,7 @@ from conftest import ROOT, built_with_actions, free_port, run_in_process, torchr
 from processes import ScriptProcess, run_ranks, run_script_process
 from models import networks
 from util.errors import UserError
-from util.training import resume_flags
+from util import resume_flags
 
 pytestmark = pytest.mark.slow
 
@@ -215,7 +215,7 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
     before = target.read_bytes()
     writer = subprocess.Popen([sys.executable, "-c", (
         "import sys, torch; sys.path.insert(0, sys.argv[1]);"
-        "from util.training.checkpoint_io import atomic_torch_save;"
+        "from models.training.checkpoint_io import atomic_torch_save;"
         "atomic_torch_save({'w': torch.zeros(400_000_000 // 4)}, sys.argv[2])"), str(ROOT), str(target)], env=ENV)
     deadline = time.time() + 60
     while not list(tmp_path.glob(".latest_net_G.pth.*.tmp")) or \
@@ -432,8 +432,8 @@ def test_a_continued_linear_schedule_counts_from_the_epoch_the_run_started_at():
 @pytest.mark.parametrize("continue_train", [True, False])
 def test_continuing_a_finished_run_says_so_and_how_to_train_more(continue_train, capsys):
     import train
-    from util.training.checkpointer import StartPoint
-    from util.training.position import Position
+    from models.training.checkpointer import StartPoint
+    from util.position import Position
 
     opt = argparse.Namespace(n_epochs=2, n_epochs_decay=1, continue_train=continue_train)
     finished = StartPoint(Position(epoch=4), seed=0, state={})

@@ -16,9 +16,9 @@ import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
-from models import bridge
+from models.losses import bridge
 from models.networks import build_discriminator, build_generator, recognise_network
-from models.translator import Translator
+from models.inference.translator import Translator
 from util.errors import UserError
 from options.train_options import TrainOptions
 from test_distributed import assert_trained_alike, ok
@@ -195,7 +195,7 @@ def test_one_exported_step_walked_by_the_caller_gives_the_translators_output(tmp
     image = torch.rand(3, 28, 36, generator=torch.Generator().manual_seed(1)) * 2 - 1
     translator = Translator.load(tmp_path / "sb", device="cpu")
     for seed in (4, 5):
-        # the caller's loop: models/bridge.py's walk (docs/export.md), its noise drawn as the Translator draws it
+        # the caller's loop: models/losses/bridge.py's walk (docs/export.md), its noise drawn as the Translator draws it
         guesses, _ = bridge.walk(exported_step, image[None].double(), 3, translator.bridge[1], translator.bridge[2],
                                  bridge.SeededNoise(seed))
         wanted = translator.translate(image, seed=seed)

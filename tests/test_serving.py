@@ -1,4 +1,4 @@
-"""scripts/serve.py: a trained model served over HTTP (models/serving/). What a user relies on: the
+"""scripts/serve.py: a trained model served over HTTP (models/inference/serving/). What a user relies on: the
 server answers what the Translator gives for the same file, for every family; it batches concurrent
 requests without changing anyone's answer; and any upload, however bad, gets a 4xx (or 503 when full)
 with a one-line reason while the server goes on serving."""
@@ -28,12 +28,12 @@ from PIL import Image
 from conftest import ROOT, load_script
 from data.image_io import read_image, write_image
 from models import create_model
-from models.translator import Translator
+from models.inference.translator import Translator
 from options.base_options import save_options
 from options.train_options import TrainOptions
 from util.distributed import DistContext
-from models.serving.app import ServerSettings, create_app, load_model
-from models.serving.uploads import Limits
+from models.inference.serving.app import ServerSettings, create_app, load_model
+from models.inference.serving.uploads import Limits
 
 uvicorn = pytest.importorskip("uvicorn")
 nib = pytest.importorskip("nibabel")

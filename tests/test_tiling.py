@@ -1,4 +1,4 @@
-"""Images of any size at test time (models/inference.py, models/windows.py): padding to the generator's
+"""Images of any size at test time (models/inference/application.py, models/inference/windows.py): padding to the generator's
 multiple and back, tiled translation (the windowing routine volumes use too) that equals whole-image
 translation for batch-norm (eval) and no-norm resnets, no visible seams for instance norm, and
 test.py's --preprocess none / --tile on real files."""
@@ -15,8 +15,8 @@ from PIL import Image
 from conftest import ROOT, run_script
 from models import networks
 from util.errors import UserError
-from models.inference import InferenceGenerator, reflect_pad, split_padding
-from models.windows import WEIGHT_FLOOR, Windows, check_tiling, in_windows, ramp_weights, receptive_radius
+from models.inference.application import InferenceGenerator, reflect_pad, split_padding
+from models.inference.windows import WEIGHT_FLOOR, Windows, check_tiling, in_windows, ramp_weights, receptive_radius
 
 # The tolerance docs/evaluation.md states for tiles vs. whole image (float32 rounding).
 EXACT_TOL = 1e-5

@@ -1,4 +1,4 @@
-"""Translator (models/translator.py), scripts/translate.py and the HTTP example of docs/inference.md."""
+"""Translator (models/inference/translator.py), scripts/translate.py and the HTTP example of docs/inference.md."""
 from __future__ import annotations
 
 import importlib.util
@@ -20,8 +20,8 @@ from PIL import Image
 from conftest import ROOT, run_script
 from data.image_io import read_image, write_image
 from models import create_model, networks
-from models.saved_generator import infer_architecture
-from models.translator import Translator
+from models.inference.saved_generator import infer_architecture
+from models.inference.translator import Translator
 from options.base_options import save_options
 from options.train_options import TrainOptions
 from util.distributed import DistContext

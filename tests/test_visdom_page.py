@@ -238,7 +238,7 @@ def test_a_server_without_the_scripts_names_them_starts_anyway_and_training_warn
                                                                                         capsys):
     from options.train_options import TrainOptions
     from util.display.visdom_backend import VisdomBackend
-    from util.training.position import Position
+    from util.position import Position
     from util.visualizer import Visualizer
     server = start_server(page_without_scripts(tmp_path / "static"))
     said = server.output()

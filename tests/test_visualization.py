@@ -204,7 +204,7 @@ class ConnectionAttempts:
 def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(visdom_server, tmp_path, capsys,
                                                                                 monkeypatch):
     from util.display.visdom_backend import VisdomBackend
-    from util.training.position import Position
+    from util.position import Position
     from util.visualizer import Visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(visdom_server.port),
                               "--display_env", "dies", "--no_progress", "--n_epochs", "1", "--n_epochs_decay", "0")
@@ -232,7 +232,7 @@ def test_visdom_server_that_dies_mid_run_gives_one_warning_and_training_goes_on(
 
 def test_no_visdom_server_costs_one_bounded_connection_attempt(tmp_path, monkeypatch, capsys):
     from util.display.visdom_backend import VisdomBackend
-    from util.training.position import Position
+    from util.position import Position
     from util.visualizer import Visualizer
     port = free_port()  # nothing listens there
     attempts = ConnectionAttempts(monkeypatch, port)
@@ -600,8 +600,8 @@ def test_plot_losses_script_draws_a_png_from_a_run_folder_or_a_log(tmp_path, cap
 
 # ---------------------------------------------------------------------------------- main process only, pieces
 def test_null_visualizer_of_other_ranks_writes_and_prints_nothing(tmp_path, capsys):
-    from util.training.position import Position
-    from util.training.validator import ValidationResult
+    from util.position import Position
+    from util.evaluation.validation_result import ValidationResult
     from util.visualizer import NullVisualizer, make_visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(free_port()), "--use_tensorboard")
     vis = make_visualizer(opt, is_main=False)
@@ -622,7 +622,7 @@ def test_null_visualizer_of_other_ranks_writes_and_prints_nothing(tmp_path, caps
 def test_tensorboard_step_continues_when_a_resumed_run_restarts_its_counter(tmp_path):
     from util.display.backend import ImagesSeen
     from util.display.tensorboard_backend import TensorBoardBackend
-    from util.training.position import Position
+    from util.position import Position
     from util.visualizer import Visualizer
     vis = Visualizer(parse_train_options(tmp_path, "--no_html", "--no_progress", "--use_tensorboard"))
     vis.begin_epoch(Position(3, 0, 0), 100)  # epoch 3 of a run whose counter starts again at 0

@@ -1,4 +1,4 @@
-"""Volume generators outside test.py: the Translator (models/translator.py), scripts/translate.py and
+"""Volume generators outside test.py: the Translator (models/inference/translator.py), scripts/translate.py and
 scripts/export.py serve a run trained on volume patches (a 3-D --netG), in sliding windows of its patch size.
 
 One tiny pix2pix run on synthetic NIfTI volumes, trained in-process for a few steps, serves every test.
@@ -18,9 +18,9 @@ from PIL import Image
 from conftest import load_script
 from data.volume_io import from_network, to_network
 from models import networks
-from models.inference import InferenceGenerator
-from models.windows import Windows
-from models.translator import Translator
+from models.inference.application import InferenceGenerator
+from models.inference.windows import Windows
+from models.inference.translator import Translator
 from util.errors import UserError
 
 nib = pytest.importorskip("nibabel")
@@ -144,7 +144,7 @@ def test_a_tensor_in_network_range_gives_the_same_shape_in_network_range(transla
     one = translator.translate(x[1])  # (C, D, H, W)
     assert one.shape == x[1].shape
     torch.testing.assert_close(one, batch[1], rtol=0, atol=1e-6)  # a volume's output does not depend on its batch
-    # exactly the run's generator in Gaussian-blended windows of its patch size (models/windows.py)
+    # exactly the run's generator in Gaussian-blended windows of its patch size (models/inference/windows.py)
     with torch.no_grad():
         expected = InferenceGenerator(translator.generator, translator.size_rule, Windows.for_volumes(WINDOW, 0.5, 4))(x)
     torch.testing.assert_close(batch, expected, rtol=0, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Inputs translated in blended windows (models/windows.py): one routine for pictures' tiles and volumes'
+"""Inputs translated in blended windows (models/inference/windows.py): one routine for pictures' tiles and volumes'
 sliding windows, in any number of dimensions. What a user relies on is that windows change nothing a
 whole pass would give where they can, and leave no seams where they cannot."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-import models.inference
+import models.inference.application
 from models import networks
-from models.inference import InferenceGenerator
-from models.windows import Windows, in_windows
+from models.inference.application import InferenceGenerator
+from models.inference.windows import Windows, in_windows
 
 pytest.importorskip("monai")
 
@@ -102,7 +102,7 @@ def test_pictures_tiles_and_volumes_windows_go_through_the_one_routine(monkeypat
         seen.append((x.ndim - 2, windows.blend))
         return in_windows(predictor, x, windows, *codes)
 
-    monkeypatch.setattr(models.inference, "in_windows", recording)
+    monkeypatch.setattr(models.inference.application, "in_windows", recording)
     picture_net = networks.define_G(3, 3, 4, "resnet_6blocks", "instance").eval()
     volume_net = networks.define_G(1, 1, 4, "resnet_6blocks_3d", "instance").eval()
     with torch.no_grad():

@@ -7,7 +7,7 @@ value given, with exit status 2 -- the same form as every other bad input (util/
     parser.add_argument("--batch_size", type=positive_int, default=1)
 
 Scripts use `OneParagraphParser` too, so that their bad flags read like train.py's. It also takes
-each flag's class on `--continue_train` where the flag is declared (util/training/resume_flags.py):
+each flag's class on `--continue_train` where the flag is declared (util/resume_flags.py):
 
     parser.add_argument("--ngf", type=positive_int, default=64, on_resume="architecture")
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from util import distributed
-from util.training.resume_flags import ResumeClass, checked_class
+from util.resume_flags import ResumeClass, checked_class
 
 
 class Bounded:
@@ -130,7 +130,7 @@ class OneParagraphParser(argparse.ArgumentParser):
     def add_argument(self, *args: Any, on_resume: Any = None, **kwargs: Any) -> argparse.Action:
         """argparse's `add_argument`, plus `on_resume`: what a change of this flag does when a run is
         continued ("architecture", "refused", "reapplied", "noted", ignored(why), "silent"; see
-        util/training/resume_flags.py), kept on the action. Left out, the flag is honoured with a note."""
+        util/resume_flags.py), kept on the action. Left out, the flag is honoured with a note."""
         resume_class = checked_class(on_resume)  # a misspelt class fails here, where it is declared
         action = super().add_argument(*args, **kwargs)
         action.on_resume = resume_class

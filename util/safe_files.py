@@ -1,6 +1,6 @@
 """Writing files so that a crash at any instant never leaves a damaged one.
 
-Every file a run writes goes through here (checkpoints through util/training/checkpoint_io.py):
+Every file a run writes goes through here (checkpoints through models/training/checkpoint_io.py):
 
 - whole files (weights, training states, architecture.json, <phase>_opt.txt/json, best.json,
   metrics.json, images) with `atomic_write`: into a temporary file beside the target, flushed to

@@ -169,7 +169,7 @@ def _straightforward_targets(step_rows: list[dict], cores: int) -> list[dict]:
 
 def _compile_targets(step_rows: list[dict], cores: int) -> list[dict]:
     """--compile against plain fp32 on this machine. Where it is slower, a training run's compile
-    probe (util/training/compile_probe.py) measures the same and goes on uncompiled."""
+    probe (models/training/compile_probe.py) measures the same and goes on uncompiled."""
     return _time_ratio_targets(step_rows, cores, BASELINE, TARGETS["compile_not_slower"],
                                "--compile not slower than plain fp32 eager", numerator="compile",
                                note="; where it is, train.py's probe goes on uncompiled")

@@ -52,7 +52,7 @@ def build_model(opt, ctx, straightforward: bool = False) -> Trainee:
     """The model and its training engine as train.py builds them, or (`straightforward`) the step
     written plainly."""
     from models import create_model
-    from models.training_engine import TrainingEngine
+    from models.training.engine import TrainingEngine
     from util.seeding import choose_kernels, seed_everything
     seed_everything(0)
     choose_kernels(opt.deterministic, opt.preprocess)  # as train.py does: cuDNN autotuning for fixed sizes

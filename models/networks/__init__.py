@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from models.losses import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
+from models.losses.gan import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
 from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
                                     builtin_families, family_name_type, family_of, recognise_network,
                                     volume_counterpart)
@@ -33,7 +33,7 @@ from models.networks.patchgan import NLayerDiscriminator, PixelDiscriminator  # 
 from models.networks.resnet import DEFAULT as DEFAULT_GENERATOR
 from models.networks.resnet import ResnetBlock, ResnetGenerator  # noqa: F401
 from models.networks.unet import UnetGenerator, UnetSkipConnectionBlock  # noqa: F401
-from models.schedules import (LR_POLICIES, get_scheduler, policy_of_scheduler_state,  # noqa: F401
+from models.training.schedules import (LR_POLICIES, get_scheduler, policy_of_scheduler_state,  # noqa: F401
                               reapply_schedule_flags)
 
 def generators() -> list[str]:

@@ -100,7 +100,7 @@ def get_norm_layer(norm_type: str = "instance", dims: int = 2) -> Callable[[int]
 
     `syncbatch` builds ordinary batch norm here: in a single process it *is* batch norm, and
     under DDP the distributed module converts it to a synchronised one (the state_dict keys
-    are the same either way; models/sync_batchnorm.py converts 2-D and 3-D ones).
+    are the same either way; models/networks/sync_batchnorm.py converts 2-D and 3-D ones).
     """
     if dims not in _NORM_CLASSES:
         raise ValueError(f"normalisation layers exist for 2 or 3 spatial dimensions, not {dims}")

@@ -1,7 +1,7 @@
 """pix2pixHD's multi-scale discriminator (`--netD multiscale --num_D N`): N PatchGANs of the same
 design (each built from --ndf, --n_layers_D and --norm), the k-th judging the image average-pooled
 by 2, k times, so that the coarsest sees the whole layout (for 512 px and above). Its prediction is
-a list, one logit grid per scale (the losses: models/multiscale.py). Keys: `scale<k>.model.<i>.<param>`.
+a list, one logit grid per scale (the losses: models/losses/multiscale.py). Keys: `scale<k>.model.<i>.<param>`.
 Under CUT (its --no_antialias off) each scale is CUT's antialiased PatchGAN.
 """
 from __future__ import annotations

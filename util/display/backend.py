@@ -15,9 +15,9 @@ nothing unless the back end overrides it:
 
 Before any of that, while train.py parses its flags, `modify_commandline_options(parser, is_train)`
 may add the back end's own flags (as models and datasets do), each declaring its class on
---continue_train (`on_resume="silent"` for how a run is shown; util/training/resume_flags.py).
+--continue_train (`on_resume="silent"` for how a run is shown; util/resume_flags.py).
 
-`position` (util.training.position.Position) says where the run stands: `epoch`, `images_done` in
+`position` (util.position.Position) says where the run stands: `epoch`, `images_done` in
 it and `total_iters` since the run began, counted over all processes. It is a copy made for this
 event: keep it if you like. Images are 8-bit HxWx3 previews (numpy), keyed by visual name
 (`real_A`, `fake_B`, ...). Losses arrive already averaged over all processes.
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from util import util
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:  # only a type here; importing it would load the metrics for every display
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from util.display.loss_log import plot_loss_log
 from util.display.progress import ProgressBar
 from util.display.validation_log import ValidationLog, plot_metrics
 from util.safe_files import append_line
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 LOSS_LOG = "loss_log.txt"
 LOSS_PLOT = "loss_plot.png"

@@ -16,10 +16,10 @@ from util import html, util
 from util.display.backend import LoggerBackend, RunInfo
 from util.display.console_backend import LOSS_PLOT, write_loss_plot
 from util.display.validation_log import METRICS_PLOT
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 HTML_PLOT_EVERY = 300.0        # seconds between refreshes of the loss plot on the page
 HTML_REFRESH = 30              # the page reloads itself this often while training runs

@@ -15,10 +15,10 @@ import numpy as np
 from util import util
 from util.display.backend import ImagesSeen, LoggerBackend, RunInfo
 from util.errors import UserError
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 
 class TensorBoardBackend(LoggerBackend):

@@ -21,10 +21,10 @@ import numpy as np
 from util import util
 from util.display.backend import LoggerBackend, RunInfo
 from util.display.validation_log import metric_series
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 VISDOM_TIMEOUT = (2.0, 10.0)   # seconds to connect to / hear back from the visdom server
 

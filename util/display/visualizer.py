@@ -38,10 +38,10 @@ from util.display.user_loggers import logger_classes
 from util.display.visdom_backend import VisdomBackend
 from util.display.wandb_backend import WandbBackend
 from util.errors import UserError
-from util.training.position import Position
+from util.position import Position
 
 if TYPE_CHECKING:
-    from util.training.validator import ValidationResult
+    from util.evaluation.validation_result import ValidationResult
 
 Backend = TypeVar("Backend", bound=LoggerBackend)
 # The built-in back ends, in the order they hear events; train.py takes their flags (options/train_options.py).

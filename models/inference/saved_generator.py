@@ -25,8 +25,8 @@ from torch import nn
 
 from models import builtin_models, find_model_using_name, networks
 from models.base_model import BaseModel
-from models.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
-from util.training.checkpoint_io import load_state_dict_file
+from models.networks.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
+from models.training.checkpoint_io import load_state_dict_file
 from util.errors import UserError
 from util.util import why_missing
 from util.safe_files import read_json_object

@@ -1,7 +1,7 @@
-"""What the Translator (models/translator.py) takes and gives when its generator translates volumes.
+"""What the Translator (models/inference/translator.py) takes and gives when its generator translates volumes.
 
 A generator of a 3-D family (`size_rule(...).dims == 3`) was trained on patches; the Translator runs it
-over whole volumes in Gaussian-blended sliding windows of the patch size (models/windows.py), as
+over whole volumes in Gaussian-blended sliding windows of the patch size (models/inference/windows.py), as
 test.py does, so `translate_file`'s output equals test.py's `volumes/<name>_fake_B.nii.gz`. Data values
 map to the network's [-1, 1] through the run's --data_range window (data/volume_io.to_network; uint8
 data without one by 0..255) and back through the output domain's window (from_network).
@@ -28,7 +28,7 @@ from data.image_folder import is_image_file
 from data.volume_io import (VOLUME_EXTENSIONS, Window, from_network, is_volume_file, probe_volume, read_reference,
                             read_volume, to_network, volume_stem, write_volume)
 from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP, batch_refusal
-from models.windows import Windows, check_window
+from models.inference.windows import Windows, check_window
 from util.errors import UserError
 from util.safe_files import atomic_write_by_name
 
@@ -129,7 +129,7 @@ def volume_array(array: np.ndarray, channels: int) -> np.ndarray:
 @dataclass
 class VolumeTranslation:
     """The volumes a Translator of a 3-D generator takes and gives (the module docstring of
-    models/translator.py lists them). `forward` maps a batch (N, C, D, H, W) in [-1, 1] to the output
+    models/inference/translator.py lists them). `forward` maps a batch (N, C, D, H, W) in [-1, 1] to the output
     in [-1, 1] (the Translator's sliding window); `who` names the generator in messages."""
 
     who: str

@@ -1,4 +1,4 @@
-"""What the Translator (models/translator.py) takes and gives when its generator translates pictures:
+"""What the Translator (models/inference/translator.py) takes and gives when its generator translates pictures:
 a path, a PIL image, a NumPy array or a tensor in, the same kind out (the table is in the Translator's
 module docstring and docs/inference.md), each decoded and mapped to the network's [-1, 1] as test.py
 maps a dataset's images (data/image_folder.network_input) and back as test.py's full-precision outputs

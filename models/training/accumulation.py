@@ -1,6 +1,6 @@
 """--accum_steps K: K micro-batches per optimizer step, so that the global batch (micro-batch x K x
 processes) can be chosen independently of memory and of the number of GPUs. The pieces the training
-engine (models/training_engine.py) builds an accumulated step from; nothing here calls a model.
+engine (models/training/engine.py) builds an accumulated step from; nothing here calls a model.
 
 The contract a model follows (docs/extending.md, "Gradient accumulation"):
 

@@ -10,7 +10,7 @@
                      response=json (the outputs base64-encoded with 8-bit previews, for the page)
     GET  /docs       the OpenAPI page FastAPI makes
 
-Outputs are what `Translator.translate` gives for the same file (models/translator.py): pictures as PNG at
+Outputs are what `Translator.translate` gives for the same file (models/inference/translator.py): pictures as PNG at
 the output's precision (8 or 16 bits), or TIFF where PNG cannot hold them (float data, more than 4 bands);
 volumes in the upload's format (.nii, .nii.gz with the input's geometry, or .npy). Every file lives in a
 temporary folder of the request's, removed when it is answered.
@@ -18,7 +18,7 @@ temporary folder of the request's, removed when it is answered.
 At most `queue_size` requests are in the server at once (reading, waiting or translating): one more is
 answered 503 with Retry-After before its body is read. Pictures of one size and the same options that
 arrive within `batch_timeout_ms` of each other go through the generator together, up to `max_batch`
-(models/serving/batching.py), on one of the translators (one per --devices entry).
+(models/inference/serving/batching.py), on one of the translators (one per --devices entry).
 """
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from models import bridge
-from models.saved_generator import find_generator
-from models.serving.batching import MicroBatcher
-from models.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
-from models.serving.receiving import counting, form_upload, raw_upload, unless_disconnected
-from models.serving.uploads import BadRequest, Limits
-from models.translator import Translator
+from models.losses import bridge
+from models.inference.saved_generator import find_generator
+from models.inference.serving.batching import MicroBatcher
+from models.inference.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
+from models.inference.serving.receiving import counting, form_upload, raw_upload, unless_disconnected
+from models.inference.serving.uploads import BadRequest, Limits
+from models.inference.translator import Translator
 from util.errors import UserError
 from util.flag_types import MAX_SEED
 

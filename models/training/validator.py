@@ -9,7 +9,7 @@ paired data get L1, PSNR and SSIM of each output against its target, unpaired da
 output against the real images of its domain (CycleGAN: both directions, FID_B: fake B vs real B). With --ema_decay the moving
 averages are scored too, under `ema_<metric>`.
 
-The scores feed `--save_best` (util/training/best_checkpoint.py), the plateau learning-rate policy and the
+The scores feed `--save_best` (models/training/best_checkpoint.py), the plateau learning-rate policy and the
 logs (util/display/validation_log.py, the visualizer).
 """
 from __future__ import annotations
@@ -17,25 +17,19 @@ from __future__ import annotations
 import argparse
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Mapping
 
-from util.training.best_checkpoint import ema_key
+from models.training.best_checkpoint import ema_key
 from util.console import warn0
 from util.distributed import DistContext
 from util.errors import UserError
 from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
                                      needs_inception)
 from util.evaluation.metrics_report import volume_units
+from util.evaluation.validation_result import ValidationResult
 
 Pairs = Mapping[str, tuple[str, str | None]]  # metric suffix -> (output visual, target visual or None)
 
-@dataclass
-class ValidationResult:
-    scores: dict[str, float]
-    seconds: float
-    images: int
-    visuals: OrderedDict = field(default_factory=OrderedDict)  # the first image, for the HTML page
 
 
 def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -> "Validator | None":
@@ -103,7 +97,7 @@ class Validator:
         return self.freq > 0 and (epoch % self.freq == 0 or epoch == self.last_epoch)
 
     def run(self, engine) -> ValidationResult:
-        """Score the model the training engine (models/training_engine.py) trains, and its moving
+        """Score the model the training engine (models/training/engine.py) trains, and its moving
         averages, on this process's share of the split; every process must call it. Training
         resumes unchanged afterwards."""
         start = time.monotonic()

@@ -7,7 +7,7 @@ carry the classification (`opt._flag_classes`, options/base_options.py), and not
 flag. The classes:
 
   "architecture"  the flag defines a network's shape: recorded in architecture.json beside the
-                  weights (models/checkpoint_files.py) and refused when it changes.
+                  weights (models/networks/checkpoint_files.py) and refused when it changes.
   "refused"       something else saved was built for the recorded value and cannot be continued
   refused(what, advice)   with another: `what` it built (the learning-rate schedule for --lr_policy)
                   and `advice` on how to change it anyway are said in the message.
@@ -15,7 +15,7 @@ flag. The classes:
                   written.
   "reapplied"     optimizer and schedule settings, which the loaded optimizer and scheduler states
                   would otherwise silently override: honoured from here on (the model re-applies
-                  them, models/schedules.py `reapply_schedule_flags`), with a note.
+                  them, models/training/schedules.py `reapply_schedule_flags`), with a note.
   "noted"         what the run learns from and how (data, losses, precision): honoured from here
                   on, with a note saying the run no longer matches one that was never interrupted.
   ignored(why)    values a continued run takes from its training state: ignored, with a note giving
@@ -23,7 +23,7 @@ flag. The classes:
   "silent"        how the run is shown, logged, saved, validated or where it runs: honoured silently,
                   and not recorded in the training state.
 
-A training state (util/training/training_state.py) records the options the run trained with
+A training state (models/training/training_state.py) records the options the run trained with
 (`recorded_options`). On `--continue_train` (and `--auto_resume`, torchrun and SLURM restarts)
 `check_changed_flags` compares them with this command's, each flag by its class. A flag declared
 without a class (one a model or dataset of your own adds) is honoured with a note; every built-in
@@ -89,7 +89,7 @@ def checked_class(resume_class: Any) -> ResumeClass | None:
         return resume_class
     raise ValueError(f"on_resume={resume_class!r} is no resume class; use {ARCHITECTURE!r}, {REFUSED!r} (or "
                      f"refused(what, advice)), {REAPPLIED!r}, {NOTED!r}, ignored(why) or {SILENT!r} "
-                     f"(util/training/resume_flags.py)")
+                     f"(util/resume_flags.py)")
 
 
 def _plain(value: Any) -> Any:

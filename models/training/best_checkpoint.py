@@ -1,6 +1,6 @@
 """The best validation so far by one metric (`--save_best METRIC`), for the trained weights and for
 the generators' moving averages (--ema_decay): the part of the Checkpointer
-(util/training/checkpointer.py) that decides when `best_net_*.pth` / `best_ema_net_*.pth` are due.
+(models/training/checkpointer.py) that decides when `best_net_*.pth` / `best_ema_net_*.pth` are due.
 
 `best.json` records, for each kind of weights, the epoch, the iteration and every metric of its
 best validation. The tracker's state is part of the training state, so an exact resume ends with

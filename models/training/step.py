@@ -13,13 +13,13 @@ from typing import Protocol, Sequence
 import torch
 from torch import nn
 
-from models.accumulation import MicroStep
-from models.loss_watch import LossWatch
+from models.training.accumulation import MicroStep
+from models.training.loss_watch import LossWatch
 from models.network_views import NetworkViews
 
 
 class Judges(Protocol):
-    """The part of the training networks (models/training_networks.py) a step uses beside `nets`."""
+    """The part of the training networks (models/training/network_variants.py) a step uses beside `nets`."""
 
     def frozen(self, *names: str) -> AbstractContextManager: ...
 
@@ -54,7 +54,7 @@ class TrainingStep:
     def module(self, name: str) -> nn.Module:
         """Network `name` as this step runs it, neither compiled nor DDP-wrapped (for calls that take a
         module, e.g. torch.func.functional_call): the model's plain module, or under torchrun with
-        --norm syncbatch its twin whose batch norms synchronise (models/training_networks.py)."""
+        --norm syncbatch its twin whose batch norms synchronise (models/training/network_variants.py)."""
         return self._judges.uncompiled(name)
 
     def update_weights(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:

@@ -8,9 +8,9 @@ train.py builds the engine once the model is set up and hands it each step's bat
     engine.train_step(micro_batches)      # one optimizer step: --accum_steps micro-batches
 
 The engine calls the model's contract (`set_input`, `optimize_parameters(step)` or its
-`accumulation_phases`), handing it a `TrainingStep` (models/training_step.py) with the networks to
+`accumulation_phases`), handing it a `TrainingStep` (models/training/step.py) with the networks to
 call; the model calls nothing back. The engine is also what the Checkpointer saves and resumes
-(util/training/checkpointer.py: `save_networks`, `shared_training_state`, ...) and what validation
+(models/training/checkpointer.py: `save_networks`, `shared_training_state`, ...) and what validation
 translates with (`inference_networks`).
 """
 from __future__ import annotations
@@ -23,24 +23,24 @@ import torch
 from torch import nn
 
 import data
-from models import accumulation
+from models.training import accumulation
 from models.base_model import BaseModel
-from models.ema import GeneratorEMA
-from models.inference import inference_views
-from models.loss_watch import LossWatch
+from models.training.ema import GeneratorEMA
+from models.inference.application import inference_views
+from models.training.loss_watch import LossWatch
 from models.network_views import NetworkViews
-from models.training_networks import TrainingNetworks, captures_cuda_graphs
-from models.training_step import TrainingStep
-from models.windows import Windows
+from models.training.network_variants import TrainingNetworks, captures_cuda_graphs
+from models.training.step import TrainingStep
+from models.inference.windows import Windows
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
-from util.training.compile_probe import CompileProbe, wait_for_device
+from models.training.compile_probe import CompileProbe, wait_for_device
 
 
 class TrainingEngine:
     """The training mechanics of one set-up model (see the module docstring). `resume_state` and
-    `rank_state` are the training state a run continues from (util.training.training_state) and this
+    `rank_state` are the training state a run continues from (models.training.training_state) and this
     rank's part of it; `report` receives the compile probe's message."""
 
     def __init__(self, model: BaseModel, opt: argparse.Namespace, ctx: DistContext, resume_state: dict | None = None,
@@ -101,7 +101,7 @@ class TrainingEngine:
             self.ema.update(self.model.generators())
 
     def _accumulated_step(self, micro_batches: list[dict], step: TrainingStep) -> None:
-        """Each of the model's `accumulation_phases` over every micro-batch in turn (models/accumulation.py);
+        """Each of the model's `accumulation_phases` over every micro-batch in turn (models/training/accumulation.py);
         the logged losses are the means over the micro-batches, weighted as the gradients are."""
         model = self.model
         micro_steps = accumulation.micro_steps(micro_batches)

@@ -21,8 +21,8 @@ from PIL import Image
 
 from data.image_io import output_extension, read_image, write_image
 from data.volume_io import read_volume
-from models.serving.uploads import BadRequest, Limits, Upload, describe_upload_error, download_name, save_upload
-from models.translator import Translator
+from models.inference.serving.uploads import BadRequest, Limits, Upload, describe_upload_error, download_name, save_upload
+from models.inference.translator import Translator
 from util.errors import UserError
 
 MEDIA_TYPES = {".png": "image/png", ".tif": "image/tiff", ".npy": "application/octet-stream",

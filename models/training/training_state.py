@@ -1,6 +1,6 @@
 """The training-state file: everything needed to continue a run exactly where it stopped.
 
-The format part of the Checkpointer (util/training/checkpointer.py), which decides when and under
+The format part of the Checkpointer (models/training/checkpointer.py), which decides when and under
 which label one is written. `<label>_train_state.pth` (label: latest, an epoch number, iter_<n>)
 sits beside the reference-compatible `<label>_net_<name>.pth` files and holds, as plain tensors
 and containers (so that it loads with `weights_only=True`):
@@ -9,12 +9,12 @@ and containers (so that it loads with `weights_only=True`):
     (the model's `shared_training_state()`),
   - where training stands (a Position: the epoch, the images already done in it, in total),
   - the run's seed, the number of processes, the best-checkpoint tracker's state,
-  - the options the run trained with (plain values; util/training/resume_flags.py compares them
+  - the options the run trained with (plain values; util/resume_flags.py compares them
     with a continuation's flags; states written before they were recorded have none),
   - for every rank its random generators (Python, NumPy, torch CPU/CUDA) and its own model state
     (the model's `rank_training_state()`).
 Data augmentations need no saved state: they are drawn from (seed, epoch, image index); the
-discriminator's (--diff_augment, models/diff_augment.py) is part of the model's state.
+discriminator's (--diff_augment, models/losses/diff_augment.py) is part of the model's state.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from util.errors import UserError
-from util.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
-from util.training.position import Position
+from models.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
+from util.position import Position
 
 STATE_SUFFIX = "_train_state.pth"
 FORMAT_VERSION = 1

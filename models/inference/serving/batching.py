@@ -11,7 +11,7 @@ them in a thread of its own (one per replica: a translator on each device), retu
 item, in order. A call that raises fails each of its requests with the exception; `run` decides what to
 retry alone (a bad upload must not fail the others in its batch). Requests of other keys wait for the
 next batch, in their order of arrival. How many requests the server admits at all is the app's to
-bound (models/serving/app.py), before it reads their uploads.
+bound (models/inference/serving/app.py), before it reads their uploads.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from models.serving.uploads import BadRequest
+from models.inference.serving.uploads import BadRequest
 
 
 async def unless_disconnected(request: Request, answer: Any) -> Any:

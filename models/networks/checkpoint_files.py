@@ -3,9 +3,9 @@
 `<label>_net_<name>.pth` holds one plain state_dict (written from the unwrapped module, so it loads
 anywhere: one process, the CPU, the reference's test.py). `architecture.json` beside the weights
 records the options that decide the networks' shapes -- every flag of the run declared
-`on_resume="architecture"` (util/training/resume_flags.py), --model and --direction among them, and
+`on_resume="architecture"` (util/resume_flags.py), --model and --direction among them, and
 the shape flags of its network families -- so that loading with other flags can say exactly which
-flags to pass, and models/saved_generator.py can rebuild a generator without flags.
+flags to pass, and models/inference/saved_generator.py can rebuild a generator without flags.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from torch import nn
 from models.networks import DISCRIMINATOR, GENERATOR, family_of
 from util.errors import UserError
 from util.safe_files import atomic_write_json, read_json_object
-from util.training.checkpoint_io import atomic_torch_save, load_state_dict_file
-from util.training.resume_flags import ARCHITECTURE
+from models.training.checkpoint_io import atomic_torch_save, load_state_dict_file
+from util.resume_flags import ARCHITECTURE
 
 ARCHITECTURE_FILE = "architecture.json"
 # Recorded to find the run's generator (its model class, the direction trained), not a network's

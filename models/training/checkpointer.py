@@ -14,10 +14,10 @@ It owns every file a run writes to carry on or to keep its best weights, in the 
     best_ema_net_<G>.pth         earlier one (trained weights, moving averages)  (keep_best)
     best.json                    which validation those are from
 
-`<label>_net_<name>.pth` is the reference's format (models/checkpoint_files.py), which its test.py
+`<label>_net_<name>.pth` is the reference's format (models/networks/checkpoint_files.py), which its test.py
 loads; `<label>_train_state.pth` holds everything an exact resume needs (its format:
-util/training/training_state.py); best_checkpoint.py decides what is best. The Checkpointer lives
-in util/, below models/: it drives what it saves (the training engine, models/training_engine.py,
+models/training/training_state.py); best_checkpoint.py decides what is best. The Checkpointer lives
+in util/, below models/: it drives what it saves (the training engine, models/training/engine.py,
 which holds the model) only through `check_finite`, `save_networks`, `save_ema_networks`,
 `shared_training_state` and `rank_training_state`. Every rank calls every save - the ranks' states are gathered and the
 replicas checked to agree - and only the main process writes.
@@ -35,10 +35,10 @@ from util.console import print0, warn0
 from util.distributed import DistContext
 from util.errors import UserError
 from util.seeding import seed_everything
-from util.training.best_checkpoint import EMA_WEIGHTS, TRAINED_WEIGHTS, BestTracker
-from util.training.position import Position
-from util.training.resume_flags import check_changed_flags, recorded_options
-from util.training.training_state import (capture_rng, load_training_state, newest_training_state, options_of,
+from models.training.best_checkpoint import EMA_WEIGHTS, TRAINED_WEIGHTS, BestTracker
+from util.position import Position
+from util.resume_flags import check_changed_flags, recorded_options
+from models.training.training_state import (capture_rng, load_training_state, newest_training_state, options_of,
                                           position_of, rank_part, restore_rng, state_path, write_training_state)
 
 
@@ -101,7 +101,7 @@ class Checkpointer:
         (the model loads them), counting from --epoch_count. UserError if `--continue_train` finds
         nothing to continue from. Reads --continue_train, --auto_resume, --epoch, --load_iter,
         --epoch_count and --seed. A training state that recorded the options it was trained with
-        is checked against `opt` (util/training/resume_flags.py): UserError for a flag that cannot
+        is checked against `opt` (util/resume_flags.py): UserError for a flag that cannot
         change, a note for one that is honoured or ignored.
         """
         self.flag_classes = getattr(opt, "_flag_classes", {})  # each flag's class as declared (on_resume)

@@ -1,5 +1,5 @@
 """Each of a model's networks as training calls it, built once beside the plain module (the training
-engine's, models/training_engine.py):
+engine's, models/training/engine.py):
 
     plain      the model's attribute (`model.netG`): its weights, what checkpoints are written from
     trained    the plain module DDP-wrapped under torchrun (compiled with --compile): what the
@@ -8,10 +8,10 @@ engine's, models/training_engine.py):
                `step.frozen("D")` yields (but with CUDA graphs, below)
 
 Under torchrun with --norm syncbatch the trained and judging variants run a twin of the plain module
-whose batch-norm layers synchronise their statistics across processes (models/sync_batchnorm.py):
+whose batch-norm layers synchronise their statistics across processes (models/networks/sync_batchnorm.py):
 the same Parameter and buffer objects, so the plain module's weights and running statistics are
 the ones trained, and the plain module itself is never changed. With --compile both compiled and
-eager variants exist, so that the compile probe (util/training/compile_probe.py) can choose.
+eager variants exist, so that the compile probe (models/training/compile_probe.py) can choose.
 With `cuda_graphs` (--compile on a GPU, `captures_cuda_graphs`) the networks the step calls replay CUDA
 graphs: a step's forwards and backwards are a few launches instead of thousands. That is the trained
 variants and what `step.frozen` yields (the trained variant itself where it is not DDP-wrapped, else the
@@ -30,8 +30,8 @@ from torch import nn
 
 from models import networks
 from models.network_views import NetworkViews
-from models.sync_batchnorm import convert_sync_batchnorm
-from models.training_step import set_requires_grad
+from models.networks.sync_batchnorm import convert_sync_batchnorm
+from models.training.step import set_requires_grad
 from util import distributed
 
 

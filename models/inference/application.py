@@ -1,10 +1,10 @@
 """How a trained generator is applied, the one way test.py, validation, the Translator
-(models/translator.py), scripts/translate.py and the demos apply it: `inference_views`.
+(models/inference/translator.py), scripts/translate.py and the demos apply it: `inference_views`.
 
 A generator takes inputs of the sizes its family's size rule allows. `InferenceGenerator` applies it
 to any size and returns the input's size: a picture is padded by reflection (split evenly between
 the two sides) up to the next size the generator takes, translated whole or, with tiles, in blended
-windows (models/windows.py), and the padding is cut off the result; nothing is resized, so the
+windows (models/inference/windows.py), and the padding is cut off the result; nothing is resized, so the
 aspect ratio and every pixel position are kept (reflection avoids the dark borders zero padding
 would give). A volume is translated in blended windows of the patch size it trained on.
 
@@ -22,7 +22,7 @@ from torch import nn
 
 from models.network_views import NetworkViews
 from models.networks import SizeRule, family_of
-from models.windows import Windows, in_windows, monai_sliding_window_inference
+from models.inference.windows import Windows, in_windows, monai_sliding_window_inference
 
 
 def inference_views(nets: Mapping[str, nn.Module], generators: Collection[str], flags: Any,
@@ -127,7 +127,7 @@ class LatentPadToMultiple(PadToMultiple):
 class StepPadToMultiple(PadToMultiple):
     """PadToMultiple for one step of a Schrödinger bridge's generator (--model sb): forward(x, step, z), step
     the N step numbers (int64) and z N x code size, its noise code. The walk between steps is the caller's
-    (models/bridge.py, docs/export.md)."""
+    (models/losses/bridge.py, docs/export.md)."""
 
     def forward(self, x: torch.Tensor, step: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         padded, top, left = self.pad(x)
