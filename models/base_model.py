@@ -57,13 +57,13 @@ from torch import nn
 
 from data import find_dataset_using_name
 from models import networks
+from models.training import schedules
 from models.batch_entries import paired_batch
 from models import precision
 from models.losses.diff_augment import DiscriminatorAugment
-from models.model_contract import MovedToTheStep
 from models.model_state import ModelState
 from models.network_views import NetworkViews
-from models.training.step import TrainingStep
+from models.training.step import TrainingStep, set_requires_grad
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
@@ -78,7 +78,7 @@ ROLES = (GENERATOR, ENCODER, DISCRIMINATOR, HEAD)
 INFERENCE_ROLES = (GENERATOR, ENCODER)
 
 
-class BaseModel(ModelState, MovedToTheStep, ABC):
+class BaseModel(ModelState, ABC):
     """Base class of all models (see the module docstring for the contract)."""
 
     # ------------------------------------------------------------------ facts a model declares
@@ -127,7 +127,8 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
         FID_A. test.py takes the first pair as "the outputs". Default: nothing is scored."""
         return {}
 
-    def __init__(self, opt, ctx: DistContext):
+    def __init__(self, opt, ctx: DistContext | None = None):  # no ctx (the reference's models): current_context()
+        ctx = ctx or distributed.current_context()
         self.opt = opt
         self.ctx = ctx
         self.isTrain = opt.isTrain
@@ -253,12 +254,12 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
         saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
         if self.isTrain:  # a continued run's linear schedule counts from the epoch the run started at
             first_epoch = saved_options.get("epoch_count") if saved_options else None
-            self.schedulers = [networks.get_scheduler(optimizer, opt, first_epoch) for optimizer in self.optimizers]
+            self.schedulers = [schedules.get_scheduler(optimizer, opt, first_epoch) for optimizer in self.optimizers]
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
             if saved_options:  # changed --lr, --n_epochs, ...: the loaded states would keep the old ones
                 for optimizer, scheduler in zip(self.optimizers, self.schedulers):
-                    networks.reapply_schedule_flags(optimizer, scheduler, opt, saved_options)
+                    schedules.reapply_schedule_flags(optimizer, scheduler, opt, saved_options)
             if rank_state is not None:
                 self.load_rank_training_state(rank_state["model"])
         elif not self.isTrain or opt.continue_train:
@@ -343,7 +344,6 @@ class BaseModel(ModelState, MovedToTheStep, ABC):
 
     @staticmethod
     def set_requires_grad(nets, requires_grad: bool = False) -> None:
-        """The reference's: switch gradients of `nets` on or off (models here use `step.frozen`)."""
-        for net in nets if isinstance(nets, (list, tuple)) else [nets]:
-            for param in (net.parameters() if net is not None else ()):
-                param.requires_grad = requires_grad
+        """Compatibility face for the reference's models: switch gradients of `nets` on or off (models here
+        judge with `step.frozen`; models/training/step.py)."""
+        set_requires_grad(nets, requires_grad)

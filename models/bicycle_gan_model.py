@@ -37,6 +37,7 @@ from torch import nn
 
 from data import spatial_dims
 from models import networks
+from models.losses.gan import GANLoss
 from models.base_model import BaseModel
 from models.networks import encoder, patchgan_bicycle, unet
 from models.network_views import NetworkViews
@@ -118,7 +119,7 @@ class BicycleGANModel(BaseModel):
         d_input_nc = opt.input_nc + opt.output_nc if opt.conditional_D else opt.output_nc
         self.judges_encoded = opt.lambda_GAN > 0
         self.judges_random = opt.lambda_GAN2 > 0
-        self.criterionGAN = networks.GANLoss(opt.gan_mode).to(self.device)
+        self.criterionGAN = GANLoss(opt.gan_mode).to(self.device)
         self.optimizer_G = self.make_adam(itertools.chain(self.netG.parameters(), self.netE.parameters()))
         self.optimizers = [self.optimizer_G]
         if self.judges_encoded:

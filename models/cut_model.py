@@ -20,9 +20,11 @@ from typing import Mapping
 
 import torch
 
-from models.losses import patchnce as cut_networks
+from models.losses import patchnce
 
 from models import networks
+from models.losses import gan
+from models.losses.gan import GANLoss
 from models.base_model import BaseModel
 from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
@@ -121,7 +123,7 @@ class CUTModel(BaseModel):
         parser.add_argument("--nce_includes_all_negatives_from_minibatch", type=str2bool, nargs="?", const=True,
                             default=False, on_resume="noted", help="negatives from every image of the global batch, "
                             "not only the query's own image (CUT uses it for single-image translation)")
-        parser.add_argument("--netF", type=str, default="mlp_sample", choices=cut_networks.NETF_KINDS,
+        parser.add_argument("--netF", type=str, default="mlp_sample", choices=patchnce.NETF_KINDS,
                             on_resume="architecture", help="how to downsample the feature map")
         parser.add_argument("--netF_nc", type=network_width, default=256, on_resume="architecture",
                             help="width of netF's projection MLP")
@@ -163,11 +165,11 @@ class CUTModel(BaseModel):
             raise UserError(f"--normD {opt.normD}: under DDP batch norm must be synchronised across processes, which "
                             f"happens for every network with --normG syncbatch (or --norm syncbatch); pass that, or "
                             f"--normD instance.")
-        self.netF = cut_networks.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
+        self.netF = patchnce.PatchSampleF(opt.netF, opt.netF_nc).to(self.device)  # MLPs: first batch
         self.netD = networks.build_discriminator(networks.with_flags(opt, norm=opt.normD or opt.norm),
                                                  opt.output_nc).to(self.device)
         # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
-        self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
+        self.criterionGAN = MultiscaleGANLoss(GANLoss(opt.gan_mode)).to(self.device)
         self.optimizer_G = self.make_adam(self.netG.parameters())  # netF's MLPs join it (first batch)
         self.optimizer_D = self.make_adam(self.netD.parameters())
         self.optimizers = [self.optimizer_G, self.optimizer_D]
@@ -240,7 +242,7 @@ class CUTModel(BaseModel):
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
-            penalty, _ = networks.cal_gradient_penalty(step.module("D"), real, fake)
+            penalty, _ = gan.cal_gradient_penalty(step.module("D"), real, fake)
             loss_D = loss_D + penalty
         return loss_D
 
@@ -279,7 +281,7 @@ class CUTModel(BaseModel):
                 gathered = distributed.all_gather_tensor(key)  # every rank's keys, in rank order
                 offset = sum(part.shape[0] for part in gathered[:distributed.rank()])
                 all_keys = torch.cat(gathered)
-            loss = cut_networks.patch_nce_loss(query, key, images, self.opt.nce_T, all_keys, offset)
+            loss = patchnce.patch_nce_loss(query, key, images, self.opt.nce_T, all_keys, offset)
             total = total + loss.mean() * self.opt.lambda_NCE
         return total / len(self.nce_layers)
 

@@ -11,6 +11,8 @@ import itertools
 import torch
 
 from models import networks
+from models.losses import gan
+from models.losses.gan import GANLoss
 from models.base_model import BaseModel
 from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
@@ -78,7 +80,7 @@ class CycleGANModel(BaseModel):
             self.fake_A_pool = ImagePool(opt.pool_size, seed=seed * 2 + 1)
             self.fake_B_pool = ImagePool(opt.pool_size, seed=seed * 2 + 2)
             # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
-            self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
+            self.criterionGAN = MultiscaleGANLoss(GANLoss(opt.gan_mode)).to(self.device)
             self.criterionCycle = torch.nn.L1Loss()
             self.criterionIdt = torch.nn.L1Loss()
             self.optimizer_G = self.make_adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()))
@@ -129,7 +131,7 @@ class CycleGANModel(BaseModel):
             loss_D = (loss_D_real + loss_D_fake) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
-            penalty, _ = networks.cal_gradient_penalty(step.module(name), real, fake.detach())
+            penalty, _ = gan.cal_gradient_penalty(step.module(name), real, fake.detach())
             loss_D = loss_D + penalty
         return loss_D
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from models.networks import checkpoint_files
 
-from models import networks
+from models.training import schedules
 from util import distributed
 from util.console import print0
 from util.errors import UserError
@@ -43,7 +43,7 @@ class ModelState:
                             f"but --model {self.opt.model} has {', '.join(self.model_names)}: it was saved by "
                             f"another model; pass the --model it was trained with, or choose another --name.")
         for saved in state["schedulers"]:  # states that recorded no options are checked here
-            policy = networks.policy_of_scheduler_state(saved)
+            policy = schedules.policy_of_scheduler_state(saved)
             if policy is not None and policy != self.opt.lr_policy:
                 raise UserError(f"--continue_train: the training state {where} holds a --lr_policy {policy} "
                                 f"schedule, but this command has --lr_policy {self.opt.lr_policy}; pass --lr_policy "

@@ -8,6 +8,8 @@ import contextlib
 import torch
 
 from models import networks
+from models.losses import gan
+from models.losses.gan import GANLoss
 from models.networks import buffers_kept, unet
 from models.base_model import BaseModel
 from models.losses.multiscale import MultiscaleGANLoss, feature_matching_loss
@@ -71,7 +73,7 @@ class Pix2PixModel(BaseModel):
         if self.judged:
             self.netD = networks.build_discriminator(opt, opt.input_nc + opt.output_nc).to(self.device)
             # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)
-            self.criterionGAN = MultiscaleGANLoss(networks.GANLoss(opt.gan_mode)).to(self.device)
+            self.criterionGAN = MultiscaleGANLoss(GANLoss(opt.gan_mode)).to(self.device)
             self.optimizer_D = self.make_adam(self.netD.parameters())
             self.optimizers.append(self.optimizer_D)
 
@@ -95,7 +97,7 @@ class Pix2PixModel(BaseModel):
             loss_D = (self.loss_D_fake + self.loss_D_real) * 0.5
         if self.opt.gan_mode == "wgangp":
             # Double backward: through D neither compiled nor DDP-wrapped (its synchronised twin under syncbatch).
-            penalty, _ = networks.cal_gradient_penalty(step.module("D"), real_AB, fake_AB.detach())
+            penalty, _ = gan.cal_gradient_penalty(step.module("D"), real_AB, fake_AB.detach())
             loss_D = loss_D + penalty
         return loss_D
 

@@ -103,9 +103,9 @@ def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restore
     model.setup(opt)
     engine = TrainingEngine(model, opt, DistContext())
     plain = dict(model.named_networks())
-    assert all(isinstance(engine.networks.views()[name], SlowWrapper) for name in ("G", "D"))
-    engine.networks.use_compiled(False)
-    assert dict(engine.networks.views()) == plain  # eager: the model's own networks (no DDP in one process)
+    assert all(isinstance(engine.variants.views()[name], SlowWrapper) for name in ("G", "D"))
+    engine.variants.use_compiled(False)
+    assert dict(engine.variants.views()) == plain  # eager: the model's own networks (no DDP in one process)
     assert dict(model.named_networks()) == plain  # the model's attributes never change
     state = {**engine.shared_training_state(), "compile_choice": False}  # as saved by a run that chose eager
     continued = create_model(opt, DistContext())
@@ -113,7 +113,7 @@ def test_use_compiled_switches_every_network_and_the_choice_is_saved_and_restore
     resumed = TrainingEngine(continued, opt, DistContext(), {"model": state, "options": None})
     # eager from the start (a run continued at an epoch's end validates before its first step), no probing
     assert resumed.compile_choice is False and resumed.probe.finished
-    assert dict(resumed.networks.views()) == dict(continued.named_networks())
+    assert dict(resumed.variants.views()) == dict(continued.named_networks())
     with resumed.inference_networks() as nets:
         assert not isinstance(nets.D, SlowWrapper) and not isinstance(nets.G.net, SlowWrapper)
     # continued without --compile, the run keeps the choice it made, for a later --compile continuation

@@ -13,15 +13,12 @@ import pytest
 import torch
 
 from conftest import FAST_FLAGS, demo_data, load_script, run_in_process, train_on, training_engine
+from helpers import EVERY_SPEED_FLAG, batches, first_losses, model, pix2pix, run_two_ranks
+from helpers_weights import assert_identical, final_weights
 from models import create_model, networks
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.errors import UserError
-from util.seeding import seed_everything
-
-
-EVERY_SPEED_FLAG = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]
-
 
 
 def gradients(net: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -72,30 +69,6 @@ def test_the_instance_norm_gives_channels_last_inputs_the_right_gradient_and_oth
     for got, want in zip(norm_gradient(norm, x, upstream), norm_gradient(plain, x, upstream)):
         assert torch.equal(got, want)
     assert type(norm) is networks.ChannelsLastSafeInstanceNorm2d and isinstance(norm, torch.nn.InstanceNorm2d)
-
-
-def model(*flags: str, model_name: str = "cycle_gan"):
-    opt = TrainOptions().parse(["--dataroot", "unused", "--model", model_name, "--ngf", "8", "--ndf", "8",
-                                "--pool_size", "0", "--no_dropout", "--netG", "resnet_6blocks", *flags])
-    seed_everything(0)
-    m = create_model(opt, DistContext())
-    m.setup(opt)
-    return m
-
-
-def first_losses(m, batches: list[dict], steps: int = 3) -> list[list[float]]:
-    history = []
-    for batch in batches[:steps]:
-        train_on(m, batch)
-        history.append(list(m.get_current_losses().values()))
-    return history
-
-
-def batches(n: int = 3, size: int = 32) -> list[dict]:
-    generator = torch.Generator().manual_seed(1)
-    return [{"A": torch.rand(1, 3, size, size, generator=generator) * 2 - 1,
-             "B": torch.rand(1, 3, size, size, generator=generator) * 2 - 1,
-             "A_paths": ["a.png"], "B_paths": ["b.png"]} for _ in range(n)]
 
 
 @pytest.mark.parametrize("model_name", ["cycle_gan", "pix2pix"])
@@ -227,10 +200,9 @@ def test_compiled_training_reproduces_the_first_losses(monkeypatch):
             assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
     assert len(marks) == 2  # one per training step
     # the step's networks replay graphs, D frozen in G's step too; validation's are compiled apart, without
-    networks_trained = training_engine(compiled).networks
-    assert networks_trained.cuda_graphs and networks_trained.views()["D"] is not networks_trained.judging("D")
-    with networks_trained.frozen("D") as frozen_D:
-        assert frozen_D is networks_trained.views()["D"]
+    networks_trained = training_engine(compiled).variants
+    assert networks_trained.cuda_graphs and networks_trained.views()["D"] is not networks_trained.outside_ddp("D")
+    assert networks_trained.for_step().frozen["D"] is networks_trained.views()["D"]
     # the compiled twins train beside the model's networks: it still holds what it built, each module its class
     for name, net in built.items():
         assert getattr(compiled, "net" + name) is net and module_classes(net) == classes[name], name
@@ -334,8 +306,7 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # networks (the tests above), so this torchrun run stands for both. The run continued is the
     # uninterrupted run's state in the middle of its second epoch (--save_by_iter keeps every state it
     # saved), which is what a run killed there leaves (test_resume.py kills torchrun's workers, without
-    # the compile cost); the runs are 2 ranks without the launcher (test_resume.run_two_ranks).
-    from test_resume import assert_identical, final_weights, pix2pix, run_two_ranks
+    # the compile cost); the runs are 2 ranks without the launcher (helpers.run_two_ranks).
     # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
     # probe picks by timing, and a run continued before it chose times again).
     flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0", "--save_by_iter"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
 from conftest import inference_nets, train_on, training_engine
 from models.networks import checkpoint_files
 from models import networks
+from models.losses import gan
 from models.training.step import TrainingStep
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
@@ -218,14 +220,14 @@ def test_same_seed_gives_identical_initial_weights(model):
 # ---------------------------------------------------------------- WGAN-GP
 def record_penalties(monkeypatch) -> list:
     seen = []
-    original = networks.cal_gradient_penalty
+    original = gan.cal_gradient_penalty
 
     def recording(*args, **kwargs):
         penalty, gradients = original(*args, **kwargs)
         seen.append(penalty.detach().item())
         return penalty, gradients
 
-    monkeypatch.setattr(networks, "cal_gradient_penalty", recording)
+    monkeypatch.setattr(gan, "cal_gradient_penalty", recording)
     return seen
 
 
@@ -526,9 +528,31 @@ def test_a_model_written_for_the_contract_before_the_engine_is_refused_saying_ho
     assert not (tmp_path / "exp").exists()
 
 
-def test_a_model_calling_what_moved_to_the_step_is_told_where_it_went():
-    m = build("template", "--netG", "resnet_6blocks")
-    with pytest.raises(UserError, match="self.update_weights.*now the training step's.*step.update_weights"):
-        m.update_weights(m.optimizer, torch.zeros(()))
-    with pytest.raises(UserError, match="self.frozen.*step.frozen"):
-        m.frozen(m.netG)
+HALF_UPDATED_MODEL = '''
+from models.template_model import TemplateModel
+
+
+class HalfModel(TemplateModel):
+    """Takes the step, but still applies its loss and judges as models did before the training engine."""
+
+    def optimize_parameters(self, step):
+        self.forward(step.nets)
+        with self.{called}:
+            self.update_weights(self.optimizer, (self.output - self.data_B).abs().mean())
+'''
+
+
+@pytest.mark.parametrize("package, called, where", [
+    ("judging", "frozen(self.netG)", "self.frozen.*now the training step's.*step.frozen"),
+    ("updating", "autocast()", "self.update_weights.*now the training step's.*step.update_weights")])
+def test_a_model_calling_what_moved_to_the_step_is_told_where_it_went(tmp_path, monkeypatch, capsys, package, called,
+                                                                      where):
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "half_model.py").write_text(HALF_UPDATED_MODEL.format(called=called))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:  # while the options are parsed: before a run writes anything
+        train_opt(f"{package}.half_model", tmp=tmp_path)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and re.search(where, err)
+    assert not (tmp_path / "exp").exists()

@@ -20,7 +20,7 @@ from util.errors import UserError
 
 
 class MultiscaleGANLoss(nn.Module):
-    """A GAN criterion (networks.GANLoss) that also takes a list of predictions, one per scale:
+    """A GAN criterion (GANLoss) that also takes a list of predictions, one per scale:
     the mean of its loss on each. A single tensor passes through unchanged."""
 
     def __init__(self, criterion: nn.Module) -> None:

@@ -29,7 +29,7 @@ from models.training.ema import GeneratorEMA
 from models.inference.application import inference_views
 from models.training.loss_watch import LossWatch
 from models.network_views import NetworkViews
-from models.training.network_variants import TrainingNetworks, captures_cuda_graphs
+from models.training.network_variants import NetworkVariants, captures_cuda_graphs
 from models.training.step import TrainingStep
 from models.inference.windows import Windows
 from util import distributed
@@ -53,15 +53,16 @@ class TrainingEngine:
         cuda_graphs, declined = captures_cuda_graphs(opt.compile, self.device, backend)
         if declined:
             report(declined)
-        self.networks = TrainingNetworks(model.named_networks(), self.device, opt.compile,
-                                         synchronise_batch_norm=opt.norm == "syncbatch", cuda_graphs=cuda_graphs)
+        # each network as training calls it (DDP, compiled) beside the model's plain module
+        self.variants = NetworkVariants(model.named_networks(), self.device, opt.compile,
+                                        synchronise_batch_norm=opt.norm == "syncbatch", cuda_graphs=cuda_graphs)
         # One gradient scaler per optimizer (fp16 only; disabled scalers do nothing) and the
         # on-device record of the losses each one stepped on.
         self.grad_scalers = [torch.amp.GradScaler(self.device.type, enabled=opt.amp == "fp16")
                              for _ in model.optimizers]
         self.loss_watch = LossWatch(self.device)
         # --ema_decay: moving averages of the networks used at inference (the parser keeps it in [0, 1))
-        self.ema = GeneratorEMA(model.generators(), opt.ema_decay) if getattr(opt, "ema_decay", 0.0) > 0 else None
+        self.ema = GeneratorEMA(model.generators(), opt.ema_decay) if opt.ema_decay > 0 else None
         saved = (resume_state or {}).get("model")
         if saved is not None:
             self._load_shared_state(saved)
@@ -73,23 +74,31 @@ class TrainingEngine:
         # the variant the probe wants first (the continued run's choice, or eager to time), from the start:
         # a run continued at an epoch's end validates before its first step
         self._compiled_now = self.probe.compiled_next()
-        self.networks.use_compiled(self._compiled_now)
+        self.variants.use_compiled(self._compiled_now)
 
     # ------------------------------------------------------------------ one training step
     def train_step(self, micro_batches: list[dict]) -> None:
-        """One optimizer step on `micro_batches` (one, or --accum_steps of them), then the moving
-        averages. Under --compile the first steps also time the compiled and eager networks."""
-        if self.probe.compiled_next() != self._compiled_now:  # the probe's turn to switch every network
+        """One optimizer step, from the loader's batches to the updated weights. Every step, of every model:
+
+        1. --compile: the compile probe may switch every network between its compiled and eager variant;
+        2. the model's losses (`optimize_parameters`) on the batch, moved to the device in the run's
+           precision by its `set_input`, its forward passes under its `autocast` (--amp); with
+           --accum_steps K, each of the model's `accumulation_phases` over the K micro-batches in turn;
+        3. each loss applied by `step.update_weights` (models/training/step.py): zero_grad, backward
+           (scaled under --amp fp16; DDP all-reduces the gradients in the last micro-batch's backward),
+           optimizer.step, and the loss noted on the device for the loss watch (no host sync);
+        4. --ema_decay: the generators' moving averages follow the new weights.
+        """
+        if self.probe.compiled_next() != self._compiled_now:  # 1. the probe's turn to switch every network
             self._compiled_now = self.probe.compiled_next()
-            self.networks.use_compiled(self._compiled_now)
-        if self.networks.cuda_graphs and self._compiled_now:
+            self.variants.use_compiled(self._compiled_now)
+        if self.variants.cuda_graphs and self._compiled_now:
             # a new step: the graphs may reuse the memory of the last step's outputs (none is kept: the image
             # pool and the loss record copy theirs)
             torch.compiler.cudagraph_mark_step_begin()
         start = self.probe.clock()
-        step = TrainingStep(self.networks.views(), self.networks, self.model.optimizers, self.grad_scalers,
-                            self.loss_watch)
-        if len(micro_batches) == 1:
+        step = TrainingStep(self.variants.for_step(), self.model.optimizers, self.grad_scalers, self.loss_watch)
+        if len(micro_batches) == 1:  # 2.-3.
             self.model.set_input(micro_batches[0])
             self.model.optimize_parameters(step)
         else:
@@ -97,7 +106,7 @@ class TrainingEngine:
         if not self.probe.finished:
             wait_for_device(self.device)
             self.probe.record(self.probe.clock() - start)
-        if self.ema is not None:
+        if self.ema is not None:  # 4.
             self.ema.update(self.model.generators())
 
     def _accumulated_step(self, micro_batches: list[dict], step: TrainingStep) -> None:
@@ -113,7 +122,8 @@ class TrainingEngine:
                     random_states.append(accumulation.random_state(self.device))
                 else:  # the random draws of the first phase's pass over this micro-batch
                     accumulation.set_random_state(random_states[micro.index], self.device)
-                sync = nullcontext() if micro.last else distributed.no_gradient_sync(self.networks.trained_modules())
+                # DDP all-reduces only in the last micro-batch's backward: the others add to the gradients
+                sync = nullcontext() if micro.last else distributed.no_gradient_sync(self.variants.trained_modules())
                 step.micro = micro
                 with sync:
                     model.set_input(batch)
@@ -156,7 +166,7 @@ class TrainingEngine:
         advice = [f"Start again with a lower --lr (it was {self.opt.lr:g})"]
         if self.opt.amp != "none":
             advice.append(f"without --amp {self.opt.amp} (half precision overflows more easily)")
-        if getattr(self.opt, "gan_mode", "lsgan") != "lsgan":
+        if self.opt.gan_mode != "lsgan":
             advice.append("with --gan_mode lsgan, which is steadier")
         return ", or ".join(advice) + "."
 
@@ -179,7 +189,7 @@ class TrainingEngine:
         are off; training resumes unchanged after the block."""
         if ema and self.ema is None:
             raise RuntimeError("inference_networks(ema=True) needs --ema_decay > 0")
-        nets = {name: self.networks.judging(name) for name in self.model.model_names}
+        nets = {name: self.variants.outside_ddp(name) for name in self.model.model_names}
         if ema:
             nets.update(self.ema.networks())
         modes = {name: net.training for name, net in nets.items()}

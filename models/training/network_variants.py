@@ -2,12 +2,12 @@
 engine's, models/training/engine.py):
 
     plain      the model's attribute (`model.netG`): its weights, what checkpoints are written from
-    trained    the plain module DDP-wrapped under torchrun (compiled with --compile): what the
-               training step calls (`step.nets.G`)
-    judging    the plain module compiled but never DDP-wrapped: what validation calls, and what
-               `step.frozen("D")` yields (but with CUDA graphs, below)
+    trained      the plain module DDP-wrapped under torchrun (compiled with --compile): what the
+                 training step calls (`step.nets.G`)
+    outside_ddp  the plain module compiled but never DDP-wrapped: what validation calls, and what
+                 `step.frozen("D")` yields (but with CUDA graphs, below)
 
-Under torchrun with --norm syncbatch the trained and judging variants run a twin of the plain module
+Under torchrun with --norm syncbatch the trained and outside_ddp variants run a twin of the plain module
 whose batch-norm layers synchronise their statistics across processes (models/networks/sync_batchnorm.py):
 the same Parameter and buffer objects, so the plain module's weights and running statistics are
 the ones trained, and the plain module itself is never changed. With --compile both compiled and
@@ -15,14 +15,13 @@ eager variants exist, so that the compile probe (models/training/compile_probe.p
 With `cuda_graphs` (--compile on a GPU, `captures_cuda_graphs`) the networks the step calls replay CUDA
 graphs: a step's forwards and backwards are a few launches instead of thousands. That is the trained
 variants and what `step.frozen` yields (the trained variant itself where it is not DDP-wrapped, else the
-plain module compiled into graphs); their outputs are consumed within the step. Validation's judging
+plain module compiled into graphs); their outputs are consumed within the step. Validation's outside_ddp
 variants are compiled without graphs, so that nothing it keeps is overwritten by a later replay.
 """
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from typing import NamedTuple
 
 import torch
@@ -31,21 +30,21 @@ from torch import nn
 from models import networks
 from models.network_views import NetworkViews
 from models.networks.sync_batchnorm import convert_sync_batchnorm
-from models.training.step import set_requires_grad
+from models.training.step import StepNetworks
 from util import distributed
 
 
 class Variants(NamedTuple):
     """One network as training calls it, at one compile choice (module docstring)."""
 
-    trained: nn.Module  # what the step trains
-    judging: nn.Module  # what validation calls
-    frozen: nn.Module   # what `frozen` yields inside the step
+    trained: nn.Module      # what the step trains
+    outside_ddp: nn.Module  # what validation calls
+    frozen: nn.Module       # what `step.frozen` yields inside the step
 
 
-class TrainingNetworks:
-    """The trained and judging variants of `plain` (name -> the model's module), eager and, with
-    `compile`, compiled; `views()` the ones the next step calls."""
+class NetworkVariants:
+    """The trained and outside_ddp variants of `plain` (name -> the model's module), eager and, with
+    `compile`, compiled; `for_step()` the ones the next step calls."""
 
     def __init__(self, plain: dict[str, nn.Module], device: torch.device, compile: bool,
                  synchronise_batch_norm: bool, cuda_graphs: bool = False) -> None:
@@ -61,33 +60,36 @@ class TrainingNetworks:
             trained = distributed.wrap_ddp(twin, device) if together else twin
             variants = {False: Variants(trained, twin, twin)}
             if compile:
-                judging = networks.compile_network(twin, name)
+                outside_ddp = networks.compile_network(twin, name)
                 if not self.cuda_graphs:
-                    compiled = judging if trained is twin else networks.compile_network(trained, name)
-                    variants[True] = Variants(compiled, judging, judging)
+                    compiled = outside_ddp if trained is twin else networks.compile_network(trained, name)
+                    variants[True] = Variants(compiled, outside_ddp, outside_ddp)
                 else:
                     graphed = networks.compile_network(trained, name, cuda_graphs=True)
                     frozen = graphed if trained is twin else networks.compile_network(twin, name, cuda_graphs=True)
-                    variants[True] = Variants(graphed, judging, frozen)
+                    variants[True] = Variants(graphed, outside_ddp, frozen)
             self._variants[name] = variants
         self._compiled = {name: compile for name in self.plain}
-        self._views: NetworkViews | None = None
+        self._for_step: StepNetworks | None = None
+
+    def for_step(self) -> StepNetworks:
+        """The networks as the next training step calls them (`TrainingStep`): the trained variants
+        (`step.nets`), what `step.frozen` yields, the uncompiled twins (torch.func.functional_call takes a
+        module: the plain module, or its batch-norm-synchronising twin) and the plain modules."""
+        if self._for_step is None:
+            current = {name: variants[self._compiled[name]] for name, variants in self._variants.items()}
+            self._for_step = StepNetworks(trained=NetworkViews({name: v.trained for name, v in current.items()}),
+                                          frozen={name: v.frozen for name, v in current.items()},
+                                          uncompiled=dict(self._twins), plain=self.plain)
+        return self._for_step
 
     def views(self) -> NetworkViews:
-        """The networks as the next training step calls them (`TrainingStep.nets`)."""
-        if self._views is None:
-            self._views = NetworkViews({name: variants[self._compiled[name]].trained
-                                        for name, variants in self._variants.items()})
-        return self._views
+        """The networks as the next training step trains them (`TrainingStep.nets`)."""
+        return self.for_step().trained
 
-    def judging(self, name: str) -> nn.Module:
-        """Network `name` as inference calls it: never DDP-wrapped, compiled as the run is."""
-        return self._variants[name][self._compiled[name]].judging
-
-    def uncompiled(self, name: str) -> nn.Module:
-        """Network `name` as training runs it, neither compiled nor DDP-wrapped: the plain module, or
-        its batch-norm-synchronising twin (torch.func.functional_call takes a module)."""
-        return self._twins[name]
+    def outside_ddp(self, name: str) -> nn.Module:
+        """Network `name` as validation calls it: never DDP-wrapped, compiled as the run is."""
+        return self._variants[name][self._compiled[name]].outside_ddp
 
     def trained_modules(self) -> list[nn.Module]:
         """Every network as the step calls it (for DDP's no_sync around accumulated micro-batches)."""
@@ -100,19 +102,7 @@ class TrainingNetworks:
         for name, variants in self._variants.items():
             if compiled in variants and (names is None or name in names) and self._compiled[name] != compiled:
                 self._compiled[name] = compiled
-                self._views = None
-
-    @contextmanager
-    def frozen(self, *names: str) -> Iterator:
-        """`TrainingStep.frozen`: the networks `names` get no weight gradients in the block, and are
-        yielded never DDP-wrapped, compiled as the run is (one network, or a tuple for several)."""
-        plain = [self.plain[name] for name in names]
-        frozen = tuple(self._variants[name][self._compiled[name]].frozen for name in names)
-        set_requires_grad(plain, False)
-        try:
-            yield frozen[0] if len(frozen) == 1 else frozen
-        finally:
-            set_requires_grad(plain, True)
+                self._for_step = None
 
 
 def captures_cuda_graphs(compile: bool, device: torch.device, backend: str | None) -> tuple[bool, str | None]:

@@ -7,39 +7,43 @@ as training calls them, gradient scaling, accumulation, the record of losses) co
 """
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Protocol, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from models.network_views import NetworkViews
 from models.training.accumulation import MicroStep
 from models.training.loss_watch import LossWatch
-from models.network_views import NetworkViews
 
 
-class Judges(Protocol):
-    """The part of the training networks (models/training/network_variants.py) a step uses beside `nets`."""
+@dataclass(frozen=True)
+class StepNetworks:
+    """A model's networks as one training step calls them (built by models/training/network_variants.py)."""
 
-    def frozen(self, *names: str) -> AbstractContextManager: ...
-
-    def uncompiled(self, name: str) -> nn.Module: ...
+    trained: NetworkViews                 # name -> DDP-wrapped under torchrun, compiled with --compile
+    frozen: Mapping[str, nn.Module]       # name -> what `TrainingStep.frozen` yields: never DDP-wrapped
+    uncompiled: Mapping[str, nn.Module]   # name -> neither compiled nor DDP-wrapped (`TrainingStep.module`)
+    plain: Mapping[str, nn.Module]        # name -> the model's own module, whose weights the step trains
 
 
 class TrainingStep:
     """One optimizer step of a model, as the training engine runs it (see the module docstring)."""
 
-    def __init__(self, nets: NetworkViews, judges: Judges, optimizers: Sequence[torch.optim.Optimizer],
+    def __init__(self, networks: StepNetworks, optimizers: Sequence[torch.optim.Optimizer],
                  grad_scalers: Sequence[torch.amp.GradScaler], loss_watch: LossWatch) -> None:
-        self.nets = nets  # name -> the network as training calls it (DDP-wrapped, compiled)
-        self._judges = judges
+        self.nets = networks.trained  # name -> the network as training calls it (DDP-wrapped, compiled)
+        self._networks = networks
         self._optimizers = list(optimizers)
         self._grad_scalers = list(grad_scalers)
         self._loss_watch = loss_watch
         self.micro: MicroStep | None = None  # --accum_steps: the micro-batch under way (set by the engine)
         self._step_losses: dict[int, torch.Tensor] = {}
 
-    def frozen(self, *names: str) -> AbstractContextManager:
+    @contextmanager
+    def frozen(self, *names: str) -> Iterator:
         """The discriminators `names` for judging generator outputs: within the block their weights
         get no gradient (gradients still flow through them to the generator), and the networks
         yielded are not DDP-wrapped (a DDP replica would wait for weight gradients that never come)
@@ -49,13 +53,19 @@ class TrainingStep:
                 loss_G = self.criterionGAN(netD(fake), True) + ...
                 step.update_weights(self.optimizer_G, loss_G)
         """
-        return self._judges.frozen(*names)
+        plain = [self._networks.plain[name] for name in names]
+        frozen = tuple(self._networks.frozen[name] for name in names)
+        set_requires_grad(plain, False)
+        try:
+            yield frozen[0] if len(frozen) == 1 else frozen
+        finally:
+            set_requires_grad(plain, True)
 
     def module(self, name: str) -> nn.Module:
         """Network `name` as this step runs it, neither compiled nor DDP-wrapped (for calls that take a
         module, e.g. torch.func.functional_call): the model's plain module, or under torchrun with
         --norm syncbatch its twin whose batch norms synchronise (models/training/network_variants.py)."""
-        return self._judges.uncompiled(name)
+        return self._networks.uncompiled[name]
 
     def update_weights(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         """Apply `loss` to the parameters of `optimizer` (one of the model's): clear their gradients,
@@ -87,8 +97,8 @@ class TrainingStep:
         self._loss_watch.note(index, loss)
 
 
-def set_requires_grad(nets: Sequence[nn.Module], requires_grad: bool) -> None:
-    """Switch the weight gradients of `nets` on or off."""
-    for net in nets:
-        for param in net.parameters():
+def set_requires_grad(nets: nn.Module | Sequence[nn.Module | None] | None, requires_grad: bool) -> None:
+    """Switch the weight gradients of `nets` (one network or several; None is skipped) on or off."""
+    for net in nets if isinstance(nets, (list, tuple)) else [nets]:
+        for param in (net.parameters() if net is not None else ()):
             param.requires_grad = requires_grad
