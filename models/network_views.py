@@ -25,6 +25,10 @@ class NetworkViews(Mapping[str, Callable[..., torch.Tensor]]):
 
     def __init__(self, views: Mapping[str, Callable[..., torch.Tensor]]) -> None:
         object.__setattr__(self, "_views", dict(views))
+        # `views.G_A` is a plain attribute (no call per access in the step); __getattr__ names a missing one
+        for name, view in views.items():
+            if name.isidentifier() and not hasattr(type(self), name):
+                object.__setattr__(self, name, view)
 
     def __getitem__(self, name: str) -> Callable[..., torch.Tensor]:
         try:

@@ -9,7 +9,7 @@ import os
 from models import networks
 from models.base_model import BaseModel
 from models.network_views import NetworkViews
-from models.training.checkpoint_io import load_state_dict_file
+from util.checkpoint_io import load_state_dict_file
 
 
 class TestModel(BaseModel):

@@ -241,3 +241,98 @@ def test_setup_refuses_an_older_python_in_one_line_before_making_anything(tmp_pa
     assert result.stderr.count("\n") == 1 and "needs Python 3.10 or newer" in result.stderr
     assert "Python 3.9.18" in result.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+# ---------------------------------------------------------------------------- the parts of models/
+MOST_TOP_LEVEL_MODULES = 15  # models/ shows its families at a glance; the rest lives in its parts
+
+
+def test_models_top_level_holds_the_families_and_their_contract_and_the_parts_beside_them():
+    top = sorted(path.name for path in (ROOT / "models").glob("*.py"))
+    assert len(top) <= MOST_TOP_LEVEL_MODULES, top
+    parts = {path.name for path in (ROOT / "models").iterdir() if (path / "__init__.py").exists()}
+    assert parts == {"networks", "losses", "training", "inference"}
+
+
+def imports_between_parts(root: Path) -> list[str]:
+    """Imports that climb between the parts of models/: a network family or a loss importing a model
+    family, training or inference; inference importing training. (models/networks/__init__.py keeps the
+    reference's `networks.GANLoss` and `networks.get_scheduler` for its users: a face, not a dependency.)"""
+    families = {path.stem for path in (root / "models").glob("*.py") if path.stem != "__init__"}
+    found = []
+    for path in sorted((root / "models").rglob("*.py")):
+        relative = path.relative_to(root)
+        part = relative.parts[1] if len(relative.parts) > 2 else None
+        if part is None or relative == Path("models/networks/__init__.py"):
+            continue
+        package = ".".join(relative.with_suffix("").parts[:-1])
+        for line, module in imported_modules(path.read_text(), package):
+            names = module.split(".")
+            if names[0] != "models" or len(names) < 2:
+                continue
+            climbs = (part in ("networks", "losses") and (names[1] in families | {"training", "inference"})) or \
+                     (part == "inference" and names[1] == "training")
+            if climbs:
+                found.append(f"{relative}:{line} imports {module}")
+    return found
+
+
+def test_networks_and_losses_look_at_no_model_and_inference_never_at_training():
+    assert imports_between_parts(ROOT) == []
+
+
+@pytest.mark.parametrize("part, statement", [("losses", "from models.cycle_gan_model import CycleGANModel"),
+                                             ("networks", "from models.training import step"),
+                                             ("inference", "import models.training.engine")])
+def test_an_import_climbing_between_parts_is_found(tmp_path, part, statement):
+    (tmp_path / "models" / part).mkdir(parents=True)
+    (tmp_path / "models" / "cycle_gan_model.py").write_text("")
+    (tmp_path / "models" / part / "helper.py").write_text(statement + "\n")
+    module = statement.split()[1]
+    assert imports_between_parts(tmp_path) == [f"models/{part}/helper.py:1 imports {module}"]
+
+
+MOST_MODULES_TO_THE_OPTIMIZER = 8  # train.py's loop -> ... -> optimizer.step(), each module called by the one before
+
+
+def test_a_training_step_reaches_the_optimizer_through_a_few_modules_going_down(tmp_path):
+    """A real CycleGAN step, followed with a profiler: when Adam steps, the product modules on the call stack
+    (train.py's loop, then the engine, the model, its step) are few, and each appears once (no module is
+    called back by one it called)."""
+    import sys
+
+    import torch
+
+    from conftest import FAST_FLAGS, training_engine
+    from models import create_model
+    from options.train_options import TrainOptions
+    from util.distributed import DistContext
+
+    opt = TrainOptions().parse(["--dataroot", str(tmp_path), "--model", "cycle_gan", "--netG", "resnet_6blocks",
+                                "--checkpoints_dir", str(tmp_path), "--name", "step", *FAST_FLAGS])
+    model = create_model(opt, DistContext(), 0)
+    model.setup(opt)
+    batch = {"A": torch.rand(1, 3, 32, 32) * 2 - 1, "B": torch.rand(1, 3, 32, 32) * 2 - 1,
+             "A_paths": ["a.png"], "B_paths": ["b.png"]}
+    chains = []
+
+    def on_call(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "step" and frame.f_code.co_filename.endswith("optim/adam.py"):
+            modules = []
+            while frame is not None:
+                name = frame.f_globals.get("__name__", "")
+                if name.split(".")[0] in LAYERS and (not modules or modules[-1] != name):
+                    modules.append(name)
+                frame = frame.f_back
+            chains.append(["train", *reversed(modules)])  # the loop calls engine.train_step as here
+
+    engine = training_engine(model)
+    sys.setprofile(on_call)
+    try:
+        engine.train_step([batch])
+    finally:
+        sys.setprofile(None)
+    assert len(chains) == 2  # the generators' update, then the discriminators'
+    for chain in chains:
+        assert len(chain) == len(set(chain)) <= MOST_MODULES_TO_THE_OPTIMIZER, chain
+        assert chain[:2] == ["train", "models.training.engine"] and chain[-1] == "models.training.step", chain

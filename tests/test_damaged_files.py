@@ -5,7 +5,7 @@ naming the file. And a run killed inside a save leaves nothing damaged behind (d
 
 The runs are tiny (2 images of 32 px, --ngf 4) and, but for the one killed for real, in-process:
 `train.main` / `test.main` return the exit status and print what a user would read. The readers
-and writers themselves (util/safe_files.py, models/training/checkpoint_io.py) are tested first.
+and writers themselves (util/safe_files.py, util/checkpoint_io.py) are tested first.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def zip_checkpoint(path: Path) -> None:
 ], ids=["empty", "zip cut short", "legacy cut short", "html page", "random bytes", "git-lfs pointer"])
 def test_a_checkpoint_that_cannot_be_read_is_named_with_what_it_holds(make, damage, says, tmp_path):
     from util.errors import UserError
-    from models.training.checkpoint_io import load_checkpoint_file
+    from util.checkpoint_io import load_checkpoint_file
 
     path = tmp_path / "latest_net_G.pth"
     if make:

@@ -21,95 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, built_with_actions, free_port, run_in_process, torchrun_command
-from processes import ScriptProcess, run_ranks, run_script_process
+from conftest import ROOT, built_with_actions
+from helpers import ENV, cycle_gan, interrupt_when_logged, pix2pix, run_here, run_two_ranks, train_command
+from helpers_weights import assert_identical, final_weights
 from models import networks
-from util.errors import UserError
+from processes import ScriptProcess, run_script_process
 from util import resume_flags
+from util.errors import UserError
 
 pytestmark = pytest.mark.slow
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same arithmetic in every run
-
-# 8 images per epoch, 2 epochs, a checkpoint every 3 images; crops, flips, a small image pool and
-# (pix2pix) dropout and batch norm, so that every source of randomness and state is exercised.
-COMMON = ["--load_size", "36", "--crop_size", "32", "--n_epochs", "1", "--n_epochs_decay", "1",
-          "--print_freq", "1", "--save_latest_freq", "3", "--ngf", "8", "--ndf", "8", "--display_id", "0",
-          "--num_threads", "0", "--seed", "7", "--no_html", "--no_progress"]
-
-
-def cycle_gan(root: Path, ckpt: Path, name: str) -> list[str]:
-    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, "--model", "cycle_gan",
-            "--pool_size", "4", *COMMON]
-
-
-def pix2pix(root: Path, ckpt: Path, name: str) -> list[str]:
-    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, "--model", "pix2pix",
-            "--netG", "resnet_6blocks", *COMMON]
-
-
-def train_command(args: list[str], nproc: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
-    """`python train.py args`, or with `nproc` `torchrun --nproc_per_node=nproc [extra] train.py args`."""
-    if nproc:
-        return torchrun_command("train.py", *args, nproc=nproc, extra=extra)
-    return [sys.executable, str(ROOT / "train.py"), *args]
-
-
-def run(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """`command` (train_command's) run to its end in a process of its own; it must succeed."""
-    return succeeded(run_script_process(command, ROOT, {**ENV, **(env or {})}, timeout=300))
-
-
-def run_two_ranks(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """train.py with `args` as the 2 workers of a one-node torchrun, started without the launcher
-    (conftest.ranks): a 2-process reference or continuation whose launcher proves nothing."""
-    return succeeded(run_ranks(ROOT / "train.py", args, {**ENV, **(env or {})}, ROOT, timeout=300, port=free_port()))
-
-
-def run_here(args: list[str]) -> subprocess.CompletedProcess:
-    """train.py with `args` in this process: uninterrupted and continued runs need no process of their
-    own (the killed ones do), and this one computes on one thread as they do, so the arithmetic is the same."""
-    return succeeded(run_in_process("train.py", *args))
-
-
-def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-    return result
-
-
-def interrupt_when_logged(command: list[str], log: Path, marker: str, sig: int = signal.SIGKILL,
-                          victim: str = "process", env: dict | None = None) -> ScriptProcess:
-    """Start `command`, wait until `marker` appears in `log`, then send `sig` to the process
-    (or, with victim="worker", to the last worker of the torchrun agent `command` starts). Returns the
-    finished process."""
-    proc = ScriptProcess(command, ROOT, {**ENV, **(env or {})}, merge_stderr=True)
-    try:
-        deadline = time.time() + 240
-        while not (log.exists() and marker in log.read_text()):
-            assert proc.poll() is None, f"finished before {marker!r}:\n{proc.output_so_far()[0][-3000:]}"
-            assert time.time() < deadline, f"{marker!r} never logged"
-            time.sleep(0.01)
-        workers = proc.children() if victim == "worker" else []
-        assert victim != "worker" or workers, "the torchrun agent has no workers"
-        os.kill(workers[-1] if victim == "worker" else proc.pid, sig)
-        proc.output = proc.communicate(timeout=240)[0]
-    finally:
-        proc.kill()  # a test that failed leaves nothing running
-    return proc
-
-
-def final_weights(run_dir: Path) -> dict[str, dict[str, torch.Tensor]]:
-    found = {p.name: torch.load(p, weights_only=True) for p in sorted(run_dir.glob("latest_net_*.pth"))}
-    assert found, f"no checkpoints in {run_dir}"
-    return found
-
-
-def assert_identical(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for net in a:
-        assert a[net].keys() == b[net].keys()
-        for key in a[net]:
-            assert torch.equal(a[net][key], b[net][key]), f"{net} {key} differs"
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +135,7 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
     before = target.read_bytes()
     writer = subprocess.Popen([sys.executable, "-c", (
         "import sys, torch; sys.path.insert(0, sys.argv[1]);"
-        "from models.training.checkpoint_io import atomic_torch_save;"
+        "from util.checkpoint_io import atomic_torch_save;"
         "atomic_torch_save({'w': torch.zeros(400_000_000 // 4)}, sys.argv[2])"), str(ROOT), str(target)], env=ENV)
     deadline = time.time() + 60
     while not list(tmp_path.glob(".latest_net_G.pth.*.tmp")) or \

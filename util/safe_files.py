@@ -1,6 +1,6 @@
 """Writing files so that a crash at any instant never leaves a damaged one.
 
-Every file a run writes goes through here (checkpoints through models/training/checkpoint_io.py):
+Every file a run writes goes through here (checkpoints through util/checkpoint_io.py):
 
 - whole files (weights, training states, architecture.json, <phase>_opt.txt/json, best.json,
   metrics.json, images) with `atomic_write`: into a temporary file beside the target, flushed to
@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from typing import BinaryIO, Callable, Iterable
 
 from util.errors import UserError
-
-# The process's umask, read once (reading it means setting it): a temporary file is created
-# readable by its owner only, and gets the permissions a plain open() would have given the file.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
@@ -48,11 +43,9 @@ def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
     `write(temporary_path)` beside `path`, flushed to disk, then renamed to `path`."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
+    tmp_path = _new_temporary_file(folder, os.path.basename(path))
     try:
         write(tmp_path)
-        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp's 0600 -> what a plain open() would have given
         with open(tmp_path, "rb") as f:
             os.fsync(f.fileno())  # on disk before the rename, so the rename never points at nothing
         os.replace(tmp_path, path)
@@ -60,6 +53,20 @@ def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
         raise
+
+
+def _new_temporary_file(folder: str, name: str) -> str:
+    """A new empty file `.<name>.<random>.tmp` in `folder`, made with the permissions a plain open() gives
+    a new file (0666 less the process's umask, applied by the system; mkstemp's would be 0600), so that
+    the renamed file has them too. No umask is read: reading it means setting it, for the whole process."""
+    while True:
+        tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:  # another writer's temporary file of the same name: draw again
+            continue
+        os.close(fd)
+        return tmp_path
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -153,8 +160,8 @@ def refuse_output_over_inputs(output: str, output_flag: str, inputs: Iterable[tu
         effect = ("would replace its files" if how == "is" else
                   "would put the outputs among the files it reads" if how == "lies inside" else
                   "would mix the outputs with the files it reads")
-        raise UserError(f"{output_flag}{linked} {how} the input folder {name} {folder}{same}: writing there {effect}, so "
-                        f"nothing was written. {fix or 'Choose an output folder apart from every input folder.'}")
+        raise UserError(f"{output_flag}{linked} {how} the input folder {name} {folder}{same}: writing there {effect}, "
+                        f"so nothing was written. {fix or 'Choose an output folder apart from every input folder.'}")
 
 
 def refuse_overwriting_inputs(outputs: Iterable[tuple[str, str]], inputs: Iterable[str], fix: str = "") -> None:

@@ -21,11 +21,10 @@ from torch import nn
 
 from data.image_folder import DomainSpec, network_input
 from data.image_io import array_from_pil, probe_image, read_image
-
 from models import find_model_using_name, networks
 from models.networks.checkpoint_files import ARCHITECTURE_FILE, read_architecture_file
+from util.checkpoint_io import load_state_dict_file
 from util.errors import UserError
-from models.training.checkpoint_io import load_state_dict_file
 
 # Encoders whose checkpoint does not say its normalisation are tried with these, in order.
 _NORMS_TO_TRY = ("instance", "none", "batch")

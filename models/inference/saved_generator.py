@@ -26,10 +26,10 @@ from torch import nn
 from models import builtin_models, find_model_using_name, networks
 from models.base_model import BaseModel
 from models.networks.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
-from models.training.checkpoint_io import load_state_dict_file
+from util.checkpoint_io import load_state_dict_file
 from util.errors import UserError
-from util.util import why_missing
 from util.safe_files import read_json_object
+from util.util import why_missing
 
 # What every generator's architecture names, under the names of the flags (and of Translator.load's
 # keywords); its family adds the flags that shape it (`NetworkFamily.shape_flags`).

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from models.networks import DISCRIMINATOR, GENERATOR, family_of
+from util.checkpoint_io import atomic_torch_save, load_state_dict_file
 from util.errors import UserError
-from util.safe_files import atomic_write_json, read_json_object
-from models.training.checkpoint_io import atomic_torch_save, load_state_dict_file
 from util.resume_flags import ARCHITECTURE
+from util.safe_files import atomic_write_json, read_json_object
 
 ARCHITECTURE_FILE = "architecture.json"
 # Recorded to find the run's generator (its model class, the direction trained), not a network's

@@ -6,7 +6,7 @@
     network_variants.py  each network as training calls it (DDP, --compile), beside the plain module
     accumulation.py, ema.py, loss_watch.py, schedules.py, compile_probe.py: the engine's small parts
     checkpointer.py      the one object the loop talks to for saving and resuming (with
-                         checkpoint_io.py, training_state.py, best_checkpoint.py)
+                         training_state.py, best_checkpoint.py)
     validator.py         --val_freq: the held-out split translated as inference translates it
     run_control.py       one run per folder, stopping cleanly on a signal
 

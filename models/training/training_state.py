@@ -19,17 +19,19 @@ discriminator's (--diff_augment, models/losses/diff_augment.py) is part of the m
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import random
-import sys
 from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from util.errors import UserError
-from models.training.checkpoint_io import atomic_torch_save, load_checkpoint_file
+from util.checkpoint_io import atomic_torch_save, load_checkpoint_file
 from util.position import Position
+
+logger = logging.getLogger(__name__)
 
 STATE_SUFFIX = "_train_state.pth"
 FORMAT_VERSION = 1
@@ -103,7 +105,7 @@ def newest_training_state(run_dir: str) -> tuple[str, dict] | None:
             damaged.append((path, err))
             continue
         for bad, err in damaged:
-            print(f"warning: cannot resume from {bad}, trying an older checkpoint: {err}", file=sys.stderr)
+            logger.warning(f"cannot resume from {bad}, trying an older checkpoint: {err}")
         return path, state
     if not damaged:
         return None
