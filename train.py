@@ -19,22 +19,21 @@ from torch.utils.data import default_collate
 
 from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
-from models import create_model, find_model_using_name
-from models import networks
-from models.training.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
+from models import create_model, find_model_using_name, networks
 from models.base_model import BaseModel
+from models.training.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
+from models.training.checkpointer import Checkpointer, StartPoint
 from models.training.engine import TrainingEngine
+from models.training.run_control import RunLock, StopRequest
+from models.training.validator import Validator, make_validator
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
 from util import distributed
-from util.console import print0
-from util.errors import UserError, exits_on_user_error, exit_with_status
-from util.seeding import choose_kernels, seed_everything
-from models.training.checkpointer import Checkpointer, StartPoint
-from util.position import Position
-from models.training.run_control import RunLock, StopRequest
-from models.training.validator import Validator, make_validator
+from util.console import print0, setup_logging
 from util.display.visualizer import NullVisualizer, Visualizer, make_visualizer
+from util.errors import UserError, exit_with_status, exits_on_user_error
+from util.position import Position
+from util.seeding import choose_kernels, seed_everything
 
 
 def crossed(total: int, step: int, freq: int) -> bool:
@@ -81,7 +80,8 @@ def global_batch_size(opt: argparse.Namespace, ctx: distributed.DistContext) -> 
 def batch_description(opt: argparse.Namespace, ctx: distributed.DistContext) -> str:
     """How the global batch is made up, for the log."""
     if opt.accum_steps == 1:
-        return f"global batch = {global_batch_size(opt, ctx)} ({opt.batch_size} per process x {ctx.world_size} processes)"
+        return (f"global batch = {global_batch_size(opt, ctx)} ({opt.batch_size} per process x {ctx.world_size} "
+                f"processes)")
     return (f"global batch = {global_batch_size(opt, ctx)} ({opt.batch_size} per micro-batch x {opt.accum_steps} "
             f"accumulation steps x {ctx.world_size} processes; one optimizer step per {opt.accum_steps} micro-batches)")
 
@@ -102,9 +102,9 @@ def check_epoch_has_steps(opt: argparse.Namespace, ctx: distributed.DistContext,
     fix = (f"pass --batch_size {fits}{' --accum_steps 1' if opt.accum_steps > 1 else ''}, or add training samples"
            if fits else "add training samples")
     raise UserError(f"an epoch would take no training step: the dataset holds {samples} sample(s), of which each of "
-                    f"the {ctx.world_size} process(es) takes {share}, in batches of {per_step}, and --model {opt.model} "
-                    f"trains on full batches only (it skips an epoch's incomplete last batch), so nothing would be "
-                    f"trained; {fix}{' or use fewer processes' if ctx.world_size > 1 else ''}.")
+                    f"the {ctx.world_size} process(es) takes {share}, in batches of {per_step}, and --model "
+                    f"{opt.model} trains on full batches only (it skips an epoch's incomplete last batch), so nothing "
+                    f"would be trained; {fix}{' or use fewer processes' if ctx.world_size > 1 else ''}.")
 
 
 def check_epochs_left(opt: argparse.Namespace, start: StartPoint, run_dir: str) -> None:
@@ -218,7 +218,8 @@ def end_of_epoch(run: Run, progress: Position, epoch_start_time: float) -> Posit
     epoch, total_iters = progress.epoch, progress.total_iters
     engine.check_finite(epoch, total_iters, run.global_batch, weights=True)
     validator = run.validator
-    validation = validator.run(engine) if validator and validator.due(epoch) else None  # each rank its share
+    due = validator is not None and validator.due(epoch)
+    validation = validator.run(run.model, engine.inference_networks) if due else None  # each rank its share
     if validation is not None:
         visualizer.log_validation(progress, validation, time.time() - epoch_start_time)
         new_best = checkpointer.keep_best(engine, validation.scores, epoch, total_iters)
@@ -270,6 +271,7 @@ def start_and_train(opt: argparse.Namespace, locks: list[RunLock]) -> int:
 
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     opt = TrainOptions().parse(argv)
     choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     locks: list[RunLock] = []

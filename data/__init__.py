@@ -5,13 +5,14 @@ built-in `data/<mode>_dataset.py`, or a user's module by its dotted path); `DATA
 built-in modes to their classes. `create_dataset(opt, seed, ...)`
 checks the dataset folder, builds the dataset and wraps it in a `DatasetLoader`, whose
 (possibly distributed) sampler and per-sample RNG make every epoch reproducible from `seed`.
+`CustomDatasetDataLoader`, the reference's loader class, is a face over it for its users' code.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,14 +20,22 @@ import torch.utils.data
 
 from data.base_dataset import BaseDataset
 from data.input_checks import check_dataset_root
-from data.registry import (built_in_datasets, builtin_dataset_names, dataset_mode_name, find_dataset_using_name,
-                           get_option_setter)
+from data.registry import (
+    built_in_datasets,
+    builtin_dataset_names,
+    dataset_mode_name,
+    find_dataset_using_name,
+    get_option_setter,
+)
 from data.samplers import EpochIndexedDataset, InferenceShardSampler, TrainingSampler
-from util.distributed import DistContext
+from util.console import THIS_RANK
+from util.distributed import DistContext, current_context
 from util.errors import UserError
 
-__all__ = ["DATASETS", "builtin_dataset_names", "DatasetLoader", "create_dataset", "dataset_mode_name",
-           "find_dataset_using_name", "folders_read", "get_option_setter", "spatial_dims"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["DATASETS", "builtin_dataset_names", "CustomDatasetDataLoader", "DatasetLoader", "create_dataset",
+           "dataset_mode_name", "find_dataset_using_name", "folders_read", "get_option_setter", "spatial_dims"]
 
 DATASETS: dict[str, type[BaseDataset]] = built_in_datasets()
 
@@ -72,7 +81,7 @@ class DatasetLoader:
         # RNG, so loading data does not change the random stream that training (dropout) sees.
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
-        served = SkipBadImages(dataset) if getattr(opt, "skip_bad_images", False) else dataset
+        served = SkipBadImages(dataset) if opt.skip_bad_images else dataset
         if opt.isTrain:
             served = EpochIndexedDataset(served, dataset)
         # More workers than cores only adds contention. Workers persist across epochs (no
@@ -140,24 +149,43 @@ class SkipBadImages(torch.utils.data.Dataset):
             try:
                 return self.dataset[(index + attempt) % len(self.dataset)]
             except UserError as err:
-                print(f"warning: skipping a bad image (--skip_bad_images): {err}", file=sys.stderr, flush=True)
+                # This process's own trouble: only it read that file.
+                logger.warning("skipping a bad image (--skip_bad_images): %s", err, extra=THIS_RANK)
         raise UserError("--skip_bad_images: no readable image left in the dataset; check --dataroot.")
 
 
-def create_dataset(opt: argparse.Namespace, seed: int, ctx: DistContext | None = None, limit: int | None = None,
+def create_dataset(opt: argparse.Namespace, seed: int = 0, ctx: DistContext | None = None, limit: int | None = None,
                    size_rule=None) -> DatasetLoader:
     """Check the dataset folder, build the `--dataset_mode` dataset and its loader.
 
-    `seed` fixes the shuffle and all augmentations; `ctx` (default: one process on the CPU) selects
-    this process's share for distributed training, and a CUDA device enables pinned memory. At
-    inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
+    `seed` fixes the shuffle and all augmentations (0 for the reference's callers, who pass only `opt`);
+    `ctx` (default: `current_context()`, this process as started, one process on the CPU when nothing
+    was) selects this process's share for distributed training, and a CUDA device enables pinned memory.
+    At inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
     `size_rule` (the generator's `networks.SizeRule`) refuses image sizes the generator cannot take.
     Raises `UserError` for problems with the dataset folder or flags.
     """
-    ctx = ctx or DistContext()
+    ctx = ctx or current_context()
+    return DatasetLoader(opt, _checked_dataset(opt, seed, size_rule), seed, rank=ctx.rank,
+                         world_size=ctx.world_size, device_type=ctx.device.type, limit=limit)
+
+
+def _checked_dataset(opt: argparse.Namespace, seed: int, size_rule=None) -> BaseDataset:
     dataset_class = find_dataset_using_name(opt.dataset_mode)
     check_dataset_root(opt, size_rule)
     dataset = dataset_class(opt)
     dataset.set_seed(seed)
-    return DatasetLoader(opt, dataset, seed, rank=ctx.rank, world_size=ctx.world_size,
-                         device_type=ctx.device.type, limit=limit)
+    return dataset
+
+
+class CustomDatasetDataLoader(DatasetLoader):
+    """Compatibility face for the reference's users: the `DatasetLoader` that `create_dataset(opt)` makes
+    (seed 0, this process's share), built from `opt` alone; `load_data()` returns it."""
+
+    def __init__(self, opt: argparse.Namespace) -> None:
+        ctx = current_context()
+        super().__init__(opt, _checked_dataset(opt, 0), 0, rank=ctx.rank, world_size=ctx.world_size,
+                         device_type=ctx.device.type)
+
+    def load_data(self) -> CustomDatasetDataLoader:
+        return self

@@ -128,16 +128,18 @@ def _scale_width_size(w: int, h: int, target_width: int, min_height: int) -> tup
     return target_width, int(max(target_width * h / w, min_height))
 
 
-def get_params(opt: argparse.Namespace, size: tuple[int, int], rng: random.Random) -> dict[str, Any]:
+def get_params(opt: argparse.Namespace, size: tuple[int, int], rng: random.Random | None = None) -> dict[str, Any]:
     """Draw the crop position and flip for an image of `size` (width, height) from `rng`.
 
     Returns {"crop_pos": (x, y), "flip": bool}; flip is always False with --no_flip. Pass the
-    same dict to several `get_transform` calls to augment paired images identically.
+    same dict to several `get_transform` calls to augment paired images identically. Without `rng`
+    (the reference's callers pass none) the draws come from a new unseeded generator: not reproducible.
     """
+    rng = rng or random.Random()
     new_w, new_h = _resized_size(opt, *size)
     x = rng.randint(0, max(0, new_w - opt.crop_size))
     y = rng.randint(0, max(0, new_h - opt.crop_size))
-    if getattr(opt, "center_crop", False):  # BicycleGAN's test.py flag: the middle, the same every time
+    if not opt.isTrain and opt.center_crop:  # test.py's flag (BicycleGAN's): the middle, the same every time
         x, y = max(0, new_w - opt.crop_size) // 2, max(0, new_h - opt.crop_size) // 2
     flip = rng.random() > 0.5  # drawn even with --no_flip so later draws do not shift
     return {"crop_pos": (x, y), "flip": flip and not opt.no_flip}
@@ -255,7 +257,7 @@ def get_transform(
         steps.append(partial(_scale_width, target_width=opt.load_size, min_height=opt.crop_size, method=method))
     if "crop" in opt.preprocess:
         steps.append(partial(_crop, pos=params["crop_pos"], size=opt.crop_size))
-    if opt.preprocess == "none" and getattr(opt, "isTrain", True):
+    if opt.preprocess == "none" and opt.isTrain:
         # Training batches need sizes the generator takes. At test time the image keeps its size
         # and aspect ratio: test.py pads it for the generator and crops the output back
         # (models/inference/application.py), so nothing is distorted.
@@ -269,7 +271,7 @@ def get_transform(
 
 def data_ranges(opt: argparse.Namespace) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """The float data ranges (A, B) from --data_range (see `parse_data_range`)."""
-    return parse_data_range(getattr(opt, "data_range", None))
+    return parse_data_range(opt.data_range)
 
 
 def parse_data_range(values: Sequence[float] | None) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:

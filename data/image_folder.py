@@ -7,7 +7,8 @@ every file before training); `load_image` decodes one file into an 8-bit PIL ima
 mode; `load_for_network` loads a dataset image for the network with a given channel count, at the
 file's full precision (data/image_io.py), and `network_input` turns an image already read into the
 tensor the network gets for it (models/inference/translator.py). All turn unreadable files into a `UserError` that names
-the file and says what is wrong with it.
+the file and says what is wrong with it. `ImageFolder` and `default_loader`, the reference's, are
+faces over `make_dataset` and `load_image` for its users' code.
 """
 
 from __future__ import annotations
@@ -16,14 +17,26 @@ import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 import torch
+import torch.utils.data
 from PIL import Image
 
-from data.image_io import (NUMPY_EXTENSIONS, PIL_UNREADABLE, ImageInfo, ValueRange, match_channels, probe_image,
-                           layout_hint, read_image, require_finite, to_network, unreadable)
+from data.image_io import (
+    NUMPY_EXTENSIONS,
+    PIL_UNREADABLE,
+    ImageInfo,
+    ValueRange,
+    layout_hint,
+    match_channels,
+    probe_image,
+    read_image,
+    require_finite,
+    to_network,
+    unreadable,
+)
 from util.errors import UserError
 from util.util import why_missing
 
@@ -185,6 +198,34 @@ def image_batches(paths: Sequence[str], batch_size: int) -> Iterator[torch.Tenso
         yield torch.cat(batch)
 
 
+def default_loader(path: str) -> Image.Image:
+    """Compatibility face for the reference's users: `load_image(path, "RGB")`."""
+    return load_image(path, "RGB")
+
+
+class ImageFolder(torch.utils.data.Dataset):
+    """Compatibility face for the reference's users: the images `make_dataset(root)` lists, each read by
+    `loader` and passed through `transform`; an item is the image, or (image, path) with `return_paths`."""
+
+    def __init__(self, root: str, transform: Callable[[Any], Any] | None = None, return_paths: bool = False,
+                 loader: Callable[[str], Any] = default_loader) -> None:
+        self.root = root
+        self.imgs = make_dataset(root)
+        self.transform = transform
+        self.return_paths = return_paths
+        self.loader = loader
+
+    def __getitem__(self, index: int) -> Any:
+        path = self.imgs[index]
+        img = self.loader(path)
+        if self.transform is not None:
+            img = self.transform(img)
+        return (img, path) if self.return_paths else img
+
+    def __len__(self) -> int:
+        return len(self.imgs)
+
+
 # ------------------------------------------------------------------------------------- pairing by name
 def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("inf"), *,
                        list_files: Callable[[str], list[str]] = make_dataset,
@@ -224,7 +265,8 @@ def pair_files_by_name(dir_A: str, dir_B: str, max_dataset_size: float = float("
 # ------------------------------------------------------------------------------------- loading for the network
 def channel_mismatch(path: str, info: ImageInfo, channels: int, flag: str) -> UserError:
     """The error for an image whose channels cannot be converted to the `channels` that `flag` asks for."""
-    what = f"{info.channels} channel{'s' if info.channels > 1 else ''}" + (" (the last one alpha)" if info.alpha else "")
+    what = f"{info.channels} channel{'s' if info.channels > 1 else ''}"
+    what += " (the last one alpha)" if info.alpha else ""
     hint = layout_hint(path, info)
     if hint:  # the channel count is another axis of the data: no flag would fix it
         return UserError(f"image {path} has {what}{hint}, but {flag} is {channels}. Save the files again that way, "

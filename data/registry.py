@@ -31,12 +31,12 @@ def builtin_dataset_names() -> list[str]:
     return DATASET_MODES.builtin_names()
 
 
-def find_dataset_using_name(name: str) -> type[BaseDataset]:
-    """The dataset class `--dataset_mode name` means (see the module docstring).
+def find_dataset_using_name(dataset_name: str) -> type[BaseDataset]:
+    """The dataset class `--dataset_mode dataset_name` means (see the module docstring).
 
     Raises `UserError` (one paragraph) for a name that finds no module, or a module without the
     class; errors raised while importing a module that exists are left to show their traceback."""
-    return DATASET_MODES.find(name)
+    return DATASET_MODES.find(dataset_name)
 
 
 def built_in_datasets() -> dict[str, type[BaseDataset]]:
@@ -44,6 +44,6 @@ def built_in_datasets() -> dict[str, type[BaseDataset]]:
     return DATASET_MODES.builtin_classes()
 
 
-def get_option_setter(name: str) -> Callable[[argparse.ArgumentParser, bool], argparse.ArgumentParser]:
-    """The `modify_commandline_options` static method of dataset `name`."""
-    return find_dataset_using_name(name).modify_commandline_options
+def get_option_setter(dataset_name: str) -> Callable[[argparse.ArgumentParser, bool], argparse.ArgumentParser]:
+    """The `modify_commandline_options` static method of dataset `dataset_name`."""
+    return find_dataset_using_name(dataset_name).modify_commandline_options

@@ -144,7 +144,7 @@ class BaseModel(ModelState, ABC):
         self.image_paths: list[str] = []
         # --diff_augment: every discriminator input goes through it (`netD(self.diff_augment(x))`);
         # the identity when off. Seeded in `setup`, saved with the training state.
-        self.diff_augment = DiscriminatorAugment.from_options(opt)
+        self.diff_augment = DiscriminatorAugment.from_options(opt) if self.isTrain else DiscriminatorAugment()
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool):
@@ -203,9 +203,8 @@ class BaseModel(ModelState, ABC):
     def make_adam(self, parameters) -> torch.optim.Adam:
         """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)), updating every weight with one call
         of each operator (foreach: the reference's default on a GPU, bit for bit its per-weight loop's
-        arithmetic, and ~10 operators per step instead of ~10 per weight: 1 100 fewer dispatches, and kernel
-        launches on a GPU, in a CycleGAN step). --fused_adam picks PyTorch's fused kernel: a pix2pix
-        generator's update 166 -> 34 ms on 2 CPU cores, but rounding differently (~1e-8): opt-in."""
+        arithmetic, with a few operators per step instead of a few per weight). --fused_adam picks PyTorch's
+        fused kernel: faster, but rounding differently (~1e-8), so opt-in. Measurements: docs/benchmarks.md."""
         fused = bool(self.opt.fused_adam)
         return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
                                 foreach=None if fused else True, fused=True if fused else None)
@@ -279,7 +278,7 @@ class BaseModel(ModelState, ABC):
         every model alike. Both draw from the global generator, seeded the same on every rank here, and only when
         asked for. The discriminators `networks.build_discriminator` builds have their spectral norm from the
         start; one a model built otherwise gets it here."""
-        if self.isTrain and getattr(self.opt, "D_spectral", False):
+        if self.isTrain and self.opt.D_spectral:
             for net in self.networks_with_role(DISCRIMINATOR).values():
                 if not networks.has_spectral_norm(net):
                     networks.apply_spectral_norm(net)

@@ -5,7 +5,7 @@ data/, models/, options/), in rooms:
                   starting processes and who this one is; messages; argparse types
   registry.py     finding a model, dataset mode, network family or logger by name, built-in or
                   the user's own module, all the same way
-  util.py, html.py, image_pool.py, visualizer.py
+  util.py, html.py, image_pool.py, visualizer.py, get_data.py
                   the reference's modules, at the paths its users import
   training/       the training engine: where a run stands, checkpoints and exact resume, validation,
                   signals and the run lock

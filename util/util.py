@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from util import distributed
 from util.errors import UserError
 from util.safe_files import atomic_write
 
@@ -22,8 +23,8 @@ def parse_display_channels(text: str) -> list[int] | None:
     except ValueError:
         channels = []
     if len(channels) not in (1, 3) or min(channels) < 0:
-        raise UserError(f"--display_channels {text} is not 1 or 3 comma-separated channel numbers counted from 0; "
-                        f"use e.g. --display_channels 3,2,1 (shown as red, green, blue) or --display_channels 0 (gray).")
+        raise UserError(f"--display_channels {text} is not 1 or 3 comma-separated channel numbers counted from 0; use "
+                        f"e.g. --display_channels 3,2,1 (shown as red, green, blue) or --display_channels 0 (gray).")
     return channels
 
 
@@ -73,9 +74,15 @@ def save_image(image_numpy: np.ndarray, image_path: str, aspect_ratio: float = 1
     atomic_write(image_path, lambda f: image.save(f, format=image_format))  # a page never shows half an image
 
 
-def mkdirs(paths: str | list[str]) -> None:
-    for path in [paths] if isinstance(paths, str) else paths:
-        os.makedirs(path, exist_ok=True)
+def mkdirs(paths: str | os.PathLike | list[str | os.PathLike]) -> None:
+    """Create each folder of `paths` (one path or a list), with its parents; existing ones are kept."""
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        mkdir(path)
+
+
+def mkdir(path: str | os.PathLike) -> None:
+    """Compatibility face for the reference's users: one folder, as `mkdirs` makes them (os.makedirs)."""
+    os.makedirs(path, exist_ok=True)
 
 
 def broken_link(path: str) -> str | None:
@@ -147,3 +154,34 @@ def image_grid(images: list[np.ndarray], ncols: int, labels: list[str] | None = 
             top, left = pad + row * cell_h + tile_h, pad + col * cell_w
             grid[top:top + caption_h, left:left + tile_w] = np.asarray(caption)
     return grid
+
+
+# ------------------------------------------------------------------ the reference's helpers, for its users' code
+def init_ddp() -> torch.device:
+    """Compatibility face for the reference's users: `distributed.init_distributed()` (joins the process
+    group when launched as one of several, picks the device); returns the device this process uses."""
+    return distributed.init_distributed().device
+
+
+def cleanup_ddp() -> None:
+    """Compatibility face for the reference's users: `distributed.shutdown()` (leaves the process group)."""
+    distributed.shutdown()
+
+
+def diagnose_network(net: torch.nn.Module, name: str = "network") -> None:
+    """Compatibility face for the reference's users: prints `name`, then the mean over `net`'s parameters
+    that have a gradient of the mean absolute gradient (0.0 when none has one)."""
+    means = [param.grad.detach().abs().mean() for param in net.parameters() if param.grad is not None]
+    print(name)  # user-facing: the reference's debugging helper prints by design
+    print(torch.stack(means).mean() if means else 0.0)  # user-facing (as above)
+
+
+def print_numpy(x: np.ndarray, val: bool = True, shp: bool = False) -> None:
+    """Compatibility face for the reference's users: prints the shape of `x` (with `shp`) and, with `val`,
+    the mean, min, max, median and standard deviation of its values."""
+    x = np.asarray(x, dtype=np.float64)
+    if shp:
+        print("shape,", x.shape)  # user-facing: the reference's debugging helper prints by design
+    if val:
+        print(f"mean = {x.mean():3.3f}, min = {x.min():3.3f}, max = {x.max():3.3f}, "  # user-facing (as above)
+              f"median = {np.median(x):3.3f}, std={x.std():3.3f}")

@@ -45,8 +45,10 @@ class GANLoss(nn.Module):
 
 
 def cal_gradient_penalty(netD: nn.Module, real_data: torch.Tensor, fake_data: torch.Tensor,
-                         type: str = "mixed", constant: float = 1.0, lambda_gp: float = 10.0):
-    """WGAN-GP gradient penalty; returns (penalty, gradients) as the reference does."""
+                         device: torch.device | str | None = None, type: str = "mixed", constant: float = 1.0,
+                         lambda_gp: float = 10.0):
+    """WGAN-GP gradient penalty; returns (penalty, gradients) as the reference does, with its arguments.
+    `device` is there for the reference's callers only: the penalty is computed where `real_data` is."""
     if lambda_gp <= 0.0:
         return 0.0, None
     if type == "real":

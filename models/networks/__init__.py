@@ -16,25 +16,58 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import torch
 from torch import nn
 
 from models.losses.gan import GAN_MODES, GANLoss, cal_gradient_penalty  # noqa: F401 (the reference's networks.GANLoss)
-from models.networks.family import (DISCRIMINATOR, ENCODER, GENERATOR, NetworkFamily, SizeRule, builtin_names,  # noqa: F401
-                                    builtin_families, family_name_type, family_of, recognise_network,
-                                    volume_counterpart)
-from models.networks.layers import (INIT_TYPES, NORMS, UPSAMPLINGS, ChannelsLastSafeInstanceNorm2d,  # noqa: F401
-                                    Identity, ReflectionPad2d, ReflectionPad3d, apply_spectral_norm, buffers_kept,
-                                    compile_network, get_norm_layer, has_spectral_norm, init_weights,
-                                    recompute_in_backward, reflection_pad, use_resize_convolutions, uses_bias,
-                                    wants_checkpointing, wants_sliced_pads)
-from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
+from models.networks.family import (  # noqa: F401
+    DISCRIMINATOR,
+    ENCODER,
+    GENERATOR,
+    NetworkFamily,
+    SizeRule,
+    builtin_families,
+    builtin_names,
+    family_name_type,
+    family_of,
+    recognise_network,
+    volume_counterpart,
+)
+from models.networks.layers import (  # noqa: F401
+    INIT_TYPES,
+    NORMS,
+    UPSAMPLINGS,
+    ChannelsLastSafeInstanceNorm2d,
+    Identity,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    apply_spectral_norm,
+    buffers_kept,
+    compile_network,
+    get_norm_layer,
+    has_spectral_norm,
+    init_weights,
+    recompute_in_backward,
+    reflection_pad,
+    use_resize_convolutions,
+    uses_bias,
+    wants_checkpointing,
+    wants_sliced_pads,
+)
 from models.networks.patchgan import DEFAULT as DEFAULT_DISCRIMINATOR  # noqa: F401
 from models.networks.patchgan import NLayerDiscriminator, PixelDiscriminator  # noqa: F401
-from models.networks.resnet import DEFAULT as DEFAULT_GENERATOR
+from models.networks.patchgan_multiscale import MultiscaleDiscriminator  # noqa: F401
+from models.networks.resnet import DEFAULT as DEFAULT_GENERATOR  # noqa: F401
 from models.networks.resnet import ResnetBlock, ResnetGenerator  # noqa: F401
 from models.networks.unet import UnetGenerator, UnetSkipConnectionBlock  # noqa: F401
-from models.training.schedules import (LR_POLICIES, get_scheduler, policy_of_scheduler_state,  # noqa: F401
-                              reapply_schedule_flags)
+from models.training.schedules import (  # noqa: F401
+    LR_POLICIES,
+    get_scheduler,
+    policy_of_scheduler_state,
+    reapply_schedule_flags,
+)
+from util.distributed import current_context
+
 
 def generators() -> list[str]:
     """The built-in --netG names."""
@@ -80,6 +113,15 @@ def rebuild_generator(flags: Any, state: dict, input_nc: int, output_nc: int) ->
     net = family_of(flags.netG, GENERATOR).rebuild(flags, state, input_nc, output_nc)
     init_weights(net, getattr(flags, "init_type", "normal"), getattr(flags, "init_gain", 0.02))
     return net
+
+
+def init_net(net: nn.Module, init_type: str = "normal", init_gain: float = 0.02,
+             device: torch.device | str | None = None) -> nn.Module:
+    """Compatibility face for the reference's users: `init_weights(net, init_type, init_gain)`, then `net`
+    moved to `device` (default: this process's device, `current_context().device`), as our models place
+    theirs; returns `net` itself."""
+    init_weights(net, init_type, init_gain)
+    return net.to(device if device is not None else current_context().device)
 
 
 def define_G(input_nc: int, output_nc: int, ngf: int, netG: str, norm: str = "batch",

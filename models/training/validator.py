@@ -15,12 +15,15 @@ logs (util/display/validation_log.py, the visualizer).
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections import OrderedDict
-from typing import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 
+from models.base_model import BaseModel
+from models.network_views import NetworkViews
 from models.training.best_checkpoint import ema_key
-from util.console import warn0
 from util.distributed import DistContext
 from util.errors import UserError
 from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
@@ -28,7 +31,11 @@ from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expe
 from util.evaluation.metrics_report import volume_units
 from util.evaluation.validation_result import ValidationResult
 
+logger = logging.getLogger(__name__)
+
 Pairs = Mapping[str, tuple[str, str | None]]  # metric suffix -> (output visual, target visual or None)
+# (eval_mode, ema=...) -> the networks as test.py calls them, within a block (TrainingEngine.inference_networks)
+InferenceNetworks = Callable[..., AbstractContextManager[NetworkViews]]
 
 
 
@@ -36,7 +43,7 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
     """The validator of a training run scoring the loader `held_out` (data.held_out), or None without
     --val_freq (then --save_best is refused)."""
     if opt.val_freq > 0:
-        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), getattr(opt, "ema_decay", 0.0) > 0,
+        return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), opt.ema_decay > 0,
                          held_out, model.visual_domains(opt))
     if opt.save_best:
         raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
@@ -74,7 +81,7 @@ class Validator:
         self.keys = expected_keys(pairs, paired, not paired, units)
         for why in dict.fromkeys(self.metrics.skipped.values()):  # one warning per reason
             keys = [key for key, reason in self.metrics.skipped.items() if reason == why and not key.endswith("_std")]
-            warn0(f"validation will not report {', '.join(keys)}: {why}")
+            logger.warning(f"validation will not report {', '.join(keys)}: {why}")
         self.plateau_key = self._check_save_best(opt) or (self.keys[0] if self.keys else None)
 
     def _check_save_best(self, opt: argparse.Namespace) -> str | None:
@@ -96,22 +103,23 @@ class Validator:
         """Whether to validate at the end of `epoch` (every --val_freq epochs, and the last one)."""
         return self.freq > 0 and (epoch % self.freq == 0 or epoch == self.last_epoch)
 
-    def run(self, engine) -> ValidationResult:
-        """Score the model the training engine (models/training/engine.py) trains, and its moving
-        averages, on this process's share of the split; every process must call it. Training
-        resumes unchanged afterwards."""
+    def run(self, model: BaseModel, networks: InferenceNetworks) -> ValidationResult:
+        """Score `model`, and its moving averages, on this process's share of the split, its networks called
+        as `networks(eval_mode, ema=...)` gives them (the training engine's `inference_networks`); every
+        process must call it. Training resumes unchanged afterwards."""
         start = time.monotonic()
         visuals: OrderedDict = OrderedDict()
-        scores = self._score(engine, self.metrics, ema=False, keep=visuals)
+        scores = self._score(model, networks, self.metrics, ema=False, keep=visuals)
         if self.ema_metrics is not None:
-            scores.update({ema_key(k): v for k, v in self._score(engine, self.ema_metrics, ema=True).items()})
+            ema_scores = self._score(model, networks, self.ema_metrics, ema=True)
+            scores.update({ema_key(k): v for k, v in ema_scores.items()})
         images = self.metrics.image_counts.get(next(iter(self.metrics.pairs), ""), {})
         return ValidationResult(scores, time.monotonic() - start, max(images.values(), default=0), visuals)
 
-    def _score(self, engine, metrics: TranslationMetrics, ema: bool, keep: OrderedDict | None = None) -> dict:
+    def _score(self, model: BaseModel, networks: InferenceNetworks, metrics: TranslationMetrics, ema: bool,
+               keep: OrderedDict | None = None) -> dict:
         metrics.reset()
-        model = engine.model
-        with engine.inference_networks(self.eval_mode, ema=ema) as nets:  # as test.py runs them
+        with networks(self.eval_mode, ema=ema) as nets:  # as test.py runs them
             for batch in self.dataset:
                 model.set_input(batch)
                 model.test(nets)
