@@ -15,7 +15,8 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, load_script, ranks
-from test_distributed import assert_trained_alike, ok
+from helpers import ok
+from helpers_weights import assert_trained_alike
 from util.errors import UserError
 
 pytestmark = pytest.mark.slow
@@ -104,7 +105,7 @@ def test_the_translator_gives_n_outputs_per_input_reproducible_for_a_seed(traine
 def test_a_generator_without_a_code_refuses_samples():
     from models import networks
     from models.inference.translator import Translator
-    translator = Translator(networks.define_G(3, 3, 4, "resnet_6blocks", "instance"), "resnet_6blocks", 3, 3,
-                            device="cpu")
+    translator = Translator.from_generator(networks.define_G(3, 3, 4, "resnet_6blocks", "instance"), "resnet_6blocks",
+                                           3, 3, device="cpu")
     with pytest.raises(UserError, match="takes no latent code"):
         translator.translate(np.zeros((16, 16, 3), np.uint8), n_samples=2)

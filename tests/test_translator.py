@@ -216,8 +216,8 @@ def test_bf16_runs_on_the_cpu_close_to_fp32_and_fp16_asks_for_a_gpu(work):
 def tiny_translator(input_nc: int = 3) -> Translator:
     """An untrained resnet generator (ngf 4) in eval mode: enough to see what translate accepts."""
     torch.manual_seed(0)
-    return Translator(networks.define_G(input_nc, 3, 4, "resnet_6blocks", "instance"), "resnet_6blocks", input_nc, 3,
-                      device="cpu")
+    return Translator.from_generator(networks.define_G(input_nc, 3, 4, "resnet_6blocks", "instance"), "resnet_6blocks",
+                                     input_nc, 3, device="cpu")
 
 
 @pytest.mark.parametrize("image, shape", [

@@ -75,8 +75,8 @@ def translator(run) -> Translator:
 
 def picture_translator() -> Translator:
     torch.manual_seed(0)
-    return Translator(networks.define_G(1, 1, 4, "resnet_6blocks"), "resnet_6blocks", 1, 1, device="cpu",
-                      source="pictures/latest_net_G.pth")
+    return Translator.from_generator(networks.define_G(1, 1, 4, "resnet_6blocks"), "resnet_6blocks", 1, 1, device="cpu",
+                                     source="pictures/latest_net_G.pth")
 
 
 def one_paragraph(err: pytest.ExceptionInfo) -> str:
@@ -163,7 +163,8 @@ def test_patch_size_and_window_keywords_replace_the_runs_and_a_picture_generator
         Translator.load(run / "checkpoints" / "run", device="cpu", patch_size=6)
     assert "--patch_size 6x6x6" in one_paragraph(err) and "multiples of 4" in str(err.value)
     with pytest.raises(UserError) as err:
-        Translator(networks.define_G(1, 1, 4, "resnet_6blocks"), "resnet_6blocks", 1, 1, device="cpu", patch_size=8)
+        Translator.from_generator(networks.define_G(1, 1, 4, "resnet_6blocks"), "resnet_6blocks", 1, 1, device="cpu",
+                                  patch_size=8)
     assert "patch_size" in one_paragraph(err) and "translates pictures" in str(err.value)
 
 

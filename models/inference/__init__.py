@@ -3,6 +3,7 @@
     application.py       inference_views: the generators as test.py, validation and the Translator call them
     windows.py           inputs larger than a generator sees at once, in blended windows (2-D and 3-D)
     translator.py        Translator: load a run, translate images or volumes from your own program
+    records.py           what a Translator holds: LoadedGenerator, RunSettings, and each call's CallOptions
     pictures.py, volumes.py    what the Translator takes and gives for each kind of input
     saved_generator.py   finding a run's weights and building their network without flags
     reference_encoder.py, latent_codes.py    codes for generators with many answers per input

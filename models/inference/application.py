@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.inference.windows import Windows, in_windows, monai_sliding_window_inference
 from models.network_views import NetworkViews
 from models.networks import SizeRule, family_of
-from models.inference.windows import Windows, in_windows, monai_sliding_window_inference
 
 
 def inference_views(nets: Mapping[str, nn.Module], generators: Collection[str], flags: Any,

@@ -19,8 +19,18 @@ import torch
 from PIL import Image
 
 from data.image_folder import DomainSpec, network_input
-from data.image_io import (PIL_UNREADABLE, ValueRange, array_from_pil, from_network, layout_hint, match_channels,
-                           probe_image, read_image, require_finite, write_image)
+from data.image_io import (
+    PIL_UNREADABLE,
+    ValueRange,
+    array_from_pil,
+    from_network,
+    layout_hint,
+    match_channels,
+    probe_image,
+    read_image,
+    require_finite,
+    write_image,
+)
 from data.volume_io import NIFTI_EXTENSIONS
 from util.errors import UserError
 
@@ -28,35 +38,36 @@ from util.errors import UserError
 ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
 
 DataRange = tuple[float, float]
+# One call's generator: N x C x H x W in [-1, 1] -> its output in [-1, 1] (padded, tiled, its code and seed given).
+Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
 class PictureTranslation:
-    """The pictures a Translator of a 2-D generator takes and gives. `forward(batch, tile, tile_overlap)`
-    maps N x C x H x W in [-1, 1] to the output in [-1, 1] (the Translator's generator, padded and
-    tiled); `who` names the generator in messages ("the generator of <run> (<netG>, a 2-D network)")."""
+    """The pictures a Translator of a 2-D generator takes and gives; each call's `forward` (the generator
+    as the Translator applies it for that call) maps the decoded batch to the output. `who` names the
+    generator in messages ("the generator of <run> (<netG>, a 2-D network)")."""
 
     who: str
     input_nc: int
     output_nc: int
     input_range: DataRange | None
     output_range: DataRange | None
-    forward: Callable[[torch.Tensor, int, int], torch.Tensor]
 
-    def translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
-        """One picture (a path, PIL image, NumPy array or tensor) translated; anything else refused."""
+    def translate(self, image: Any, forward: Forward) -> Any:
+        """One picture (a path, PIL image, NumPy array or tensor) translated by `forward`; anything else refused."""
         if isinstance(image, (str, os.PathLike)) and os.fspath(image).lower().endswith(NIFTI_EXTENSIONS):
             raise self.volume_error(f"{os.fspath(image)} is a volume")
         if isinstance(image, (str, os.PathLike)):
             path = os.fspath(image)
-            return self.translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}",
-                                         tile, tile_overlap, path=path)[0]
+            return self.translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}", forward,
+                                         path=path)[0]
         if isinstance(image, Image.Image):
-            return self._translate_pil(image, tile, tile_overlap)
+            return self._translate_pil(image, forward)
         if isinstance(image, np.ndarray):
-            return self._translate_array(image, tile, tile_overlap)
+            return self._translate_array(image, forward)
         if isinstance(image, torch.Tensor):
-            return self._translate_tensor(image, tile, tile_overlap)
+            return self._translate_tensor(image, forward)
         raise UserError(f"cannot translate a {type(image).__name__}: pass a file path, a PIL image, a NumPy array, "
                         f"a tensor, or a list of them.")
 
@@ -76,8 +87,8 @@ class PictureTranslation:
             raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
         return list(outputs)
 
-    def translate_images(self, batch: np.ndarray, alpha: bool, what: str, tile: int, tile_overlap: int,
-                          out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
+    def translate_images(self, batch: np.ndarray, alpha: bool, what: str, forward: Forward,
+                         out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
         """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
         (default: the input's dtype), values mapped as test.py maps a dataset's."""
         dtype = np.dtype(out_dtype or batch.dtype)
@@ -89,11 +100,11 @@ class PictureTranslation:
         if inputs[0] is None:
             hint = layout_hint(path, probe_image(path)) if path else ""
             raise self._channel_error(what, batch.shape[-1], alpha, hint)
-        out = self.forward(torch.stack(inputs), tile, tile_overlap)
+        out = forward(torch.stack(inputs))
         value_range = ValueRange.for_dtype(dtype, self.output_range)
         return np.stack([from_network(image, value_range, dtype) for image in out])
 
-    def _translate_pil(self, image: Image.Image, tile: int, tile_overlap: int) -> Image.Image:
+    def _translate_pil(self, image: Image.Image, forward: Forward) -> Image.Image:
         _require_pixels((image.height, image.width), f"a {image.width}x{image.height} PIL image", "an image")
         try:
             array, alpha = array_from_pil(image)
@@ -106,10 +117,10 @@ class PictureTranslation:
                             f"channels); pass np.asarray(image) to get a NumPy array back.")
         # PIL holds 16-bit and float data only as one channel; colour from those comes back as 8 bits.
         out_dtype = array.dtype if self.output_nc == 1 else np.dtype(np.uint8)
-        out = self.translate_images(array[None], alpha, "the image", tile, tile_overlap, out_dtype)[0]
+        out = self.translate_images(array[None], alpha, "the image", forward, out_dtype)[0]
         return Image.fromarray(out[:, :, 0] if self.output_nc == 1 else out)
 
-    def _translate_array(self, array: np.ndarray, tile: int, tile_overlap: int) -> np.ndarray:
+    def _translate_array(self, array: np.ndarray, forward: Forward) -> np.ndarray:
         if array.ndim not in (2, 3, 4):
             raise UserError(f"cannot translate an array of shape {array.shape}: pass HxW, HxWxC or NxHxWxC.")
         if array.dtype not in ARRAY_DTYPES:
@@ -118,12 +129,12 @@ class PictureTranslation:
         _require_pixels(array.shape[-3:] if array.ndim == 4 else array.shape, f"an array of shape {array.shape}",
                         "HxW, HxWxC or NxHxWxC")
         batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
-        out = self.translate_images(batch, False, "this array", tile, tile_overlap)
+        out = self.translate_images(batch, False, "this array", forward)
         if array.ndim == 4:
             return out
         return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
 
-    def _translate_tensor(self, x: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
+    def _translate_tensor(self, x: torch.Tensor, forward: Forward) -> torch.Tensor:
         if x.ndim == 5:
             raise self.volume_error(f"a tensor of shape {tuple(x.shape)} (N x C x D x H x W) is a volume")
         if not x.is_floating_point() or x.ndim not in (3, 4):
@@ -138,8 +149,7 @@ class PictureTranslation:
             if matched[0] is None:
                 raise self._channel_error("this tensor", batch.shape[1], False)
             batch = torch.stack(matched)
-        out = self.forward(batch, tile, tile_overlap)
-        out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
+        out = forward(batch).to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
         return out if x.ndim == 4 else out[0]
 
     def volume_error(self, what: str) -> UserError:

@@ -52,94 +52,58 @@ call). `eval_mode=False` computes what the reference's test.py does without --ev
 normalised by its own batch statistics and dropout active, with dropout masks drawn from `seed` for every
 image (so the same image always gives the same output). Batch norm in training mode rewrites its running
 statistics during every call, and the seeding sets the global random generator: calls serialise on a lock.
+
+A Translator holds two records (models/inference/records.py): `loaded`, what was loaded (the generator and
+its facts), and `running`, how it runs (device, precision, mode, seed, a volume's window). Each call of
+`translate` makes a third, its CallOptions (tiles, code, seed, steps), and hands pictures.py or volumes.py
+the generator for that call as a plain function of a batch (`_forward` with those options): nothing of a
+call is kept between calls or shared with another thread's. One image's way (docs/inference.md):
+translator.py -> pictures.py (decoded, mapped to [-1, 1]) -> this call's `_forward` -> [models/losses/bridge.py:
+--model sb's walk] -> application.py (padded, cropped) -> [windows.py: tiles] -> the family's network module.
 """
 from __future__ import annotations
 
-import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from data.base_dataset import parse_data_range
-from models.losses import bridge
 from models.inference.application import InferenceGenerator
 from models.inference.latent_codes import checked_latent_codes, draw_latent_codes
-from models.networks import family_of
 from models.inference.pictures import DataRange, PictureTranslation, describe_range, sample_paths  # noqa: F401
+from models.inference.records import PRECISIONS, CallOptions, LoadedGenerator, RunSettings, resolve_device
 from models.inference.reference_encoder import ReferenceEncoder, find_encoder, reference_picture
 from models.inference.saved_generator import find_generator, load_generator
-from models.inference.volumes import VolumeTranslation, WindowSettings, window_settings
+from models.inference.volumes import VolumeTranslation, WindowSettings
 from models.inference.windows import Windows, check_tiling
-from util.distributed import pick_device
+from models.losses import bridge
+from models.networks import SizeRule
 from util.errors import UserError
 
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# The latent code of this thread's translation (None: none), set by `translate`, read by `_forward`.
-_LATENT_CODE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("latent_code", default=None)
-_BRIDGE_WALK: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar("bridge_walk")  # sb's (seed, steps)
+__all__ = ["PRECISIONS", "CallOptions", "LoadedGenerator", "RunSettings", "Translator", "sample_paths"]
 
 
 class Translator:
     """A loaded generator that translates images of any kind and size (see the module docstring)."""
 
-    def __init__(self, generator: nn.Module, netG: str, input_nc: int, output_nc: int, *,
-                 device: str | torch.device = "auto", precision: str = "fp32", eval_mode: bool = True,
-                 seed: int = 0, source: str = "", input_range: DataRange | None = None,
-                 output_range: DataRange | None = None, architecture: dict | None = None,
-                 encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None,
-                 patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
-                 window_batch: int | None = None, num_timesteps: int | None = None, tau: float | None = None) -> None:
-        """Wrap a generator of family `netG` whose weights are loaded (`architecture`: the options it
-        was built with, for families whose size rule depends on them); usually `Translator.load` does this. `input_range` and `output_range` are
-        the float data values that map to -1 and 1 at the generator's input and output (None: 0 and 1);
-        integer data always map by their dtype's full range. Volume generators (3-D families) map
-        volumes' values through them (uint8 by 0..255 where they are None) and need `patch_size`, the
-        window (D, H, W) whole volumes are translated in (see `load` for it and `window_overlap`,
-        `window_batch`); picture generators take none of the three."""
-        self.device = _resolve_device(device)
-        if precision not in PRECISIONS:
-            raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
-        if precision == "fp16" and self.device.type != "cuda":
-            raise UserError("precision fp16 needs a CUDA GPU (float16 arithmetic on the CPU is slow and many "
-                            "kernels lack it); use precision bf16 or fp32 on the CPU.")
-        self.precision = precision
-        self.generator = generator.to(self.device).train(not eval_mode)
-        self.netG = netG
-        self.architecture = SimpleNamespace(**(architecture or {"netG": netG}))
-        self.latent_size = family_of(netG).latent_size(self.architecture)  # 0: one answer per input
-        self.size_rule = family_of(netG).size_rule(self.architecture)
-        self.bridge = bridge.settings(family_of(netG), self.architecture, num_timesteps, tau, source or netG)  # --model sb
-        self.input_nc, self.output_nc = input_nc, output_nc
-        self.eval_mode, self.seed, self.source = eval_mode, seed, source
-        self.input_range, self.output_range = input_range, output_range
-        # Volumes: the sliding window whole volumes are translated in (None for a picture generator),
-        # and what volumes go in and come out as (models/inference/volumes.py).
-        self.volumes = self.size_rule.dims == 3
-        self.window: WindowSettings | None = None
-        self._pictures: PictureTranslation | None = None
-        self._volumes: VolumeTranslation | None = None
-        if self.volumes:
-            self.window = window_settings(self.architecture, source or netG, patch_size, window_overlap, window_batch)
-            self._volumes = VolumeTranslation(f"the generator of {source or netG} ({netG}, a 3-D network)", input_nc,
-                                              output_nc, input_range, output_range,
-                                              lambda batch: self._forward(batch, 0, 0))
-        else:
-            self._pictures = PictureTranslation(f"the generator of {source or netG} ({netG}, a 2-D network)",
-                                                input_nc, output_nc, input_range, output_range, self._forward)
-            given = [name for name, value in (("patch_size", patch_size), ("window_overlap", window_overlap),
-                                              ("window_batch", window_batch)) if value is not None]
-            if given:
-                raise UserError(f"{' and '.join(given)}: the generator of {source or netG} ({netG}) translates "
-                                f"pictures, not volumes, so it has no sliding window; leave {' and '.join(given)} "
-                                f"out (large pictures are translated in tiles: tile, tile_overlap).")
+    def __init__(self, loaded: LoadedGenerator, running: RunSettings,
+                 encoder: ReferenceEncoder | Callable[[], ReferenceEncoder | None] | None = None) -> None:
+        """Translate with `loaded`'s generator as `running` says (`load` and `from_generator` build both).
+        `encoder`: a latent generator's encoder for `reference` images, or how to load it at its first use
+        (so that translating without a reference never depends on the encoder's file)."""
+        self.loaded, self.running = loaded, running
+        loaded.generator.to(running.device).train(not running.eval_mode)
+        who = f"the generator of {loaded.source or loaded.netG} ({loaded.netG}, a {loaded.size_rule.dims}-D network)"
+        # what goes in and comes out, each kind its way (models/inference/pictures.py, volumes.py)
+        self._kind = (VolumeTranslation if loaded.volumes else PictureTranslation)(
+            who, loaded.input_nc, loaded.output_nc, loaded.input_range, loaded.output_range)
         self._lock = threading.Lock()  # serialises calls in training mode only
-        # a latent generator's encoder for `reference` images, or how to load it at its first use (so
-        # that translating without a reference never depends on the encoder's file)
         self._encoder = encoder
 
     @classmethod
@@ -175,21 +139,60 @@ class Translator:
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
-        input_range, output_range = (range_A, range_B) if found.direction == "AtoB" else (range_B, range_A)
-        resolved = _resolve_device(device)  # before loading, so that a bad device fails fast
-        arch = found.architecture
-        net = load_generator(found.path, arch, resolved)
-        family, flags = family_of(arch["netG"]), SimpleNamespace(**arch)
-        latent = family.latent_size(flags) > 0
-        if patch_size is None and family.size_rule(flags).dims == 3:
+        resolved = resolve_device(device)  # before loading, so that a bad device fails fast
+        loaded = LoadedGenerator.build(
+            load_generator(found.path, found.architecture, resolved), found.architecture, source=found.path,
+            direction=found.direction, ranges=(range_A, range_B) if found.direction == "AtoB" else (range_B, range_A),
+            num_timesteps=found.num_timesteps if num_timesteps is None else num_timesteps,
+            tau=found.tau if tau is None else tau)
+        if patch_size is None and loaded.volumes:
             patch_size = found.patch_size  # the window is the patch size the volume generator trained on
-        return cls(net, arch["netG"], arch["input_nc"], arch["output_nc"], device=resolved, precision=precision,
-                   eval_mode=eval_mode, seed=seed, source=found.path, input_range=input_range,
-                   output_range=output_range, architecture=arch,
-                   encoder=(lambda: find_encoder(found.path, arch["output_nc"], resolved)) if latent else None,
-                   patch_size=patch_size, window_overlap=window_overlap, window_batch=window_batch,
-                   num_timesteps=found.num_timesteps if num_timesteps is None else num_timesteps,
-                   tau=found.tau if tau is None else tau)
+        running = RunSettings.build(loaded, resolved, precision, eval_mode, seed, patch_size, window_overlap,
+                                    window_batch)
+        encoder = (lambda: find_encoder(found.path, loaded.output_nc, resolved)) if loaded.latent_size else None
+        return cls(loaded, running, encoder)
+
+    @classmethod
+    def from_generator(cls, generator: nn.Module, netG: str, input_nc: int, output_nc: int, *, source: str = "",
+                       **settings: Any) -> "Translator":
+        """A generator already built with its weights (e.g. by networks.define_G) of family `netG` with its
+        default shape options, taking `input_nc` and giving `output_nc` channels; float data map by [0, 1].
+        `settings`: `load`'s device, precision, eval_mode, seed, patch_size, window_overlap and window_batch
+        (RunSettings.build); `source` names it in messages."""
+        loaded = LoadedGenerator.build(generator, {"netG": netG, "input_nc": input_nc, "output_nc": output_nc},
+                                       source=source)
+        return cls(loaded, RunSettings.build(loaded, **settings))
+
+    # The facts programs and tests read, as attributes (the records hold the rest).
+    @property
+    def generator(self) -> nn.Module:
+        """The plain generator module, its weights loaded, on the device."""
+        return self.loaded.generator
+
+    @property
+    def size_rule(self) -> SizeRule:
+        """The sizes the generator takes (its family's rule)."""
+        return self.loaded.size_rule
+
+    @property
+    def latent_size(self) -> int:
+        """The latent code the generator takes beside each image (0: one answer per input)."""
+        return self.loaded.latent_size
+
+    @property
+    def bridge(self) -> tuple[int, float, int] | None:
+        """--model sb: (num_timesteps, tau, noise code size) of its walk; None for a generator of one pass."""
+        return self.loaded.bridge
+
+    @property
+    def volumes(self) -> bool:
+        """Whether the generator translates volumes (a 3-D family) rather than pictures."""
+        return self.loaded.volumes
+
+    @property
+    def window(self) -> WindowSettings | None:
+        """The sliding window a volume generator translates in; None for a picture generator."""
+        return self.running.window
 
     @property
     def encoder(self) -> ReferenceEncoder | None:
@@ -199,12 +202,13 @@ class Translator:
         return self._encoder
 
     def __repr__(self) -> str:
-        mode = "eval" if self.eval_mode else f"train, seed {self.seed}"
-        ranges = "" if self.input_range is None and self.output_range is None else \
-            f", float data {describe_range(self.input_range)} -> {describe_range(self.output_range)}"
-        window = f", volumes in {self.window.describe()}" if self.window else ""
-        return (f"Translator({self.source or self.netG}: {self.netG}, {self.input_nc} -> {self.output_nc} channels"
-                f"{ranges}{window}, {self.device}, {self.precision}, {mode} mode)")
+        loaded, running = self.loaded, self.running
+        mode = "eval" if running.eval_mode else f"train, seed {running.seed}"
+        ranges = "" if loaded.input_range is None and loaded.output_range is None else \
+            f", float data {describe_range(loaded.input_range)} -> {describe_range(loaded.output_range)}"
+        window = f", volumes in {running.window.describe()}" if running.window else ""
+        return (f"Translator({loaded.source or loaded.netG}: {loaded.netG}, {loaded.input_nc} -> {loaded.output_nc} "
+                f"channels{ranges}{window}, {running.device}, {running.precision}, {mode} mode)")
 
     # ------------------------------------------------------------------ public API
     def translate(self, image: Any, *, tile: int = 0, tile_overlap: int = 64, n_samples: int | None = None,
@@ -220,30 +224,31 @@ class Translator:
         it (its code from the encoder saved with the generator: `encode`); with none of them, one,
         from the first code that `seed` draws. Volume generators take neither tiles nor codes; --model sb
         runs walk `steps` steps (default num_timesteps), their noise from `seed` (the same seed, the same output)."""
-        generator = f"{self.source or self.netG} ({self.netG})"  # as the refusals below name it
-        if self.volumes and tile:
+        loaded, generator = self.loaded, self.loaded.name  # as the refusals below name it
+        if loaded.volumes and tile:
             raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {generator} translates "
-                            f"volumes, whole, in sliding {self.window.describe()}; leave "
+                            f"volumes, whole, in sliding {self.running.window.describe()}; leave "
                             f"tile out (Translator.load's window_overlap and window_batch set the window).")
-        check_tiling(self.netG, tile, tile_overlap, self.architecture)
-        walk_steps = bridge.checked_steps(steps, self.bridge, generator)
-        if self.bridge is not None:
+        check_tiling(loaded.netG, tile, tile_overlap, loaded.architecture)
+        windows = self.running.window.windows() if self.running.window else \
+            Windows.for_tiles(tile, tile_overlap) if tile else None
+        options = CallOptions(windows, seed=self.running.seed if seed is None else seed,
+                              steps=bridge.checked_steps(steps, loaded.bridge, generator))
+        if loaded.bridge is not None:
             bridge.check_no_codes(n_samples, codes, reference, generator)
-            walk = (self.seed if seed is None else seed, walk_steps)
-            return _within(_BRIDGE_WALK, walk, self._translate, image, tile, tile_overlap)
-        if self.latent_size == 0:
+            return self._translate(image, options)
+        if loaded.latent_size == 0:
             if n_samples is not None or codes is not None or reference is not None:
                 raise UserError(f"the generator of {generator} takes no latent code: it "
                                 f"gives one translation per input; leave out n_samples, codes and reference.")
-            return self._translate(image, tile, tile_overlap)
+            return self._translate(image, options)
         if reference is not None:
             if n_samples is not None or codes is not None:
                 raise UserError("a reference image gives the one code that looks like it: pass reference, or "
                                 "n_samples or codes, not both.")
-            return self.translate(image, tile=tile, tile_overlap=tile_overlap, codes=self.encode(reference))[0]
-        outputs = []
-        for code in self.latent_codes(n_samples, codes, seed):
-            outputs.append(_within(_LATENT_CODE, code, self._translate, image, tile, tile_overlap))
+            return self._translate(image, replace(options, code=self.latent_codes(codes=self.encode(reference))[0]))
+        outputs = [self._translate(image, replace(options, code=code))
+                   for code in self.latent_codes(n_samples, codes, seed)]
         return outputs if n_samples is not None or codes is not None else outputs[0]
 
     def latent_codes(self, n_samples: int | None = None, codes: Any = None, seed: int | None = None) -> torch.Tensor:
@@ -252,25 +257,24 @@ class Translator:
         if codes is not None:
             return checked_latent_codes(codes, self.latent_size)
         return draw_latent_codes(1 if n_samples is None else n_samples, self.latent_size,
-                                 self.seed if seed is None else seed)
+                                 self.running.seed if seed is None else seed)
 
     def encode(self, reference: Any) -> torch.Tensor:
         """The 1 x latent_size code (float64) that makes a translation look like `reference`, an image
         of the output domain (path, PIL image, array HxW or HxWxC, or tensor CxHxW in [-1, 1]): the
         mean of the code the encoder saved with the generator gives it (models/inference/reference_encoder.py)."""
         if self.encoder is None:
-            raise UserError(f"{self.source or self.netG} has no encoder saved beside its generator (e.g. "
+            raise UserError(f"{self.loaded.source or self.loaded.netG} has no encoder saved beside its generator (e.g. "
                             f"latest_net_E.pth of a BicycleGAN run), so a reference image cannot be encoded; draw "
                             f"codes (n_samples; scripts/translate.py --n_samples) or give them (codes; --codes).")
-        return self.encoder.encode(reference_picture(reference, self.output_nc, self.output_range)[None])
+        return self.encoder.encode(reference_picture(reference, self.loaded.output_nc, self.loaded.output_range)[None])
 
-    def _translate(self, image: Any, tile: int, tile_overlap: int) -> Any:
-        """`translate` for one code (or none): each kind of input its way."""
+    def _translate(self, image: Any, options: CallOptions) -> Any:
+        """`translate` for one code (or none): each kind of input its way (pictures.py, volumes.py), through
+        this call's generator, a plain function of a batch."""
         if isinstance(image, (list, tuple)):
-            return [self._translate(item, tile, tile_overlap) for item in image]
-        if self.volumes:
-            return self._volumes.translate(image)
-        return self._pictures.translate(image, tile, tile_overlap)
+            return [self._translate(item, options) for item in image]
+        return self._kind.translate(image, partial(self._forward, options))
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
                        tile_overlap: int = 64, **answers: Any) -> list[str]:
@@ -284,34 +288,28 @@ class Translator:
         A volume translator writes the volume in `input_path` translated into `output_path`: .nii or
         .nii.gz with the input's affine and header, or .npy (float32, the output domain's units)."""
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
-        if self.volumes:
-            self._volumes.check_file_names(input_path, output_path)  # before translating, which takes a while
-            output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
-            return self._volumes.write(output_path, output, input_path)
+        if isinstance(self._kind, VolumeTranslation):
+            self._kind.check_file_names(input_path, output_path)  # before translating, which takes a while
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
-        return self._pictures.write(output_path, output, input_path)
+        return self._kind.write(output_path, output, input_path)
 
-    # ------------------------------------------------------------------ one kind each
-    # ------------------------------------------------------------------ the network
-    def _forward(self, batch: torch.Tensor, tile: int, tile_overlap: int) -> torch.Tensor:
+    # ------------------------------------------------------------------ the generator, for one call
+    def _forward(self, options: CallOptions, batch: torch.Tensor) -> torch.Tensor:
         """NxCxHxW in [-1, 1] (C = input_nc) -> NxC'xHxW float32 in [-1, 1] on the device (volumes:
-        NxCxDxHxW, in the sliding window); one implementation for every kind of input, so that they all
-        give the same numbers, and the one test.py and validation apply (models/inference/application.py)."""
-        if self.window is not None:
-            windows = self.window.windows()
-        else:
-            windows = Windows.for_tiles(tile, tile_overlap) if tile else None
-        net = InferenceGenerator(self.generator, self.size_rule, windows)
-        amp_dtype = PRECISIONS[self.precision]
-        code = _LATENT_CODE.get()  # a latent generator's code for this call, the same for every image
-        with torch.inference_mode(), torch.autocast(self.device.type, dtype=amp_dtype or torch.bfloat16,
-                                                    enabled=amp_dtype is not None):
-            batch = batch.to(self.device, torch.float32)
-            if self.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
-                seed, steps = _BRIDGE_WALK.get()
-                return bridge.walk_each(net, batch, steps, *self.bridge[1:], seed)[-1].float()
-            codes = () if code is None else (code.to(self.device, torch.float32).expand(len(batch), -1),)
-            if self.eval_mode:
+        NxCxDxHxW, in the sliding window), as this call's `options` say; one implementation for every kind
+        of input, so that they all give the same numbers, and the one test.py and validation apply
+        (models/inference/application.py)."""
+        loaded, running = self.loaded, self.running
+        net = InferenceGenerator(loaded.generator, loaded.size_rule, options.windows)
+        with torch.inference_mode(), torch.autocast(running.device.type, dtype=running.autocast or torch.bfloat16,
+                                                    enabled=running.autocast is not None):
+            batch = batch.to(running.device, torch.float32)
+            if loaded.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
+                return bridge.walk_each(net, batch, options.steps, *loaded.bridge[1:], options.seed)[-1].float()
+            # a latent generator's code, the same for every image of the call
+            codes = () if options.code is None else \
+                (options.code.to(running.device, torch.float32).expand(len(batch), -1),)
+            if running.eval_mode:
                 return net(batch, *codes).float()
             with self._lock:
                 # One image at a time, as test.py (batch size 1) normalises it: the output of an
@@ -319,32 +317,13 @@ class Translator:
                 return torch.cat([self._seeded(net, image[None], *(c[:1] for c in codes)) for image in batch]).float()
 
     def _seeded(self, net: nn.Module, x: torch.Tensor, *codes: torch.Tensor) -> torch.Tensor:
-        """net(x) with the dropout masks drawn from `seed`; the global random state is restored after."""
-        cuda = self.device.type == "cuda"
-        with torch.random.fork_rng(devices=[self.device] if cuda else []):
-            if cuda:
-                with torch.cuda.device(self.device):
-                    torch.cuda.manual_seed(self.seed)
+        """net(x) with the dropout masks drawn from the translator's seed; the global random state is
+        restored after."""
+        device, seed = self.running.device, self.running.seed
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    torch.cuda.manual_seed(seed)
             else:
-                torch.default_generator.manual_seed(self.seed)
+                torch.default_generator.manual_seed(seed)
             return net(x, *codes)
-
-
-def _within(variable: contextvars.ContextVar, value: Any, function: Callable, *args: Any) -> Any:
-    """function(*args) in a copy of this thread's context where `variable` is `value` (this call's alone)."""
-    def call() -> Any:
-        variable.set(value)
-        return function(*args)
-    return contextvars.copy_context().run(call)
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if isinstance(device, str) and device in ("auto", "cpu", "cuda"):
-        return pick_device(device)
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise UserError(f"device {device!r} is not a device; use auto, cpu, cuda or cuda:N.") from None
-    if resolved.type == "cuda":
-        pick_device("cuda")  # the clear error when PyTorch sees no GPU
-    return resolved

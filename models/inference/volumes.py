@@ -25,8 +25,18 @@ import torch
 from PIL import Image
 
 from data.image_folder import is_image_file
-from data.volume_io import (VOLUME_EXTENSIONS, Window, from_network, is_volume_file, probe_volume, read_reference,
-                            read_volume, to_network, volume_stem, write_volume)
+from data.volume_io import (
+    VOLUME_EXTENSIONS,
+    Window,
+    from_network,
+    is_volume_file,
+    probe_volume,
+    read_reference,
+    read_volume,
+    to_network,
+    volume_stem,
+    write_volume,
+)
 from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP, batch_refusal
 from models.inference.windows import Windows, check_window
 from util.errors import UserError
@@ -129,20 +139,21 @@ def volume_array(array: np.ndarray, channels: int) -> np.ndarray:
 @dataclass
 class VolumeTranslation:
     """The volumes a Translator of a 3-D generator takes and gives (the module docstring of
-    models/inference/translator.py lists them). `forward` maps a batch (N, C, D, H, W) in [-1, 1] to the output
-    in [-1, 1] (the Translator's sliding window); `who` names the generator in messages."""
+    models/inference/translator.py lists them); each call's `forward` maps a batch (N, C, D, H, W) in [-1, 1]
+    to the output in [-1, 1] (the Translator's generator in its sliding window). `who` names the generator
+    in messages."""
 
     who: str
     input_nc: int
     output_nc: int
     input_range: Window | None
     output_range: Window | None
-    forward: Callable[[torch.Tensor], torch.Tensor]
 
-    def translate(self, volume: Any) -> Any:
-        """One volume (a path, NumPy array or tensor) translated; anything else refused in one paragraph."""
+    def translate(self, volume: Any, forward: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+        """One volume (a path, NumPy array or tensor) translated by `forward`; anything else refused in one
+        paragraph."""
         if isinstance(volume, torch.Tensor):
-            return self._translate_tensor(volume)
+            return self._translate_tensor(volume, forward)
         if isinstance(volume, (str, os.PathLike)):
             path = os.fspath(volume)
             self._require_volume_file(path)
@@ -150,11 +161,12 @@ class VolumeTranslation:
             if info.shape[0] != self.input_nc:
                 raise UserError(f"{self.who} takes {self.input_nc}-channel volumes, but volume {path} is "
                                 f"{info.describe()}; pass volumes of {self.input_nc} channel(s).")
-            return self._translate_units(read_volume(path, self.input_nc).array, info.dtype, f"volume {path}")
+            return self._translate_units(read_volume(path, self.input_nc).array, info.dtype, f"volume {path}",
+                                         forward)
         if isinstance(volume, np.ndarray):
             if volume.ndim == 2:
                 raise self.picture_error(f"an array of shape {volume.shape} (H x W) is a picture")
-            out = self._translate_units(volume_array(volume, self.input_nc), volume.dtype, "this array")
+            out = self._translate_units(volume_array(volume, self.input_nc), volume.dtype, "this array", forward)
             return out[0] if volume.ndim == 3 and self.output_nc == 1 else out
         if isinstance(volume, Image.Image):
             raise self.picture_error("a PIL image is a picture")
@@ -201,7 +213,7 @@ class VolumeTranslation:
             raise self.picture_error(f"{path} is a picture" if is_image_file(path) else
                                      f"{path} is not a volume file ({', '.join(VOLUME_EXTENSIONS)})")
 
-    def _translate_tensor(self, x: torch.Tensor) -> torch.Tensor:
+    def _translate_tensor(self, x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if x.ndim == 3:
             raise self.picture_error(f"a tensor of shape {tuple(x.shape)} (C x H x W) is a picture")
         batch = x if x.ndim == 5 else x[None]
@@ -212,11 +224,12 @@ class VolumeTranslation:
                             f"least one voxel.")
         if len(batch) == 0:
             return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
-        out = self.forward(batch).to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
+        out = forward(batch).to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
         return out if x.ndim == 5 else out[0]
 
-    def _translate_units(self, volume: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    def _translate_units(self, volume: np.ndarray, dtype: np.dtype, what: str,
+                         forward: Callable[[torch.Tensor], torch.Tensor]) -> np.ndarray:
         """(C, D, H, W) float32 in the units of data of `dtype` -> (C', D, H, W) float32 in the output's units."""
         input_window, output_window = unit_windows(dtype, self.input_range, self.output_range, what, self.who)
-        out = self.forward(torch.from_numpy(to_network(volume, input_window))[None])
+        out = forward(torch.from_numpy(to_network(volume, input_window))[None])
         return from_network(out[0].cpu().numpy(), output_window)

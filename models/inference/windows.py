@@ -101,8 +101,8 @@ def in_windows(predictor: Callable[..., torch.Tensor], x: torch.Tensor, windows:
                 f"windows of {'x'.join(map(str, size))} voxels overlapping by --window_overlap {windows.overlap:g}")
         fix = "a larger --tile" if windows.blend == RAMP else "a smaller --window_overlap (default 0.5)"
         raise UserError(f"{what} cut an input of {'x'.join(map(str, spatial))} into {count} windows, more than the "
-                        f"{MAX_WINDOWS} one input may take (MAX_WINDOWS, models/inference/windows.py: their positions are "
-                        f"listed first); use {fix}.")
+                        f"{MAX_WINDOWS} one input may take (MAX_WINDOWS, models/inference/windows.py: their positions "
+                        f"are listed first); use {fix}.")
 
     def run(images: torch.Tensor, predict: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         def own_output(window: torch.Tensor) -> torch.Tensor:

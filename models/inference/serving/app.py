@@ -36,17 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
-from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from models.losses import bridge
 from models.inference.saved_generator import find_generator
 from models.inference.serving.batching import MicroBatcher
 from models.inference.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
 from models.inference.serving.receiving import counting, form_upload, raw_upload, unless_disconnected
 from models.inference.serving.uploads import BadRequest, Limits
 from models.inference.translator import Translator
+from models.losses import bridge
 from util.errors import UserError
 from util.flag_types import MAX_SEED
 
@@ -154,9 +154,9 @@ class TranslationService:
         model, translator, settings = self.model, self.translator, self.settings
         latent = translator.latent_size > 0
         return {
-            "model": model.name, "generator": translator.netG,
+            "model": model.name, "generator": translator.loaded.netG,
             "takes": "volumes" if translator.volumes else "pictures",
-            "input_channels": translator.input_nc, "output_channels": translator.output_nc,
+            "input_channels": translator.loaded.input_nc, "output_channels": translator.loaded.output_nc,
             "directions": model.directions, "default_direction": model.default_direction,
             "latent_size": translator.latent_size, "encoder": model.has_encoder,
             "window": translator.window.describe() if translator.window else None,
@@ -169,7 +169,8 @@ class TranslationService:
                        "max_voxels": settings.limits.max_voxels},
             "batching": {"max_batch": settings.max_batch, "batch_timeout_ms": settings.batch_timeout_ms,
                          "queue_size": settings.queue_size,
-                         "devices": [str(replica[model.default_direction].device) for replica in model.replicas]},
+                         "devices": [str(replica[model.default_direction].running.device)
+                                     for replica in model.replicas]},
         }
 
     async def translate(self, request: Request) -> Response:
@@ -233,28 +234,30 @@ class TranslationService:
                                   f"again") from None
         direction, n_samples, seed, steps = self._options(fields, bool(reference_body))
         job = await asyncio.to_thread(stored_job, body, folder, client_name, direction, n_samples, seed,
-                                      reference_body, limits, self.translator.volumes, self.translator.input_nc, steps)
+                                      reference_body, limits, self.translator.volumes,
+                                      self.translator.loaded.input_nc, steps)
         return job, fields.get("response") == "json"
 
     def _options(self, fields: dict[str, Any], has_reference: bool) -> tuple[str, int | None, int | None, int | None]:
         """(direction, n_samples, seed, steps) from the request's fields, each checked against the model."""
         model, translator = self.model, self.translator
+        generator = f"{model.name} ({translator.loaded.netG})"  # as the refusals below name it
         direction = fields.get("direction") or model.default_direction
         if direction not in model.directions:
             raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
         n_samples = _option(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
         seed = _option(fields, "seed", 0, MAX_SEED)
         if translator.bridge is None and fields.get("steps") not in (None, ""):
-            raise BadRequest(400, f"steps={fields['steps']!r}: {model.name} ({translator.netG}) translates in one "
+            raise BadRequest(400, f"steps={fields['steps']!r}: {generator} translates in one "
                                   f"pass; only a Schrödinger-bridge run (--model sb) walks steps")
         steps = _option(fields, "steps", 1, bridge.MAX_STEPS)
         if translator.bridge is not None:
             if n_samples is not None or has_reference:
-                raise BadRequest(400, f"{model.name} ({translator.netG}) draws its own noise at each step: leave out "
+                raise BadRequest(400, f"{generator} draws its own noise at each step: leave out "
                                       f"n_samples and reference; send seed (and steps) for another draw")
             return direction, None, seed, steps
         if translator.latent_size == 0 and (n_samples is not None or seed is not None or has_reference):
-            raise BadRequest(400, f"{model.name} ({translator.netG}) gives one translation per input: leave out "
+            raise BadRequest(400, f"{generator} gives one translation per input: leave out "
                                   f"n_samples, seed and reference")
         if has_reference and n_samples is not None:
             raise BadRequest(400, "a reference image gives the one output that looks like it: send reference, or "

@@ -9,6 +9,7 @@ file, alone or in a batch of its kind, and the output files and previews it answ
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tempfile
 import time
@@ -21,9 +22,18 @@ from PIL import Image
 
 from data.image_io import output_extension, read_image, write_image
 from data.volume_io import read_volume
-from models.inference.serving.uploads import BadRequest, Limits, Upload, describe_upload_error, download_name, save_upload
+from models.inference.serving.uploads import (
+    BadRequest,
+    Limits,
+    Upload,
+    describe_upload_error,
+    download_name,
+    save_upload,
+)
 from models.inference.translator import Translator
 from util.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 MEDIA_TYPES = {".png": "image/png", ".tif": "image/tiff", ".npy": "application/octet-stream",
                ".nii": "application/octet-stream", ".nii.gz": "application/gzip", ".zip": "application/zip"}
@@ -97,7 +107,9 @@ def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: 
     if key is not None and len(jobs) > 1:
         try:
             results = _translate_together(translators[key[0]], jobs)
-        except Exception:
+        except Exception as err:  # any failure: each job is translated alone below, so only a bad one fails
+            logger.warning("a batch of %d jobs failed (%s: %s); translating them one at a time",
+                           len(jobs), type(err).__name__, err)
             results = None
     if results is None:
         results = [_translate_alone(translators, job) for job in jobs]
@@ -139,13 +151,15 @@ def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated
         # the readers' "cannot read image/volume ...": the file itself is damaged (400); else the model cannot take it
         return BadRequest(400 if reason.startswith("cannot read") else 422, reason)
     except Exception as err:  # a bug or the machine (memory, disk): this request's 500, the server goes on
+        logger.exception("translating %s failed", job.upload.path)  # the traceback, for whoever runs the server
         reason = _without_server_paths(" ".join(f"{type(err).__name__}: {err}".split()), translator)
         return BadRequest(500, f"the server failed to translate this file ({reason[:300]})")
 
 
 def _without_server_paths(text: str, translator: Translator) -> str:
     """`text` with the model's checkpoint folder named by the run's name only."""
-    folder = os.path.dirname(os.path.abspath(translator.source)) if translator.source else ""
+    source = translator.loaded.source
+    folder = os.path.dirname(os.path.abspath(source)) if source else ""
     return text.replace(folder, os.path.basename(folder)) if folder else text
 
 

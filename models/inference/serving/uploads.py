@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import math
 import os
 import re
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from data.image_io import ImageInfo, probe_image
 from data.volume_io import probe_volume
 from util.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 # The image formats the server reads (those data/image_io.py reads), by their first bytes.
 _IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", ".png"), (b"\xff\xd8\xff", ".jpg"), (b"II*\x00", ".tif"),
@@ -167,7 +170,8 @@ def _nifti_header(head: bytes, max_voxels: int) -> int:
         try:
             header = kind.from_fileobj(io.BytesIO(head), check=False)
             break
-        except Exception:  # not this kind of header (nibabel raises several types)
+        except Exception as err:  # not this kind of header (nibabel raises several types)
+            logger.debug("the upload is not a %s: %s: %s", kind.__name__, type(err).__name__, err)
             continue
     if header is None:
         raise BadRequest(400, "the upload is not a NIfTI file: its header cannot be read")
