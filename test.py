@@ -5,40 +5,48 @@
     torchrun --nproc_per_node=2 test.py ...   # the ranks share the images; rank 0 writes the page
 
 Images go to --results_dir/--name/<phase>_<epoch>/images/ (a folder apart from those the dataset reads: one
-that is, lies inside or contains them is refused when the options are parsed; 8-bit PNG previews; data of higher precision or
-other channel counts also at full precision in .../full_precision/, data/output_files.py), the page to
-.../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs (and of
-the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID (util/evaluation/metrics_report.py,
-docs/evaluation.md).
+that is, lies inside or contains them is refused when the options are parsed; 8-bit PNG previews; data of
+higher precision or other channel counts also at full precision in .../full_precision/, data/output_files.py),
+the page to .../index.html, and for paired data (aligned, colorization) the mean L1/PSNR/SSIM of the outputs
+(and of the do-nothing baseline) to metrics.json. --eval_metrics adds FID/KID
+(util/evaluation/metrics_report.py, docs/evaluation.md).
 
 With --preprocess none each image keeps its size and aspect ratio: it is padded by reflection to a
 size the generator takes and the output cropped back. --tile N translates large images in blended
-N x N tiles, and volumes in sliding windows of --patch_size (models/inference/application.py, models/inference/windows.py: the way
-the Translator and validation apply a generator too; docs/evaluation.md).
+N x N tiles, and volumes in sliding windows of --patch_size (models/inference/application.py,
+models/inference/windows.py: the way the Translator and validation apply a generator too; docs/evaluation.md).
 """
 from __future__ import annotations
 
+import logging
 import os
-import sys
 
 from data import create_dataset, spatial_dims
 from data.image_folder import image_batches, list_images
-from data.output_files import FOLDER as FULL_PRECISION_FOLDER, VOLUME_FOLDER, write_full_precision, write_volume_outputs
+from data.output_files import FOLDER as FULL_PRECISION_FOLDER
+from data.output_files import VOLUME_FOLDER, write_full_precision, write_volume_outputs
 from models import create_model, networks
 from models.inference.application import inference_views
 from models.inference.latent_codes import draw_latent_codes
-from models.network_views import NetworkViews
 from models.inference.windows import Windows, check_tiling, check_window, receptive_radius
+from models.network_views import NetworkViews
 from options.test_options import TestOptions, results_folder
 from util import distributed, html
-from util.console import print0
-from util.errors import UserError, exits_on_user_error, exit_with_status
-from util.evaluation.metrics_report import (InferenceMetrics, check_distribution_inputs, describe_distribution,
-                                            paired_summary, volume_units)
+from util.console import print0, setup_logging
+from util.errors import UserError, exit_with_status, exits_on_user_error
+from util.evaluation.metrics_report import (
+    InferenceMetrics,
+    check_distribution_inputs,
+    describe_distribution,
+    paired_summary,
+    volume_units,
+)
 from util.safe_files import atomic_write_json
 from util.seeding import choose_kernels, seed_everything
 from util.util import parse_display_channels
 from util.visualizer import save_result_images
+
+logger = logging.getLogger(__name__)
 
 
 def run_test(opt, ctx: distributed.DistContext) -> str | None:
@@ -159,11 +167,12 @@ def write_results(opt, web_dir: str, summary: dict, rows: list[tuple]) -> str | 
         print(describe_distribution(summary))
         notes.append(describe_distribution(summary))
     if os.path.isdir(full_precision_dir):
-        notes.append(f"8-bit previews; the outputs at the data's own precision and channels are in {full_precision_dir}")
+        notes.append("8-bit previews; the outputs at the data's own precision and channels are in "
+                     f"{full_precision_dir}")
     if summary:
         atomic_write_json(os.path.join(web_dir, "metrics.json"), summary, indent=1)
     if not html.available():
-        print(f"warning: {html.MISSING}; no results page, the images are in {image_dir}", file=sys.stderr)
+        logger.warning(f"{html.MISSING}; no results page, the images are in {image_dir}")
         return None
     webpage = html.HTML(web_dir, f"Experiment = {opt.name}, Phase = {opt.phase}, Epoch = {opt.epoch}")
     for note in notes:
@@ -207,6 +216,7 @@ def start_and_test(opt) -> int:
 
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     opt = TestOptions().parse(argv)
     choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     try:

@@ -26,6 +26,7 @@ from data.image_folder import DomainSpec, Picture
 from data.image_io import ValueRange, match_channels, to_network
 from data.layout import FileGroup, RequiredFolder
 from util.errors import UserError
+from util.flag_types import finite_float
 
 BICUBIC = Image.Resampling.BICUBIC
 
@@ -272,6 +273,17 @@ def get_transform(
 def data_ranges(opt: argparse.Namespace) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """The float data ranges (A, B) from --data_range (see `parse_data_range`)."""
     return parse_data_range(opt.data_range)
+
+
+def add_data_range_flag(parser: Any, from_run: bool = False) -> Any:
+    """--data_range (read by `parse_data_range`), into `parser` or an argument group. `from_run`, for a tool
+    that loads a trained run (scripts/translate.py): float data default to the run's own range."""
+    parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", on_resume="noted",
+                        help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX "
+                             "B_MIN B_MAX; integer data use their type's full range. Default for float data: "
+                             + ("the run's own (its train_opt.json), else 0 1" if from_run else "0 1")
+                             + ". scripts/data_range.py computes it")
+    return parser
 
 
 def parse_data_range(values: Sequence[float] | None) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:

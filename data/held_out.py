@@ -14,9 +14,11 @@ SPLITS = ("val", "test")  # looked for in this order when --val_phase is not giv
 
 
 def held_out_options(opt: argparse.Namespace, phase: str) -> FrozenOptions:
-    """The options of a test.py run on `phase`: the training transforms without augmentation."""
+    """The options of a test.py run on `phase`: the training transforms without augmentation. test.py's
+    flags that the data code reads are given here: every sample (validation caps them with --val_max_images),
+    whole images (no --tile), no --center_crop."""
     changes = dict(isTrain=False, phase=phase, load_size=opt.crop_size, no_flip=True, serial_batches=True,
-                   num_threads=0, max_dataset_size=float("inf"))
+                   num_threads=0, max_dataset_size=float("inf"), num_test=None, tile=0, center_crop=False)
     values = {**{k: v for k, v in vars(opt).items() if not k.startswith("_")}, **changes}
     return FrozenOptions(**values).freeze()
 

@@ -38,6 +38,8 @@ from PIL import Image, UnidentifiedImageError
 from util.errors import UserError
 from util.util import broken_link
 
+logger = logging.getLogger(__name__)
+
 TIFF_EXTENSIONS = (".tif", ".tiff")
 NUMPY_EXTENSIONS = (".npy",)
 
@@ -222,8 +224,9 @@ def _tiff_layout(shape: tuple[int, ...], axes: str, path: str) -> tuple[tuple[in
 def _tifffile():
     import tifffile
 
-    # tifffile logs what it finds wrong with a file as well as raising; the raised error is reported.
-    logging.getLogger("tifffile").setLevel(logging.ERROR)
+    # tifffile logs what it finds wrong with a file (at ERROR, too) as well as raising; the raised error
+    # is reported, naming the file, so its own records would only repeat it in other words.
+    logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     return tifffile
 
 
@@ -261,7 +264,8 @@ def layout_hint(path: str, info: ImageInfo) -> str:
                 "save array.transpose(1, 2, 0) instead)")
     try:
         rows = _tiff_rows_as_pages(path) if _extension(path) in TIFF_EXTENSIONS else None
-    except Exception:  # no hint for a file tifffile cannot read; the error itself says what is wrong
+    except Exception as err:  # no hint for a file tifffile cannot read; the error itself says what is wrong
+        logger.debug("no layout hint for %s: tifffile cannot read it (%s: %s)", path, type(err).__name__, err)
         rows = None
     if rows is None:
         return ""
@@ -287,9 +291,9 @@ def _checked_size(path: str, info: ImageInfo) -> ImageInfo:
     `MAX_IMAGE_VALUES` values."""
     values = info.width * info.height * info.channels
     if values == 0:
-        raise UserError(f"cannot read image {path}: it is {info.width}x{info.height} pixels x {info.channels} channels, "
-                        f"an image without a single value, so there is nothing to train on or translate; remove or "
-                        f"replace the file.")
+        raise UserError(f"cannot read image {path}: it is {info.width}x{info.height} pixels x {info.channels} "
+                        f"channels, an image without a single value, so there is nothing to train on or translate; "
+                        f"remove or replace the file.")
     if values > MAX_IMAGE_VALUES:
         raise UserError(f"cannot read image {path}: its header declares {info.width}x{info.height} pixels x "
                         f"{info.channels} channels ({values:.3g} values, {4 * values / 2 ** 30:.3g} GiB as float32), "

@@ -5,8 +5,8 @@ the folder layout) and bad image files (empty, not an image, unreadable header, 
 A|B image, a size the generator cannot take) in seconds and say how to fix them, instead of
 failing later, after the networks have been created or in the middle of an epoch.
 
-Image files are checked from their headers only (size and pixel mode, no decoding: about
-0.1 ms a file), in the order the dataset lists them, for at most `HEADER_CHECK_SECONDS`; files
+Image files are checked from their headers only (size and pixel mode, no decoding: cheap; see
+docs/benchmarks.md), in the order the dataset lists them, for at most `HEADER_CHECK_SECONDS`; files
 not reached by then (huge datasets, slow network disks) are checked when first loaded, like
 files damaged after their header (truncated JPEGs), which no header check can see.
 """
@@ -14,6 +14,7 @@ files damaged after their header (truncated JPEGs), which no header check can se
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -25,13 +26,15 @@ from data.image_io import convertible, probe_image
 from data.layout import FileGroup, RequiredFolder
 from data.registry import built_in_datasets, find_dataset_using_name
 from data.volume_io import NIFTI_EXTENSIONS
-from util.console import print0, warn0
+from util.console import print0
 from util.errors import UserError
 from util.util import broken_link, why_missing
 
-# Wall-clock budget for reading image headers. 10k local files take about one second; the
-# budget only matters on slow (network) disks, where the check stops early rather than delay
-# the start of the run.
+logger = logging.getLogger(__name__)
+
+# Wall-clock budget for reading image headers. Local disks read a large dataset's headers well within
+# it (docs/benchmarks.md); it matters on slow (network) disks, where the check stops early rather
+# than delay the start of the run.
 HEADER_CHECK_SECONDS = 5.0
 
 # Preprocessing modes whose output size depends on the image (the others always produce
@@ -119,12 +122,12 @@ class _Problem:
 
 def _test_time_any_size(opt: argparse.Namespace) -> bool:
     """At test time --preprocess none and --tile take images of any size (see models/inference/application.py)."""
-    return not getattr(opt, "isTrain", True) and (opt.preprocess == "none" or getattr(opt, "tile", 0) > 0)
+    return not opt.isTrain and (opt.preprocess == "none" or opt.tile > 0)
 
 
 def _final_size(opt: argparse.Namespace, w: int, h: int) -> tuple[int, int]:
     """(width, height) an image of w x h has after the resize/crop steps of `get_transform`."""
-    if not getattr(opt, "isTrain", True) and opt.preprocess == "none":
+    if not opt.isTrain and opt.preprocess == "none":
         return w, h  # kept as it is at test time
     w, h = _resized_size(opt, w, h)
     c = opt.crop_size
@@ -190,7 +193,7 @@ def _check_file(opt: argparse.Namespace, path: str, group: FileGroup, requiremen
 
 def _mixed_size_problem(opt: argparse.Namespace, sizes: dict[tuple[int, int], str]) -> _Problem | None:
     """Images of different sizes cannot be stacked into one batch."""
-    if len(sizes) < 2 or getattr(opt, "batch_size", 1) <= 1:
+    if len(sizes) < 2 or opt.batch_size <= 1:
         return None
     (s1, p1), (s2, p2) = islice(sizes.items(), 2)
     return _Problem(p2, (
@@ -208,8 +211,8 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
     convert to the --input_nc/--output_nc of their domain (gray and RGB convert into each other,
     alpha is composited on white; see image_io.match_channels), aligned (A|B) images of odd width
     and, where the size reaching the generator follows the image (--preprocess none, crop,
-    scale_width), sizes outside `size_rule` (the generator's; None: any size) or, with --batch_size > 1, differing sizes. Float data
-    without --data_range get a warning (taken to lie in [0, 1]). With
+    scale_width), sizes outside `size_rule` (the generator's; None: any size) or, with --batch_size > 1,
+    differing sizes. Float data without --data_range get a warning (taken to lie in [0, 1]). With
     --skip_bad_images the unreadable files are only warned about (the loader skips them), unless
     none is left. Stops after `budget_s` seconds; the remaining files are checked as they load.
     """
@@ -217,7 +220,7 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
     requirement = size_rule
     if _test_time_any_size(opt):
         requirement = None  # test.py pads each image for the generator and crops the output back
-    skip = bool(getattr(opt, "skip_bad_images", False))
+    skip = opt.skip_bad_images
     total = sum(len(group.paths) for group in groups)
     deadline = time.monotonic() + budget_s
     problems: list[_Problem] = []
@@ -251,14 +254,15 @@ def check_image_files(opt: argparse.Namespace, size_rule=None, budget_s: float =
                             f"so there is nothing to train on. The first: {first.message}")
     _raise_or_warn(problems, checked, skip)
     if unranged_floats:
-        warn0(f"{unranged_floats[0]} holds floating-point values and no --data_range says which of them map to the "
-              f"network's -1 and 1, so [0, 1] is assumed (values outside are clipped). Pass --data_range MIN MAX; "
-              f"`python scripts/data_range.py --dataroot {opt.dataroot}` computes it from the images.")
+        logger.warning(f"{unranged_floats[0]} holds floating-point values and no --data_range says which of them "
+                       f"map to the network's -1 and 1, so [0, 1] is assumed (values outside are clipped). Pass "
+                       f"--data_range MIN MAX; `python scripts/data_range.py --dataroot {opt.dataroot}` computes it "
+                       f"from the images.")
     if ranged_integers:
-        warn0(f"--data_range {' '.join(f'{v:g}' for v in opt.data_range)} applies to floating-point images only, and "
-              f"{ranged_integers[0]} holds {probe_image(ranged_integers[0]).dtype} integers, which map to the "
-              f"network's -1 and 1 by their full range: the flag does nothing to it. Leave --data_range out for "
-              f"integer images.")
+        logger.warning(f"--data_range {' '.join(f'{v:g}' for v in opt.data_range)} applies to floating-point "
+                       f"images only, and {ranged_integers[0]} holds {probe_image(ranged_integers[0]).dtype} "
+                       f"integers, which map to the network's -1 and 1 by their full range: the flag does nothing "
+                       f"to it. Leave --data_range out for integer images.")
 
 
 def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:
@@ -266,9 +270,9 @@ def _raise_or_warn(problems: list[_Problem], checked: int, skip: bool) -> None:
         refused = [p for p in problems if not p.skippable]
         skipped = [p for p in problems if p.skippable]
         for p in skipped[:10]:
-            warn0(f"--skip_bad_images will skip this file: {p.message}")
+            logger.warning(f"--skip_bad_images will skip this file: {p.message}")
         if len(skipped) > 10:
-            warn0(f"and {len(skipped) - 10} more bad images will be skipped.")
+            logger.warning(f"and {len(skipped) - 10} more bad images will be skipped.")
         problems = refused
     if not problems:
         return

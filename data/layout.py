@@ -44,10 +44,11 @@ class FileGroup:
 
 
 def samples_read(opt: argparse.Namespace) -> int | None:
-    """How many samples the run reads: None (all) when training, test.py's first --num_test."""
-    if getattr(opt, "isTrain", True):
+    """How many samples the run reads: None (all) when training, test.py's first --num_test (None in the
+    options of validation's held-out split, data/held_out.py: validation caps its images itself)."""
+    if opt.isTrain:
         return None
-    count = getattr(opt, "num_test", None)
+    count = opt.num_test
     return None if count is None else max(int(count), 0)
 
 

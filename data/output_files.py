@@ -18,9 +18,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from data import volume_io
 from data.base_dataset import data_ranges
 from data.image_io import NUMPY_EXTENSIONS, ValueRange, from_network, output_extension, probe_image, write_image
-from data import volume_io
 
 FOLDER = "full_precision"  # beside images/ in the results folder
 VOLUME_FOLDER = "volumes"  # test.py's translated volumes, beside images/ (which holds their middle slices)

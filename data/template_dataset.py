@@ -66,7 +66,7 @@ class TemplateDataset(BaseDataset):
         check_preprocess(opt)
         # getattr: the flag exists only when the parser was built for this dataset mode.
         self.spec_A, self.spec_B = domain_specs(opt)  # A/B are never swapped; the model uses --direction
-        self.new_option = getattr(opt, "new_dataset_option", 1.0)
+        self.new_option = opt.new_dataset_option
         self.image_paths = make_dataset(os.path.join(opt.dataroot, opt.phase), opt.max_dataset_size)
 
     def __len__(self) -> int:

@@ -87,7 +87,7 @@ class UnalignedDataset(BaseDataset):
         A = get_transform(self.opt, get_params(self.opt, picture_size(A_img), rng))(A_img)
         B = get_transform(self.opt, get_params(self.opt, picture_size(B_img), rng))(B_img)
         sample = {"A": A, "B": B, "A_paths": A_path, "B_paths": B_path}
-        if getattr(self.opt, "second_input", False):
+        if self.opt.second_input:
             side, paths, spec = (("B", self.B_paths, self.spec_B) if self.opt.direction == "BtoA"
                                  else ("A", self.A_paths, self.spec_A))
             (second,) = load_for_network(paths[rng.randint(0, len(paths) - 1)], [spec])

@@ -6,9 +6,9 @@ import argparse
 import os
 from typing import Any
 
+from data.layout import RequiredFolder
 from data.volume_io import list_volumes
 from data.volume_patches import VolumeDataset, VolumeFile, volume_folder
-from data.layout import RequiredFolder
 
 
 class UnalignedVolumeDataset(VolumeDataset):

@@ -417,8 +417,8 @@ def volume_window(info: VolumeInfo, data_range: Window | None) -> Window:
         return 0.0, 255.0
     raise UserError(
         f"volume {info.path} holds {info.dtype.name} values and no --data_range says which of them map to the "
-        f"network's -1 and 1: volumes need a window (values outside it are clipped). Pass --data_range MIN MAX for both domains "
-        f"(e.g. for CT in Hounsfield units: --data_range -1000 2000) or A_MIN A_MAX B_MIN B_MAX; "
+        f"network's -1 and 1: volumes need a window (values outside it are clipped). Pass --data_range MIN MAX for "
+        f"both domains (e.g. for CT in Hounsfield units: --data_range -1000 2000) or A_MIN A_MAX B_MIN B_MAX; "
         f"`python scripts/data_range.py --dataroot <dataroot>` suggests one from the volumes' percentiles.")
 
 

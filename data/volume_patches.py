@@ -24,8 +24,17 @@ import torch
 from data.base_dataset import BaseDataset, domain_specs
 from data.image_folder import DomainSpec
 from data.layout import RequiredFolder
-from data.volume_io import (VOLUME_EXTENSIONS, Window, channel_mismatch, check_finite, probe_volume, read_region,
-                            read_volume, to_network, volume_window)
+from data.volume_io import (
+    VOLUME_EXTENSIONS,
+    Window,
+    channel_mismatch,
+    check_finite,
+    probe_volume,
+    read_region,
+    read_volume,
+    to_network,
+    volume_window,
+)
 from util.errors import UserError
 from util.evaluation.metrics import EVAL_MASKS
 from util.flag_types import Bounded, fraction_below_one, non_negative_float
@@ -81,13 +90,35 @@ def batch_refusal(flag: str, count: int, patch: Sequence[int]) -> str | None:
             f"{fewer} or less, or a smaller --patch_size")
 
 
+def add_window_flags(parser: Any, from_run: bool = False) -> Any:
+    """--patch_size, --window_overlap and --window_batch, into `parser` (or an argument group): the patches
+    volumes are trained on, and the sliding windows whole volumes are translated in (test.py, validation,
+    models/inference/windows.py). `from_run`, for a tool that loads a trained run (scripts/translate.py):
+    each defaults to None, the run's own --patch_size and WINDOW_OVERLAP, WINDOW_BATCH as test.py."""
+    parser.add_argument("--patch_size", type=patch_size, default=None if from_run else (64, 64, 64), metavar="D[,H,W]",
+                        on_resume="noted",
+                        help="patches of this many voxels: one number for a cube, or three (D,H,W in the files' "
+                             "voxel order), e.g. 64,64,32; training patches, and the windows whole volumes are "
+                             "translated in" + ("; default: the --patch_size the run trained on (its "
+                                                "train_opt.json)" if from_run else ""))
+    parser.add_argument("--window_overlap", type=fraction_below_one, default=None if from_run else WINDOW_OVERLAP,
+                        metavar="F", on_resume="silent",
+                        help="whole volumes are translated in windows of --patch_size overlapping by this fraction "
+                             "of a window (0 <= F < 1), blended with Gaussian weights so that no seams show"
+                             + (f"; default {WINDOW_OVERLAP}, as test.py" if from_run else ""))
+    parser.add_argument("--window_batch", type=window_batch, default=None if from_run else WINDOW_BATCH, metavar="N",
+                        on_resume="silent",
+                        help="windows translated at once when a whole volume is translated (memory vs speed)"
+                             + (f"; default {WINDOW_BATCH}" if from_run else ""))
+    return parser
+
+
 def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of the volume dataset modes."""
-    parser.add_argument("--patch_size", type=patch_size, default=(64, 64, 64), metavar="D[,H,W]", on_resume="noted",
-                        help="training patches of this many voxels: one number for a cube, or three (D,H,W in the "
-                             "files' voxel order), e.g. 64,64,32; whole volumes are translated in windows of it")
-    parser.add_argument("--patches_per_volume", type=Bounded(int, low=1, high=MAX_PATCHES_PER_VOLUME,
-                                                             name="patches_per_volume"), default=1, metavar="N", on_resume="noted",
+    parser = add_window_flags(parser)
+    parser.add_argument("--patches_per_volume",
+                        type=Bounded(int, low=1, high=MAX_PATCHES_PER_VOLUME, name="patches_per_volume"),
+                        default=1, metavar="N", on_resume="noted",
                         help="training patches drawn from each volume per epoch (an epoch has N x the volumes' count "
                              "samples: a few large volumes still make many steps)")
     parser.add_argument("--foreground_fraction", type=fraction, default=0.0, metavar="F", on_resume="noted",
@@ -102,12 +133,7 @@ def add_volume_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="keep whole volumes in memory, in each data loader process, up to this many MB (the "
                              "least recently used dropped first); patches of volumes beyond it are read from the "
                              "files (fast for .nii and .npy, a .nii.gz is decompressed up to the patch)")
-    # How whole volumes are translated (test.py, validation) and scored: models/inference/windows.py
-    parser.add_argument("--window_overlap", type=fraction_below_one, default=WINDOW_OVERLAP, on_resume="silent",
-                        help="whole volumes are translated in windows of --patch_size overlapping by this fraction "
-                             "of a window (0 <= f < 1), blended with Gaussian weights so that no seams show")
-    parser.add_argument("--window_batch", type=window_batch, default=WINDOW_BATCH, on_resume="silent",
-                        help="windows translated at once when a whole volume is translated (memory vs speed)")
+    # How whole volumes are scored (test.py, validation)
     parser.add_argument("--eval_mask", choices=EVAL_MASKS, default="none", on_resume="silent",
                         help="where test.py and validation score volumes: none (every voxel) or foreground (the "
                              "target's voxels above the low end of its --data_range window by more than 5%% of "
@@ -265,7 +291,7 @@ class VolumeDataset(BaseDataset):
         super().__init__(opt)
         self.spec_A, self.spec_B = domain_specs(opt)
         self.patch: Shape3 = tuple(opt.patch_size)
-        self.training = bool(getattr(opt, "isTrain", True))
+        self.training = opt.isTrain
         self.reader = VolumeReader(opt.volume_cache_mb)
 
     def domain_files(self, domain: str) -> list[VolumeFile]:

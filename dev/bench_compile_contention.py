@@ -32,6 +32,7 @@ BUSY_LOOP = "while True: pass"
 def measure(size: int, threads: int, steps: int) -> dict:
     """Median seconds of a generator step, eager and compiled, in this process."""
     import torch
+
     from models import networks
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.seeded_inception import write_seeded_inception_weights  # noqa: E402
-from util.evaluation.inception import find_inception_weights  # noqa: E402
 from util.display.validation_log import read_metrics  # noqa: E402
+from util.evaluation.inception import find_inception_weights  # noqa: E402
 
 RUNS = {
     "pix2pix": ["--dataroot", "{data}/demo_pix2pix", "--model", "pix2pix", "--netG", "unet_128",
@@ -62,7 +62,8 @@ def summarise(records: list[dict]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench_val"))
     parser.add_argument("--models", default="pix2pix,cycle_gan", help="comma-separated: pix2pix, cycle_gan")
     parser.add_argument("--epochs", type=int, default=4)
@@ -85,7 +86,8 @@ def main() -> int:
 
     results = {model: summarise(train_with_validation(model, args.epochs, args.out / model, data, inception))
                for model in models}
-    header = "| model | metrics | images | validation (median) | first validation | epoch incl. validation (median) | share |"
+    header = ("| model | metrics | images | validation (median) | first validation "
+              "| epoch incl. validation (median) | share |")
     print("\n" + header + "\n|" + " --- |" * 7)
     for model, r in results.items():
         print(f"| {model} | {', '.join(r['metrics'])} | {r['images']} | {r['validation_s_median']:.2f} s | "

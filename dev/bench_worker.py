@@ -34,7 +34,7 @@ from bench.jobs import JOBS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="the job, as a JSON object")
     parser.add_argument("--result", required=True, help="where to write the result (JSON)")
     args = parser.parse_args(argv)

@@ -62,15 +62,22 @@ from bench.runner import Runner  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--out", type=Path, default=Path("bench_out"), help="folder for benchmark.md, benchmark.json and logs/")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer configurations and steps, no --compile (a few minutes on 2 cores)")
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--out", type=Path, default=Path("bench_out"),
+                        help="folder for benchmark.md, benchmark.json and logs/")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sizes, fewer configurations and steps, no --compile (a few minutes on 2 cores)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to measure")
     parser.add_argument("--dataroot", action="append", default=[], type=Path,
                         help="a dataset for the loop measurement instead of the generated demo data: trainA/trainB "
                              "folders are used for cycle_gan, an aligned train/ folder for pix2pix (repeatable)")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two modes), bicycle_gan (batch 2: its two halves), pix2pix_l1 (--lambda_GAN 0) and sb (UNSB): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section only")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated subset of " + ", ".join(MODELS) + "; also cut, fastcut (CUT's two "
+                             "modes), bicycle_gan (batch 2: its two halves), pix2pix_l1 (--lambda_GAN 0) and sb "
+                             "(UNSB): the step section only; pix2pix_3d, cycle_gan_3d (volumes): the volumes section "
+                             "only")
     parser.add_argument("--configs", default=None, help="comma-separated subset of: " + ", ".join(CONFIGS) +
                         "; on CUDA also " + ", ".join(CUDA_CONFIGS) +
                         " (fp32 is always measured: everything is compared with it; without --configs the full "
@@ -87,7 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true",
                         help="keep the measurements already in OUT/logs whose job is unchanged (after an "
                              "interrupted run); only the missing ones are run")
-    parser.add_argument("--keep_scratch", action="store_true", help="keep OUT/scratch (generated datasets, inductor caches) after the run")
+    parser.add_argument("--keep_scratch", action="store_true",
+                        help="keep OUT/scratch (generated datasets, inductor caches) after the run")
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.models if m not in (*MODELS, *STEP_ONLY_MODELS)]

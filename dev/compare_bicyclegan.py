@@ -52,7 +52,7 @@ def largest_difference(a: list[np.ndarray], b: list[np.ndarray]) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--bicyclegan", type=Path, required=True, help="a folder holding BicycleGAN's code")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--epochs", type=int, default=1)

@@ -253,7 +253,7 @@ def _torch_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", required=True, type=Path, help="a checkout of the reference implementation")
     parser.add_argument("--out", required=True, type=Path, help="folder for the data, logs and results")

@@ -74,6 +74,7 @@ def recording(draws_file: Path, script: Path, argv: list[str]) -> None:
 def replaying(draws_file: Path, steps: int, argv: list[str]) -> None:
     """Run our test.py with each image's walk fed the last 2T-1 draws UNSB's test.py made for it."""
     import torch
+
     from models.losses import bridge
     recorded = torch.load(draws_file, weights_only=False)
     per_image, current = [], []
@@ -141,7 +142,7 @@ def compare(unsb: Path, out: Path, data: Path, name: str, ckpt: Path, steps: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--unsb", type=Path, help="UNSB's code, extracted (and .cuda() patched to the device)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/unsb_cmp"))
     parser.add_argument("--images", type=int, default=4)

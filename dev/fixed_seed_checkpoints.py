@@ -62,7 +62,7 @@ def without_paths(checkpoint):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the datasets and runs")
     args = parser.parse_args()
     data = args.out / "data"
@@ -77,8 +77,10 @@ def main() -> None:
         if done.returncode:
             sys.exit(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
         run_dir = args.out / "runs" / name
-        result[name] = {path.name: tensor_digest(without_paths(torch.load(path, map_location="cpu", weights_only=False)))
-                        for path in sorted(run_dir.glob("*.pth"))}
+        result[name] = {}
+        for path in sorted(run_dir.glob("*.pth")):  # one checkpoint in memory at a time
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            result[name][path.name] = tensor_digest(without_paths(state))
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
     print()
 

@@ -78,7 +78,7 @@ def summarise_trace(trace: dict, steps: int, wall_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="cycle_gan", help="as the benchmark's --models (cycle_gan, pix2pix, cut, "
                                                              "bicycle_gan, ...)")
     parser.add_argument("--size", type=int, default=256, help="crop size (patch size for the 3-D models)")

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 def untrained_run(folder: Path, size: int) -> Path:
     """A CycleGAN run folder (resnet_9blocks, ngf 64, instance norm) as train.py saves one, untrained."""
     import torch
+
     from models import create_model
     from options.base_options import save_options
     from options.train_options import TrainOptions
@@ -97,7 +98,7 @@ async def load(url: str, bodies: list[bytes], clients: int, seconds: float) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", help="a run folder; default: an untrained CycleGAN (ngf 64)")
     parser.add_argument("--images", type=int, default=32, help="distinct images (translate.py's folder)")
     parser.add_argument("--size", type=int, default=256, help="their side in pixels")

@@ -30,7 +30,7 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "dev"))
+sys.path.insert(0, str(ROOT / "scripts"))  # make_demo_dataset
 
 import make_demo_dataset as demo  # noqa: E402
 from models.inference.translator import Translator  # noqa: E402
@@ -137,7 +137,8 @@ def table(results: dict[tuple[str, str], list[dict[str, float]]]) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneParagraphParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for the data, the runs and results.md")
     parser.add_argument("--seeds", type=positive_int, default=3)
     parser.add_argument("--size", type=positive_int, default=32, help="image side in pixels (a multiple of 4, >= 32)")
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     for model, variant, seed in jobs:
         run_dir = out / "runs" / commands[(model, variant, seed)][5]
         results.setdefault((model, variant), []).append(score(run_dir, model, data["pairs"][model]))
-    report = (f"{table(results)}\n\n{args.n_train} training images ({'per domain, ' if 'cycle_gan' in args.models else ''}"
+    per_domain = "per domain, " if "cycle_gan" in args.models else ""
+    report = (f"{table(results)}\n\n{args.n_train} training images ({per_domain}"
               f"{args.size} px), {args.epochs} epochs, --ngf {args.ngf} --ndf {args.ndf}, {args.n_test} held-out "
               f"images, seeds 0-{args.seeds - 1}; {time.time() - started:.0f} s wall (runs trained before are "
               f"reused).\n")

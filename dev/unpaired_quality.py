@@ -55,7 +55,7 @@ def run(command: list[str], log: Path, env: dict[str, str], timeout: float | Non
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", default="fastcut6,cycle_gan6")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

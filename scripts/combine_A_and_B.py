@@ -19,6 +19,7 @@ header), named.
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
 import sys
@@ -30,9 +31,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import is_image_file  # noqa: E402
 from data.image_io import decoded_size  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 from util.safe_files import refuse_output_over_inputs  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 SHOWN = 5  # files named in one error message
 
@@ -40,13 +44,18 @@ SHOWN = 5  # files named in one error message
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = OneParagraphParser(description="create image pairs",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--fold_A", dest="fold_A", help="input directory for image A", type=str, default="../dataset/50kshoes_edges")
-    parser.add_argument("--fold_B", dest="fold_B", help="input directory for image B", type=str, default="../dataset/50kshoes_jpg")
+    parser.add_argument("--fold_A", dest="fold_A", help="input directory for image A", type=str,
+                        default="../dataset/50kshoes_edges")
+    parser.add_argument("--fold_B", dest="fold_B", help="input directory for image B", type=str,
+                        default="../dataset/50kshoes_jpg")
     parser.add_argument("--fold_AB", dest="fold_AB", help="output directory", type=str, default="../dataset/test_AB")
-    parser.add_argument("--num_imgs", dest="num_imgs", help="number of images per split", type=positive_int, default=1000000)
+    parser.add_argument("--num_imgs", dest="num_imgs", help="number of images per split", type=positive_int,
+                        default=1000000)
     parser.add_argument("--use_AB", dest="use_AB", help="if true: (0001_A, 0001_B) to (0001_AB)", action="store_true")
-    parser.add_argument("--no_multiprocessing", dest="no_multiprocessing", help="if true: single process", action="store_true")
-    parser.add_argument("--skip_unmatched", action="store_true", help="combine the matched pairs and only list unmatched files")
+    parser.add_argument("--no_multiprocessing", dest="no_multiprocessing", help="if true: single process",
+                        action="store_true")
+    parser.add_argument("--skip_unmatched", action="store_true",
+                        help="combine the matched pairs and only list unmatched files")
     args = parser.parse_args(argv)
     reason = unwritable_folder_reason(args.fold_AB)
     if reason:  # refused before any image is read
@@ -151,12 +160,13 @@ def _write_one(triple: tuple[str, str, str]) -> None:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = parse_args(argv)
     for arg in vars(args):
         print(f"[{arg}] = ", getattr(args, arg))
     pairs, unmatched = plan(args)
     if unmatched:
-        print(f"warning: skipped {len(unmatched)} unmatched image(s): {_listing(unmatched)}", file=sys.stderr)
+        logger.warning(f"skipped {len(unmatched)} unmatched image(s): {_listing(unmatched)}")
     for folder in sorted({os.path.dirname(ab) for _, _, ab in pairs}):
         os.makedirs(folder, exist_ok=True)
     if args.no_multiprocessing or len(pairs) < 8:

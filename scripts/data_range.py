@@ -29,7 +29,8 @@ from data.image_folder import make_dataset  # noqa: E402
 from data.image_io import read_image  # noqa: E402
 from data.volume_io import NIFTI_EXTENSIONS, list_volumes, read_volume  # noqa: E402
 from data.volume_patches import split_folders  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
 
 
@@ -107,10 +108,12 @@ def refuse_constant(ranges: dict[str, tuple[float, float]], folders: dict[str, s
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataroot", required=True, help="dataset folder (as for train.py)")
     parser.add_argument("--phase", default="train", help="which split to scan (default train)")
-    parser.add_argument("--per_domain", action="store_true", help="print A_MIN A_MAX B_MIN B_MAX (one range per domain)")
+    parser.add_argument("--per_domain", action="store_true",
+                        help="print A_MIN A_MAX B_MIN B_MAX (one range per domain)")
     parser.add_argument("--volumes", action="store_true",
                         help="the folders hold volumes (needed only for .npy volumes; .nii and .nii.gz are recognised)")
     args = parser.parse_args(argv)

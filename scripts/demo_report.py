@@ -35,22 +35,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data import create_dataset, spatial_dims  # noqa: E402
 from models import create_model  # noqa: E402
-from util.frozen_options import FrozenOptions  # noqa: E402
+from models.base_model import BaseModel  # noqa: E402
+from models.inference.application import inference_views  # noqa: E402
+from models.inference.latent_codes import draw_latent_codes  # noqa: E402
+from models.inference.windows import Windows  # noqa: E402
+from models.network_views import NetworkViews  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util import distributed  # noqa: E402
-from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa: E402
-from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.evaluation.diversity import SampleDiversity  # noqa: E402
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.evaluation.texture import texture_distances  # noqa: E402
-from models.base_model import BaseModel  # noqa: E402
-from models.inference.application import inference_views  # noqa: E402
-from models.network_views import NetworkViews  # noqa: E402
-from models.inference.windows import Windows  # noqa: E402
-from models.inference.latent_codes import draw_latent_codes  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
+from util.frozen_options import FrozenOptions  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
-
 
 MAX_TEXTURE_WINDOW = 4096  # --texture_window: pixels per side
 
@@ -107,7 +107,8 @@ def report(opt, best: dict | None, texture_window: int = 0) -> dict[str, dict[st
             for key, values in texture_distances(output, trained.real_B, texture_window).items():
                 texture[name][key] += values.tolist()
     means = scores.compute()
-    table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR", "MAE") if f"{metric}_{name}" in means}
+    table = {name: {metric: means[f"{metric}_{name}"] for metric in ("L1", "PSNR", "MAE")
+                    if f"{metric}_{name}" in means}
              for name in names}
     for name, distances in texture.items() if texture_window else ():
         table[name].update({key: sum(values) / len(values) for key, values in distances.items()})
@@ -174,6 +175,7 @@ def texture_window_flag(argv: list[str]) -> tuple[int, list[str]]:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--compare"]:
         return compare(argv[1:])
@@ -188,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     decisive = ["coarse_L1", "texture_L1"] if texture_window else ["L1"]
     spread = [key for key in ("coarse_L1", "texture_L1", "MAE", "diversity_L1", "diversity_LPIPS")
               if key in table["trained"]]
-    print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}" + "".join(f"{k:>17}" for k in spread))
+    print(f"{'held-out test images':<22}{'L1 (lower is better)':>22}{'PSNR dB':>10}"
+          + "".join(f"{k:>17}" for k in spread))
     for name, row in table.items():
         label = f"best (epoch {best['epoch']})" if name == "best" else name
         print(f"{label:<22}{row['L1']:>22.4f}{row['PSNR']:>10.2f}" + "".join(

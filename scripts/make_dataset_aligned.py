@@ -25,9 +25,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from data.image_io import decoded_size  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.safe_files import atomic_write, refuse_output_over_inputs  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
+from util.safe_files import atomic_write, refuse_output_over_inputs  # noqa: E402
 
 SHOWN = 5
 
@@ -45,8 +46,10 @@ def pair_files(a_paths: list[str], b_paths: list[str], by: str = "name") -> list
     """(A, B) pairs; UserError naming the files without a partner (by name) or the counts (by order)."""
     if by == "order":
         if len(a_paths) != len(b_paths):
-            raise UserError(f"--pair_by order needs as many A as B images, but {os.path.dirname(a_paths[0]) if a_paths else 'A'} "
-                            f"has {len(a_paths)} and {os.path.dirname(b_paths[0]) if b_paths else 'B'} has {len(b_paths)}.")
+            a_folder = os.path.dirname(a_paths[0]) if a_paths else "A"
+            b_folder = os.path.dirname(b_paths[0]) if b_paths else "B"
+            raise UserError(f"--pair_by order needs as many A as B images, but {a_folder} "
+                            f"has {len(a_paths)} and {b_folder} has {len(b_paths)}.")
         return list(zip(a_paths, b_paths))
     b_by_stem = {_stem(p): p for p in b_paths}
     pairs, unmatched = [], []
@@ -95,6 +98,7 @@ def align_images(pairs: list[tuple[str, str]], target_path: str) -> int:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset-path", "--dataset_path", dest="dataset_path", required=True,
                         help="folder with <split>A and <split>B subfolders (trainA, trainB, testA, testB, ...)")

@@ -45,6 +45,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, seed_value  # noqa: E402
 
@@ -231,7 +232,8 @@ def _save(img: np.ndarray, path: Path) -> None:
     Image.fromarray(np.ascontiguousarray(img)).save(path, format="PNG")  # Pillow PNGs carry no timestamp
 
 
-def _make_aligned_demo(out_dir: Path, task: str, stream: int, make_pair: Callable[[np.random.Generator, int], np.ndarray],
+def _make_aligned_demo(out_dir: Path, task: str, stream: int,
+                       make_pair: Callable[[np.random.Generator, int], np.ndarray],
                        size: int, seed: int, splits: dict[str, int]) -> Path:
     """Write (or reuse) `out_dir/demo_<task>` with `splits` of aligned pairs from `make_pair`, each split
     from its own random stream (`stream` tells the tasks apart); return it."""
@@ -373,6 +375,7 @@ MAX_COUNT = 100_000  # --n_train, --n_test
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("datasets"), help="parent folder")
     parser.add_argument("--size", type=Bounded(int, low=16, high=MAX_SIZE, name="size"), default=64,
@@ -384,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pix2pix val and test pairs each; CycleGAN gets n_test/2 per domain")
     parser.add_argument("--task", choices=["pix2pix", "cyclegan", "both", "cut", "scenes", "bicyclegan", "volumes"],
                         default="both", help="cut: the CycleGAN demo and demo_cyclegan_pairs (its test images beside "
-                        "their true striped counterparts, for scoring); scenes: label maps and rendered scenes, unpaired; "
-                        "bicyclegan: the hue-turned pix2pix demo")
+                        "their true striped counterparts, for scoring); scenes: label maps and rendered scenes, "
+                        "unpaired; bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)

@@ -15,12 +15,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from util.console import setup_logging  # noqa: E402
 from util.display.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
-from util.flag_types import OneParagraphParser  # noqa: E402
 from util.errors import EXIT_USER_ERROR, exit_with_status  # noqa: E402
+from util.flag_types import OneParagraphParser  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder (checkpoints/NAME) or its loss_log.txt")
     parser.add_argument("-o", "--output", default=None, help="PNG to write (default: loss_plot.png next to the log)")

@@ -29,9 +29,10 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_io import PIL_UNREADABLE  # noqa: E402
-from util.errors import UserError, exits_on_user_error, exit_with_status  # noqa: E402
-from util.safe_files import refuse_output_over_inputs  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
+from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 SIZE = 256  # the reference's fixed size
 SPLITS = {"val": "test", "train": "train"}  # Cityscapes split -> our split, in the reference's order
@@ -44,9 +45,10 @@ def find_pairs(gtFine_dir: str, leftImg8bit_dir: str, split: str) -> list[tuple[
     labels = _by_name(os.path.join(gtFine_dir, split), LABEL_SUFFIX)
     photos = _by_name(os.path.join(leftImg8bit_dir, split), PHOTO_SUFFIX)
     if not labels or not photos:
-        empty = [f"--{flag} {folder}/{split}/<city>/*{suffix}" for flag, folder, suffix, found in (
-            ("gtFine_dir", gtFine_dir, LABEL_SUFFIX, labels), ("leftImg8bit_dir", leftImg8bit_dir, PHOTO_SUFFIX, photos))
-            if not found]
+        searched = (("gtFine_dir", gtFine_dir, LABEL_SUFFIX, labels),
+                    ("leftImg8bit_dir", leftImg8bit_dir, PHOTO_SUFFIX, photos))
+        empty = [f"--{flag} {folder}/{split}/<city>/*{suffix}" for flag, folder, suffix, found in searched
+                 if not found]
         raise UserError(f"no Cityscapes files match {' and '.join(empty)}; pass the unzipped gtFine_trainvaltest "
                         f"and leftImg8bit_trainvaltest folders (each holds train/ and val/, with a folder per city).")
     alone = sorted(labels.keys() ^ photos.keys())
@@ -69,7 +71,8 @@ def _resized(path: str) -> Image.Image:
         with Image.open(path) as image:
             return image.convert("RGB").resize((SIZE, SIZE), Image.BICUBIC)
     except PIL_UNREADABLE as err:
-        raise UserError(f"cannot read {path} ({' '.join(str(err).split())}); restore it from the Cityscapes zip.") from None
+        reason = " ".join(str(err).split())
+        raise UserError(f"cannot read {path} ({reason}); restore it from the Cityscapes zip.") from None
 
 
 def check_decodable(pairs: list[tuple[str, str]]) -> None:
@@ -98,6 +101,7 @@ def write_split(pairs: list[tuple[str, str]], output_dir: str, split: str) -> No
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gtFine_dir", required=True, help="the unzipped gtFine_trainvaltest folder (train/, val/)")
     parser.add_argument("--leftImg8bit_dir", required=True, help="the unzipped leftImg8bit_trainvaltest folder")

@@ -28,8 +28,9 @@ from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from util.flag_types import Bounded, OneParagraphParser, image_side  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.errors import exit_with_status  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, image_side  # noqa: E402
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -134,6 +135,7 @@ def quantize(png: Path, colors: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("page", type=Path, help="the HTML file, e.g. checkpoints/NAME/web/index.html")
@@ -142,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=image_side, default=900, help="window height in pixels")
     parser.add_argument("--min-ink", type=Bounded(float, low=0, high=1, name="fraction"), default=0.02,
                         help="smallest fraction of non-white pixels for the page to count as rendered")
-    parser.add_argument("--colors", type=Bounded(int, low=0, high=256, name="colors"), default=0, help="if > 0, save the screenshot with this many colours")
+    parser.add_argument("--colors", type=Bounded(int, low=0, high=256, name="colors"), default=0,
+                        help="if > 0, save the screenshot with this many colours")
     parser.add_argument("--chromium", default=None, help="the browser binary (default: $CHROMIUM or chromium on PATH)")
-    parser.add_argument("--timeout", type=Bounded(float, low=0, low_open=True, high=3600, name="timeout"), default=60.0, help="seconds Chromium may take")
+    parser.add_argument("--timeout", type=Bounded(float, low=0, low_open=True, high=3600, name="timeout"),
+                        default=60.0, help="seconds Chromium may take")
     args = parser.parse_args(argv)
 
     if not args.page.is_file():

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The linter first (ruff.toml: pyflakes, pycodestyle, import order, 120 columns): any finding fails the run.
+.venv/bin/ruff check .
 # The HTML pages are checked in headless Chromium. Where it is missing and we may install system
 # packages (root with apt, e.g. CI), install it; otherwise those few tests are skipped with a reason.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

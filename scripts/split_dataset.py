@@ -25,7 +25,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from data.image_folder import is_image_file  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.console import setup_logging  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser, seed_value  # noqa: E402
 from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
@@ -71,6 +72,7 @@ def parse_ratios(text: str, splits: list[str]) -> list[float]:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--source", required=True, help="folder of images to split")

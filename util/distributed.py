@@ -24,11 +24,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record as record_errors  # noqa: F401 (re-exported)
 from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record as record_errors  # noqa: F401 (re-exported)
 
 from util.errors import UserError
-
 
 # The rendezvous port of an srun-launched job unless MASTER_PORT is set: derived from the job id,
 # so that every task computes the same one without talking to the others, and below Linux's
@@ -235,9 +234,10 @@ def _rendezvous(launch: LaunchEnvironment, timeout: datetime.timedelta) -> dist.
     except dist.DistError as err:
         where = (f"MASTER_ADDR={os.environ.get('MASTER_ADDR')}, MASTER_PORT={os.environ.get('MASTER_PORT')}"
                  if launch.launcher == "torchrun" else launch.rendezvous_url)
+        reason = " ".join(str(err).split()).rstrip(".")
         raise UserError(
             f"process {launch.rank} of {launch.world_size} (as {launch.launcher}'s variables say) could not meet the "
-            f"others at {where} within --ddp_timeout {timeout.total_seconds():g} s: {' '.join(str(err).split()).rstrip('.')}. "
+            f"others at {where} within --ddp_timeout {timeout.total_seconds():g} s: {reason}. "
             f"Check that all {launch.world_size} processes were started and reach that address, and that nothing "
             f"else uses the port; if this process was meant to run alone, the variables are left over from "
             f"another job: unset RANK, LOCAL_RANK, WORLD_SIZE (and the SLURM_STEP_* ones).") from None
@@ -444,23 +444,25 @@ def report_user_error(message: str) -> None:
     except when this rank alone failed (e.g. an unreadable image only it loaded)."""
     env_rank = current_context().rank  # the error may come before the process group exists
     if env_rank == 0:
-        print(message, file=sys.stderr, flush=True)
+        print(message, file=sys.stderr, flush=True)  # user-facing: the error the program exits with
     else:
         # Most user errors (flags, dataset folder) hit every rank alike; the launcher (torchrun,
         # srun --kill-on-bad-exit) stops the other ranks as soon as rank 0 exits with the same
-        # message, so waiting a moment keeps it to one copy. If rank 0 is fine (this rank alone read a bad file), we say who failed.
+        # message, so waiting a moment keeps it to one copy. If rank 0 is fine (this rank alone read
+        # a bad file), we say who failed.
         time.sleep(3.0)
-        print(f"[rank {env_rank}] {message}", file=sys.stderr, flush=True)
+        print(f"[rank {env_rank}] {message}", file=sys.stderr, flush=True)  # user-facing (as above)
 
 
 def shutdown() -> None:
     """End this process's part in the process group, before the interpreter starts to shut down."""
     global _started
     _started = None
-    # A model and its training engine refer to each other, so only the cycle collector frees them and the
-    # DDP wrappers that hold the process group. A process group released during the interpreter's shutdown
-    # can abort the process (gloo's threads release tensors that need the GIL: pytorch/pytorch#179291), as
-    # torchrun workers did now and then under load after runs that had succeeded: collect them now.
+    # What still holds a DDP wrapper (and through it the process group) may sit in a reference cycle (an
+    # exception's traceback and its frames, a closure, a module's hooks), which only the cycle collector
+    # frees. A process group released during the interpreter's shutdown can abort the process (gloo's
+    # threads release tensors that need the GIL: pytorch/pytorch#179291), as torchrun workers did now and
+    # then under load after runs that had succeeded: collect such cycles now, while the group is alive.
     gc.collect()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

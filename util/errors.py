@@ -29,7 +29,7 @@ def describe(error: UserError) -> str:
 
 
 def print_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    print(message, file=sys.stderr)  # user-facing: the one-paragraph error the program exits with
 
 
 def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
@@ -52,7 +52,7 @@ def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
 def exit_with_status(status: int) -> NoReturn:
     """End an entry point whose work is done: `sys.exit(status)` without the interpreter's last
     full garbage collection. With torch and torch._dynamo imported (torch.optim imports it) that
-    pass walks every object still alive, about 0.9 s of CPU per process, which every
+    pass walks every object still alive, a cost (dev/benchmark_history.md) that every
     torchrun worker and every run of a script paid after its last line. Everything still closes
     as at any exit (atexit handlers, objects freed by reference counting); only unreachable
     cycles are left to the operating system, and every file we write is closed before this."""

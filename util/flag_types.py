@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from util import distributed
 from util.resume_flags import ResumeClass, checked_class
 
 
@@ -124,8 +123,27 @@ class OneParagraphParser(argparse.ArgumentParser):
 
     argparse's own form (a usage line listing every flag, then the error) is dozens of lines
     here; the one paragraph matches the errors raised later (util/errors.py). Under torchrun
-    every rank parses the same command line, so only rank 0 speaks.
+    every rank parses the same command line, so only rank 0 speaks. A flag is recognised by its
+    whole name only (`allow_abbrev=False`): an abbreviation would change meaning whenever a flag
+    that shares its beginning is added (UNSB's --mode read as --model).
     """
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        """argparse's `add_argument_group`, whose `add_argument` takes `on_resume` too, so that a flag
+        declared once (e.g. `add_tile_flags`) goes into a parser or a group alike."""
+        group = super().add_argument_group(*args, **kwargs)
+        add_to_group = group.add_argument
+
+        def add_argument(*names: Any, on_resume: Any = None, **options: Any) -> argparse.Action:
+            resume_class = checked_class(on_resume)
+            action = add_to_group(*names, **options)
+            action.on_resume = resume_class
+            return action
+        group.add_argument = add_argument
+        return group
 
     def add_argument(self, *args: Any, on_resume: Any = None, **kwargs: Any) -> argparse.Action:
         """argparse's `add_argument`, plus `on_resume`: what a change of this flag does when a run is
@@ -150,7 +168,17 @@ class OneParagraphParser(argparse.ArgumentParser):
         return classes
 
     def error(self, message: str) -> NoReturn:
-        if distributed.current_context().is_main:
-            print(f"error: {' '.join(message.split()).rstrip('.')}. `python {self.prog} --help` lists every flag.",
-                  file=sys.stderr, flush=True)
+        if _reports_errors():
+            paragraph = f"error: {' '.join(message.split()).rstrip('.')}. `python {self.prog} --help` lists every flag."
+            print(paragraph, file=sys.stderr, flush=True)  # user-facing: the one-paragraph error the program exits with
         sys.exit(2)
+
+
+def _reports_errors() -> bool:
+    """Whether this process prints parse errors: rank 0 under torchrun; the only process where PyTorch
+    is not installed (scripts/visdom_server.py needs only the standard library and visdom)."""
+    try:
+        from util import distributed
+    except ImportError:
+        return True
+    return distributed.current_context().is_main

@@ -152,8 +152,13 @@ class Registry(Generic[T]):
         # everything installed (`--dataset_mode json` would find Python's json module).
         if (self.builtin_names() and len(parts) < 2) or not all(part.isidentifier() for part in parts):
             raise UserError(self._not_a_name(name))
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
+        # The current folder is searched during this import only (last, so it shadows no installed module): a
+        # lookup must not change where every later import of the process looks. What the module imports
+        # while it runs is found there too, and once imported it stays in sys.modules for later lookups.
+        folder = os.getcwd()
+        searched_here = folder not in sys.path
+        if searched_here:
+            sys.path.append(folder)
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -161,8 +166,11 @@ class Registry(Generic[T]):
             # exists but imports a missing one is that module's error and keeps its traceback.
             if err.name is not None and (name == err.name or name.startswith(err.name + ".")):
                 raise UserError(self._not_found(name, "no module of that name can be imported (looked in the "
-                                                      f"current folder {os.getcwd()} and on sys.path)")) from None
+                                                      f"current folder {folder} and on sys.path)")) from None
             raise
+        finally:
+            if searched_here and folder in sys.path:
+                sys.path.remove(folder)
         return self._one_class(name, module)
 
     def argument_type(self) -> Callable[[str], str]:

@@ -51,7 +51,8 @@ def _compiler_version() -> str | None:
     if not compiler:
         return None
     try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=10)
+        return done.stdout.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
 

@@ -11,8 +11,15 @@ import torch
 from bench.flops import conv2d_flops, count_dispatched_ops, count_flops
 from bench.stats import summarize
 from bench.timing import current_rss_mb, dynamo_graph_count, peak_memory_mb, run_timed, syncer, time_op
-from bench.training import (build_model, build_options, check_losses_finite, common_fields, count_step_flops,
-                            make_context, synthetic_batch)
+from bench.training import (
+    build_model,
+    build_options,
+    check_losses_finite,
+    common_fields,
+    count_step_flops,
+    make_context,
+    synthetic_batch,
+)
 
 
 def job_step(spec: dict) -> dict:
@@ -38,8 +45,9 @@ def job_step(spec: dict) -> dict:
     graphs_before = dynamo_graph_count()
     _, times, cpu = run_timed(step, sync, 0, int(spec["min_steps"]), int(spec["max_steps"]), float(spec["budget_s"]))
     check_losses_finite(trainee.model)
+    graphs_after = dynamo_graph_count()
     result = {"warmup_s": warm, "times_s": times, "cpu_s": cpu, **summarize(times),
-              "graphs_compiled": dynamo_graph_count(), "graphs_compiled_while_timed": dynamo_graph_count() - graphs_before,
+              "graphs_compiled": graphs_after, "graphs_compiled_while_timed": graphs_after - graphs_before,
               "peak_mem_mb": peak_memory_mb(device), "rss_before_model_mb": rss_before, **common_fields(device)}
     # After timing, so that counting cannot inflate the peak memory: the aten operators one more step dispatches
     # (each a kernel launch or more on a GPU; the same count on every device). Not for compiled networks: under

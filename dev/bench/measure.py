@@ -7,8 +7,19 @@ from typing import Any
 
 from bench.derive import best_config, derive, find_row, merge_passes
 from bench.environment import demo_dataset
-from bench.plan import (BASELINE, DEFAULT_NETG, MODELS, SIZE_MULTIPLE, STEP_BATCH, STEP_ONLY_MODELS,
-                        STRAIGHTFORWARD, VOLUME_MODELS, Plan, Timing, config_spec)
+from bench.plan import (
+    BASELINE,
+    DEFAULT_NETG,
+    MODELS,
+    SIZE_MULTIPLE,
+    STEP_BATCH,
+    STEP_ONLY_MODELS,
+    STRAIGHTFORWARD,
+    VOLUME_MODELS,
+    Plan,
+    Timing,
+    config_spec,
+)
 from bench.runner import Runner
 
 # (model, size) -> {"total": FLOPs of one step at batch 1, "by_network": {net: {"forward", "backward"}}}
@@ -57,7 +68,8 @@ def _network_args(plan: Plan) -> dict:
 
 def _note_flops(flops: FlopTable, model: str, size: int, result: dict) -> None:
     if "flops_batch1" in result:
-        flops[(model, size)] = {"total": result["flops_batch1"], "by_network": result.get("flops_by_network_batch1", {})}
+        flops[(model, size)] = {"total": result["flops_batch1"],
+                                "by_network": result.get("flops_by_network_batch1", {})}
 
 
 def measure_steps(plan: Plan, runner: Runner, model: str, configs: list[str], flops: FlopTable) -> list[dict]:

@@ -7,15 +7,18 @@ from dataclasses import dataclass, field
 MODELS = ("cycle_gan", "pix2pix")
 # Opt-in (--models cut,fastcut,bicycle_gan,pix2pix_l1,sb): the step section only, beside CycleGAN's and pix2pix's;
 # their train.py flags. pix2pix_l1: pix2pix without its discriminator (--lambda_GAN 0, the restoration recipe's).
-STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"], "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"],
-                    "bicycle_gan": ["--model", "bicycle_gan"], "pix2pix_l1": ["--model", "pix2pix", "--lambda_GAN", "0"],
+STEP_ONLY_MODELS = {"cut": ["--model", "cut", "--CUT_mode", "CUT"],
+                    "fastcut": ["--model", "cut", "--CUT_mode", "FastCUT"],
+                    "bicycle_gan": ["--model", "bicycle_gan"],
+                    "pix2pix_l1": ["--model", "pix2pix", "--lambda_GAN", "0"],
                     # UNSB with its examples' SB weight; a step walks a random number of its 5 steps first
                     "sb": ["--model", "sb", "--lambda_SB", "1.0"]}
 # Volumes (--models pix2pix_3d,cycle_gan_3d): the "volumes" section only, at the plan's patch sizes. pix2pix's
 # volume default unet_64_3d takes multiples of 64, so its measurement uses unet_32_3d (64 and 96 fit).
 VOLUME_MODELS = {"pix2pix_3d": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--data_range", "0", "1",
                                 "--netG", "unet_32_3d"],
-                 "cycle_gan_3d": ["--model", "cycle_gan", "--dataset_mode", "unaligned_volume", "--data_range", "0", "1"]}
+                 "cycle_gan_3d": ["--model", "cycle_gan", "--dataset_mode", "unaligned_volume",
+                                  "--data_range", "0", "1"]}
 STEP_ONLY_MODELS.update(VOLUME_MODELS)
 # The step's batch where a model cannot train on one image: BicycleGAN splits it into an encoded and a random half.
 STEP_BATCH = {"bicycle_gan": 2}
@@ -43,8 +46,10 @@ TARGETS = {"speedup": {"cycle_gan": 2.0, "pix2pix": 1.5}, "not_slower_than_strai
            "data_wait_fraction": 0.05, "ddp_efficiency": 0.9}
 # The generators' smallest input multiple: unet_256 halves 8 times, so it needs multiples of 256.
 SIZE_MULTIPLE = {"resnet_9blocks": 4, "unet_256": 256}
-DEFAULT_NETG = {"cycle_gan": "resnet_9blocks", "pix2pix": "unet_256", "cut": "resnet_9blocks", "fastcut": "resnet_9blocks",
-                "bicycle_gan": "unet_256", "pix2pix_l1": "unet_256", "sb": "resnet_9blocks"}  # sb's multiple is the resnets'
+# sb's multiple is the resnets'.
+DEFAULT_NETG = {"cycle_gan": "resnet_9blocks", "pix2pix": "unet_256", "cut": "resnet_9blocks",
+                "fastcut": "resnet_9blocks", "bicycle_gan": "unet_256", "pix2pix_l1": "unet_256",
+                "sb": "resnet_9blocks"}
 
 
 @dataclass

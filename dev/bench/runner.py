@@ -49,14 +49,15 @@ class Runner:
         result_path.unlink(missing_ok=True)
         print(f"  [{self.count}] {name} ...", end="", flush=True)
         started, load_before = time.perf_counter(), load_average()
-        rc = self._execute(self._command(spec, result_path, nproc), self._environment(spec, name, threads, compile_cache),
-                           log_path)
+        rc = self._execute(self._command(spec, result_path, nproc),
+                           self._environment(spec, name, threads, compile_cache), log_path)
         wall = time.perf_counter() - started
         if rc == 0 and result_path.exists():
             result = json.loads(result_path.read_text())
             result["load_avg_start"] = load_before
             result_path.write_text(json.dumps(result, indent=1))  # with the load, for --resume
-            print(f" {result['median_s']:.3f} s/step" if "median_s" in result else " done", f"({wall:.0f} s)", flush=True)
+            done = f" {result['median_s']:.3f} s/step" if "median_s" in result else " done"
+            print(done, f"({wall:.0f} s)", flush=True)
             return result
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
         error = f"exit {rc}: " + " | ".join(tail)

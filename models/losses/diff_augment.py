@@ -71,9 +71,9 @@ class DiscriminatorAugment:
 
     @classmethod
     def from_options(cls, opt) -> DiscriminatorAugment:
-        """From --diff_augment, --ada_target, --ada_kimg and --gan_mode (absent: off, as at test time)."""
-        return cls(getattr(opt, "diff_augment", "") or "", getattr(opt, "ada_target", 0.0),
-                   getattr(opt, "ada_kimg", 100.0), getattr(opt, "gan_mode", "lsgan"))
+        """From the training flags --diff_augment, --ada_target, --ada_kimg and --gan_mode (at test time,
+        `DiscriminatorAugment()`: off)."""
+        return cls(opt.diff_augment, opt.ada_target, opt.ada_kimg, opt.gan_mode)
 
     @property
     def enabled(self) -> bool:

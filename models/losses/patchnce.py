@@ -46,7 +46,8 @@ class PatchSampleF(nn.Module):
     def create_mlp(self, channels: list[int]) -> None:
         if self.kind == "mlp_sample":
             for index, width in enumerate(channels):
-                setattr(self, f"mlp_{index}", nn.Sequential(nn.Linear(width, self.nc), nn.ReLU(), nn.Linear(self.nc, self.nc)))
+                mlp = nn.Sequential(nn.Linear(width, self.nc), nn.ReLU(), nn.Linear(self.nc, self.nc))
+                setattr(self, f"mlp_{index}", mlp)
 
     def forward(self, feats: list[torch.Tensor], patch_ids: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per layer, (images * patches, channels) unit vectors; `patch_ids[i]` is (images, patches)."""

@@ -141,8 +141,8 @@ class EncoderFamily(NetworkFamily):
             halvings = 1 + len({key.split(".")[1] for key in state if ".shortcut." in key})
         else:
             halvings = sum(1 for key, value in state.items() if key.startswith("conv.") and value.ndim == 4)
-        name = next((name for name, shape in _SHAPES.items() if shape == ("residual" if resnet else "strided", halvings)),
-                    None)
+        seen = ("residual" if resnet else "strided", halvings)
+        name = next((name for name, shape in _SHAPES.items() if shape == seen), None)
         if name is None:
             return None
         return {"netE": name, "nef": first.shape[0], "nz": mean.shape[0], "input_nc": first.shape[1]}

@@ -15,8 +15,8 @@ these layers:
 from __future__ import annotations
 
 import functools
+import logging
 import re
-import sys
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Mapping
 
@@ -27,6 +27,8 @@ from torch.nn import init
 from torch.utils.checkpoint import checkpoint
 
 from util.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 NORMS = ("instance", "batch", "syncbatch", "none")
 INIT_TYPES = ("normal", "xavier", "kaiming", "orthogonal")
@@ -259,8 +261,8 @@ def compile_network(net: nn.Module, name: str, cuda_graphs: bool = False) -> nn.
     import shutil
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not hasattr(torch, "compile") or compiler is None:
-        print(f"warning: --compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
-              f"runs uncompiled. Install gcc or drop --compile.", file=sys.stderr)
+        logger.warning(f"--compile needs torch.compile and a C compiler (cc/gcc); none found, so net{name} "
+                       f"runs uncompiled. Install gcc or drop --compile.")
         return net
     return torch.compile(net, mode="reduce-overhead" if cuda_graphs else None)
 

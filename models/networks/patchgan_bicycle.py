@@ -75,7 +75,8 @@ class BicyclePatchGANFamily(NetworkFamily):
     @staticmethod
     def add_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if "--num_Ds" not in parser._option_string_actions:  # --netD and --netD2 may both be of this family
-            parser.add_argument("--num_Ds", type=Bounded(int, low=1, high=8, name="num_Ds"), default=2, on_resume="architecture",
+            parser.add_argument("--num_Ds", type=Bounded(int, low=1, high=8, name="num_Ds"), default=2,
+                                on_resume="architecture",
                                 help="with --netD/--netD2 basic_*_multi: the number of scales each judges at")
         return parser
 

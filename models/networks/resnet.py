@@ -18,9 +18,19 @@ from torch import nn
 
 from models.networks.blur import Downsample, Upsample
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import (convolutions, get_norm_layer, norm_seen, recompute_in_backward,
-                                    reflection_pad, replication_pad, resize_seen, use_resize_convolutions, uses_bias,
-                                    wants_checkpointing, wants_sliced_pads)
+from models.networks.layers import (
+    convolutions,
+    get_norm_layer,
+    norm_seen,
+    recompute_in_backward,
+    reflection_pad,
+    replication_pad,
+    resize_seen,
+    use_resize_convolutions,
+    uses_bias,
+    wants_checkpointing,
+    wants_sliced_pads,
+)
 
 _BLOCKS = {"resnet_9blocks": 9, "resnet_6blocks": 6}
 # The reference's default generator, named here so that no other file spells it

@@ -176,8 +176,8 @@ class TimeConditionedResnetFamily(NetworkFamily):
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:
         return TimeConditionedResnetGenerator(
             input_nc, output_nc, flags.ngf, get_norm_layer(flags.norm), not flags.no_dropout, _BLOCKS[self.name],
-            antialias=not getattr(flags, "no_antialias", False), antialias_up=not getattr(flags, "no_antialias_up", False),
-            sliced_pads=wants_sliced_pads(flags))
+            antialias=not getattr(flags, "no_antialias", False),
+            antialias_up=not getattr(flags, "no_antialias_up", False), sliced_pads=wants_sliced_pads(flags))
 
     def rebuild(self, flags: Any, state: Mapping[str, Any], input_nc: int, output_nc: int) -> nn.Module:
         """With the blur layers the weights hold (CUT's, read as for the resnets)."""

@@ -13,8 +13,17 @@ import torch
 from torch import nn
 
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import (convolutions, get_norm_layer, norm_seen, recompute_in_backward, resize_seen,
-                                    use_resize_convolutions, uses_bias, wants_checkpointing, wants_sliced_pads)
+from models.networks.layers import (
+    convolutions,
+    get_norm_layer,
+    norm_seen,
+    recompute_in_backward,
+    resize_seen,
+    use_resize_convolutions,
+    uses_bias,
+    wants_checkpointing,
+    wants_sliced_pads,
+)
 from models.networks.unet_latent import BASIC_UPSAMPLING, LatentUnetGenerator, nonlinearity
 from util.errors import UserError
 
@@ -156,8 +165,10 @@ class UnetFamily(NetworkFamily):
         name = next((name for name, levels in _DEPTHS.items() if levels == depth), None)
         if name is None or not {"model.model.3.weight", "model.model.3.1.weight"} & set(state):
             return None
-        output_nc = (state["model.model.3.weight"].shape[1] if "model.model.3.weight" in state  # ConvTranspose2d: (in, out, kh, kw)
-                     else state["model.model.3.1.weight"].shape[0])  # --upsample resize: Conv2d (out, in, kh, kw)
+        if "model.model.3.weight" in state:  # ConvTranspose2d: (in, out, kh, kw)
+            output_nc = state["model.model.3.weight"].shape[1]
+        else:  # --upsample resize: Conv2d (out, in, kh, kw)
+            output_nc = state["model.model.3.1.weight"].shape[0]
         return {"netG": name, "norm": norm_seen(state, "model.model.0"), "ngf": first.shape[0],
                 "input_nc": first.shape[1], "output_nc": output_nc, **resize_seen(state)}
 
@@ -178,9 +189,9 @@ class UnetFamily(NetworkFamily):
         basic = "model.up.1.weight" in state  # a transposed conv (in, out, ...) right after the activation
         output_nc = state["model.up.1.weight"].shape[1] if basic else state["model.up.3.weight"].shape[0]
         batch = any(key.endswith("running_mean") for key in state)
-        return {"netG": name, "ngf": ngf, "nz": nz, "where_add": "all", "upsample": BASIC_UPSAMPLING if basic else "bilinear",
-                "norm": "batch" if batch else "instance", "nl": "relu", "input_nc": first.shape[1] - nz,
-                "output_nc": output_nc}
+        return {"netG": name, "ngf": ngf, "nz": nz, "where_add": "all",
+                "upsample": BASIC_UPSAMPLING if basic else "bilinear", "norm": "batch" if batch else "instance",
+                "nl": "relu", "input_nc": first.shape[1] - nz, "output_nc": output_nc}
 
     def size_rule(self, flags: Any) -> SizeRule:
         multiple = 2 ** self.depth  # halved once per level, down to 1 pixel

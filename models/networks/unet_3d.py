@@ -16,8 +16,14 @@ from typing import Any, Mapping
 from torch import nn
 
 from models.networks.family import NetworkFamily, SizeRule
-from models.networks.layers import (check_volume_size, get_norm_layer, norm_seen, resize_seen, use_resize_convolutions,
-                                    wants_checkpointing)
+from models.networks.layers import (
+    check_volume_size,
+    get_norm_layer,
+    norm_seen,
+    resize_seen,
+    use_resize_convolutions,
+    wants_checkpointing,
+)
 from models.networks.unet import UnetFamily, UnetGenerator
 
 _DEPTHS = {"unet_8_3d": 3, "unet_16_3d": 4, "unet_32_3d": 5, "unet_64_3d": 6, "unet_128_3d": 7}

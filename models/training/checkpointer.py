@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import argparse
 import glob
+import logging
 import os
 from dataclasses import dataclass
 from typing import Protocol
 
 from util import distributed
-from util.console import print0, warn0
+from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
 from util.seeding import seed_everything
@@ -40,6 +41,8 @@ from util.position import Position
 from util.resume_flags import check_changed_flags, recorded_options
 from models.training.training_state import (capture_rng, load_training_state, newest_training_state, options_of,
                                           position_of, rank_part, restore_rng, state_path, write_training_state)
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointedTraining(Protocol):
@@ -150,8 +153,8 @@ class Checkpointer:
             raise UserError(f"--continue_train: {self.run_dir} holds no checkpoint to continue from (no "
                             f"*_train_state.pth, no {epoch}_net_*.pth); check --name and --checkpoints_dir, or "
                             f"leave out --continue_train to start a new run.")
-        warn0(f"no training state (*_train_state.pth) in {self.run_dir}: loading the weights of --epoch "
-              f"{epoch} only; optimizers and the learning-rate schedule start afresh.")
+        logger.warning(f"no training state (*_train_state.pth) in {self.run_dir}: loading the weights of --epoch "
+                       f"{epoch} only; optimizers and the learning-rate schedule start afresh.")
 
     def restore_random_streams(self, start: StartPoint) -> None:
         """This rank's random generators exactly as they were saved, or (afresh, or a rank the

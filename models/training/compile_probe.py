@@ -2,8 +2,8 @@
 
 torch.compile is not faster everywhere: on a 2-core CPU that other processes share, the compiled
 kernels (each an OpenMP region over every core) wait for a core far more often than the eager
-step's, and a compiled CycleGAN step took up to several times as long as the eager one, while a
-quiet machine gained ~10% (docs/benchmarks.md, "--compile on a small or shared CPU"). The load a
+step's, so a compiled CycleGAN step can take far longer than the eager one there, while a quiet
+machine gains a little (measurements: docs/benchmarks.md, "--compile on a small or shared CPU"). The load a
 run meets cannot be read from the CPU model, so rather than guessing, the first steps of a
 --compile run measure both: `--compile_probe N` steps eager (after one untimed step), then two
 untimed compiled steps (the compiling), then N compiled steps. If the compiled

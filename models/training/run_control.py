@@ -76,6 +76,7 @@ class StopRequest:
         if self.signal_number == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt  # Ctrl-C twice: the user does not want to wait for the save
         self.signal_number = signum
+        # user-facing: the run's console says why it is about to stop
         print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step, then stopping",
               flush=True)
 

@@ -15,8 +15,8 @@ from util.display.backend import LoggerBackend, RunInfo
 from util.display.loss_log import plot_loss_log
 from util.display.progress import ProgressBar
 from util.display.validation_log import ValidationLog, plot_metrics
-from util.safe_files import append_line
 from util.position import Position
+from util.safe_files import append_line
 
 if TYPE_CHECKING:
     from util.evaluation.validation_result import ValidationResult

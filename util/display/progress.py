@@ -135,7 +135,7 @@ class ProgressBar:
             tqdm.write(message, file=self.stream)
             self.stream.flush()
         else:
-            print(message, file=self.stream, flush=True)
+            print(message, file=self.stream, flush=True)  # user-facing: the run's console lines
 
     def close(self) -> None:
         self.end_epoch()
@@ -165,4 +165,4 @@ class ProgressBar:
         else:
             epoch_eta = (self.total - self.done) / rate if rate else None
             tail = f"epoch ETA {format_seconds(epoch_eta)}, run ETA {format_seconds(self.run_eta(now))}"
-        print(f"{head}, {tail}", file=self.stream, flush=True)
+        print(f"{head}, {tail}", file=self.stream, flush=True)  # user-facing: the progress line

@@ -27,8 +27,8 @@ class TensorBoardBackend(LoggerBackend):
         try:
             import torch.utils.tensorboard  # noqa: F401
         except ImportError:
-            raise UserError("--use_tensorboard needs the tensorboard package, which is not installed; run "
-                            "`pip install tensorboard` (or `bash scripts/setup.sh`) or drop --use_tensorboard.") from None
+            raise UserError("--use_tensorboard needs the tensorboard package, which is not installed; run `pip "
+                            "install tensorboard` (or `bash scripts/setup.sh`) or drop --use_tensorboard.") from None
 
     def __init__(self, run: RunInfo) -> None:
         super().__init__(run)

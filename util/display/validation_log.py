@@ -9,13 +9,15 @@ A run continued after a crash repeats the epochs it redoes; the plot keeps the l
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import sys
 import time
 
 from util.display.loss_log import draw_panels
 from util.safe_files import append_line, read_json_lines
+
+logger = logging.getLogger(__name__)
 
 VAL_LOG = "val_log.txt"
 METRICS_JSONL = "metrics.jsonl"
@@ -54,8 +56,8 @@ def read_metrics(run_dir: str) -> dict[int, dict]:
         return {}
     records, damaged = read_json_lines(path)
     if damaged:
-        print(f"warning: {path}: skipping line(s) {', '.join(map(str, damaged))}, which hold no validation record "
-              f"(cut short by a killed run, or damaged)", file=sys.stderr)
+        logger.warning(f"{path}: skipping line(s) {', '.join(map(str, damaged))}, which hold no validation record "
+                       f"(cut short by a killed run, or damaged)")
     return {int(record["epoch"]): record for record in records if isinstance(record.get("epoch"), int)}
 
 

@@ -26,6 +26,8 @@ from util.position import Position
 if TYPE_CHECKING:
     from util.evaluation.validation_result import ValidationResult
 
+logger = logging.getLogger(__name__)
+
 VISDOM_TIMEOUT = (2.0, 10.0)   # seconds to connect to / hear back from the visdom server
 
 
@@ -99,6 +101,8 @@ def page_problem(client) -> str | None:
     stylesheets it lacks (`python -m visdom.server` downloads them from CDNs; offline they are missing
     unless scripts/visdom_server.py --install_scripts put them there). None when it looks whole, or
     when the page cannot be asked for (sending to the server is what matters, and is checked anyway)."""
+    import requests  # visdom's own HTTP client: installed with it
+
     page_url = f"{client.server}:{client.port}{client.base_url}/"
     try:
         page = client.session.get(page_url, timeout=VISDOM_TIMEOUT)
@@ -115,7 +119,8 @@ def page_problem(client) -> str | None:
             with client.session.get(url, timeout=VISDOM_TIMEOUT, stream=True) as answer:  # headers only
                 if answer.status_code != 200:
                     missing.append(urlparse(url).path.rsplit("/", 1)[-1])
-    except Exception:
+    except (requests.RequestException, ValueError) as err:  # no answer, or a link that is no URL
+        logger.debug("visdom page %s not checked: %s: %s", page_url, type(err).__name__, err)
         return None
     if not missing:
         return None

@@ -105,10 +105,10 @@ class Visualizer:
             except Exception as err:  # noqa: BLE001 - the user's code: any error, reported and contained
                 self.backends.remove(backend)
                 where = traceback.extract_tb(err.__traceback__)[-1]
-                self.message(f"warning: --logger {type(backend).__module__}: its {type(backend).__name__}.{event} raised "
-                             f"{type(err).__name__}: {err} ({where.filename}, line {where.lineno}); that logger is "
-                             f"switched off for the rest of this run and training goes on. Fix it, then continue the "
-                             f"run with --continue_train to have it log again (docs/visualization.md).")
+                self.message(f"warning: --logger {type(backend).__module__}: its {type(backend).__name__}.{event} "
+                             f"raised {type(err).__name__}: {err} ({where.filename}, line {where.lineno}); that logger "
+                             f"is switched off for the rest of this run and training goes on. Fix it, then continue "
+                             f"the run with --continue_train to have it log again (docs/visualization.md).")
 
     def backend(self, kind: type[Backend]) -> Backend | None:
         """The back end of class `kind`, if this run has one."""
@@ -151,10 +151,7 @@ class Visualizer:
         if self.closed:
             return
         self.closed = True
-        try:
-            atexit.unregister(self.close)
-        except Exception:
-            pass
+        atexit.unregister(self.close)  # does nothing if it is not registered
         self._each("close")
 
 

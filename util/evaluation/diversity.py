@@ -96,7 +96,8 @@ class SampleDiversity:
             return
         first = torch.cat([a for a, _ in pairs]).expand(-1, 3, -1, -1).clamp(-1, 1)
         second = torch.cat([b for _, b in pairs]).expand(-1, 3, -1, -1).clamp(-1, 1)
-        self.means["diversity_LPIPS"].update(first, second)  # every input has N samples: the pairs' mean is the inputs' mean
+        # Every input has N samples: the pairs' mean is the inputs' mean.
+        self.means["diversity_LPIPS"].update(first, second)
 
     def compute(self) -> dict[str, float]:
         """The mean over inputs of each score, over every process (every process must call it)."""

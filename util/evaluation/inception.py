@@ -24,7 +24,7 @@ import pickle
 import socket
 import urllib.error
 import warnings
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -39,6 +39,15 @@ WEIGHTS_ENV = "IMG2IMG_INCEPTION_WEIGHTS"
 OFFLINE_ENV = "IMG2IMG_OFFLINE"
 FEATURE_DIM = 2048
 DOWNLOAD_TIMEOUT_S = 10.0  # per network operation: an unreachable host fails within this, a slow download goes on
+
+
+def add_inception_weights_flag(parser: Any) -> Any:
+    """--inception_weights (read by `find_inception_weights`), into `parser` or an argument group."""
+    parser.add_argument("--inception_weights", type=str, default="", on_resume="silent",
+                        help=f"Inception weights file for FID/KID (default: ${WEIGHTS_ENV}, else torch-fidelity's "
+                             f"{INCEPTION_WEIGHTS_NAME} in $TORCH_HOME/hub/checkpoints, downloaded there when "
+                             f"missing and online)")
+    return parser
 
 
 def inception_weights_dir() -> str:

@@ -49,8 +49,13 @@ from torch import nn
 
 from util import distributed
 from util.errors import UserError
+from util.evaluation.inception import (
+    ensure_inception_weights,
+    load_inception,
+    missing_inception_weights_message,
+    to_uint8,
+)
 from util.evaluation.ssim import ssim_map_3d
-from util.evaluation.inception import ensure_inception_weights, load_inception, missing_inception_weights_message, to_uint8
 
 # Which way each metric improves (the best-checkpoint code reads it through `higher_is_better`).
 HIGHER_IS_BETTER = {"L1": False, "PSNR": True, "SSIM": True, "MAE": False, "FID": False, "KID": False}
@@ -190,8 +195,8 @@ class TranslationMetrics:
     def _update_volumes(self, name: str, output: torch.Tensor, target: torch.Tensor) -> None:
         """Each volume's L1, PSNR, SSIM and MAE (inside the mask, see the module docstring)."""
         if output.ndim != 5:
-            raise UserError(f"{self.pairs[name][0]} is {tuple(output.shape)}, not a batch of volumes (N x C x D x H x W); "
-                            f"volume metrics need volumes.")
+            raise UserError(f"{self.pairs[name][0]} is {tuple(output.shape)}, not a batch of volumes "
+                            f"(N x C x D x H x W); volume metrics need volumes.")
         metrics = self.paired[name]
         mask = foreground_mask(target) if self.mask == "foreground" else torch.ones_like(target, dtype=torch.bool)
         weight = mask.to(output.dtype)

@@ -56,7 +56,8 @@ def check_distribution_inputs(opt, reference_images: Sequence[str]) -> None:
         raise UserError(f"--fid_reference needs FID. {missing_inception_weights_message()}")
 
 
-def volume_units(dataset, pairs: Mapping[str, tuple[str, str | None]], domains: Mapping[str, str] | None) -> dict[str, float] | None:
+def volume_units(dataset, pairs: Mapping[str, tuple[str, str | None]],
+                 domains: Mapping[str, str] | None) -> dict[str, float] | None:
     """For a dataset of volumes, each pair's MAE unit: half the width of its target domain's window
     (`dataset.window`); None for pictures."""
     if getattr(dataset, "spatial_dims", 2) != 3:
@@ -102,7 +103,7 @@ class InferenceMetrics:
             self.baseline = TranslationMetrics({"": (input_visual, self.target)}, paired=True, device=device,
                                                **baseline_volumes)
         # --n_samples: how different the samples are, and (--eval_metrics) how real they look
-        count = getattr(opt, "n_samples", 0) if sample_visual else 0
+        count = opt.n_samples if sample_visual else 0
         self.samples = [f"{sample_visual}_random{k}" for k in range(count)]
         self.diversity = SampleDiversity(device, lpips=opt.eval_metrics) if self.samples else None
         self.random = None

@@ -3,9 +3,8 @@ Gaussian window: sigma 1.5, 11 taps a side, reflection-padded, k1 0.01, k2 0.03)
 as three 1-D passes instead of one 11x11x11 convolution.
 
 The Gaussian window is the outer product of three 1-D ones, so the three passes give torchmetrics' sums
-up to rounding, with 33 products per voxel instead of 1331: test.py's SSIM of a 64x96x24 volume took
-10.5 s of its 14.7 on 2 CPU cores through torchmetrics' dense kernel (tests/test_metrics.py checks the
-two agree)."""
+up to rounding, with 33 products per voxel instead of 1331 (what that saves: docs/benchmarks.md;
+tests/test_metrics.py checks the two agree)."""
 from __future__ import annotations
 
 import torch
@@ -44,4 +43,5 @@ def ssim_map_3d(output: torch.Tensor, target: torch.Tensor, data_range: float = 
     var_out = torch.clamp(mean_out_sq - mu_out ** 2, min=0.0)
     var_tgt = torch.clamp(mean_tgt_sq - mu_tgt ** 2, min=0.0)
     covariance = mean_cross - mu_out * mu_tgt
-    return ((2 * mu_out * mu_tgt + c1) * (2 * covariance + c2)) / ((mu_out ** 2 + mu_tgt ** 2 + c1) * (var_out + var_tgt + c2))
+    numerator = (2 * mu_out * mu_tgt + c1) * (2 * covariance + c2)
+    return numerator / ((mu_out ** 2 + mu_tgt ** 2 + c1) * (var_out + var_tgt + c2))
