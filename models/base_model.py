@@ -56,13 +56,12 @@ import torch
 from torch import nn
 
 from data import find_dataset_using_name
-from models import networks
-from models.training import schedules
+from models import networks, precision
 from models.batch_entries import paired_batch
-from models import precision
 from models.losses.diff_augment import DiscriminatorAugment
 from models.model_state import ModelState
 from models.network_views import NetworkViews
+from models.training import schedules
 from models.training.step import TrainingStep, set_requires_grad
 from util import distributed
 from util.console import print0

@@ -37,10 +37,10 @@ from torch import nn
 
 from data import spatial_dims
 from models import networks
-from models.losses.gan import GANLoss
 from models.base_model import BaseModel
-from models.networks import encoder, patchgan_bicycle, unet
+from models.losses.gan import GANLoss
 from models.network_views import NetworkViews
+from models.networks import encoder, patchgan_bicycle, unet
 from models.networks.unet_latent import BASIC_UPSAMPLING, NONLINEARITIES, UPSAMPLINGS, WHERE_ADD
 from models.training.step import TrainingStep
 from util import distributed
@@ -72,25 +72,40 @@ class BicycleGANModel(BaseModel):
         parser._option_string_actions["--upsample"].choices = UPSAMPLINGS
         parser.add_argument("--use_dropout", dest="no_dropout", action="store_false", on_resume="architecture",
                             help="dropout in the generator (BicycleGAN's flag; off by default under this model)")
-        parser.add_argument("--nz", type=Bounded(int, low=0, high=1024, name="nz"), default=8, on_resume="architecture", help="numbers in the latent code")
-        parser.add_argument("--where_add", type=str, default="all", choices=(*WHERE_ADD, "middle"), on_resume="architecture", help="where G takes the code: input (with the image only) or all (at every level on the way down)")
-        parser.add_argument("--netE", type=networks.family_name_type(networks.ENCODER), default=encoder.DEFAULT, on_resume="architecture", help=networks.family_help(networks.ENCODER))
-        parser.add_argument("--nef", type=network_width, default=64, on_resume="architecture", help="# of encoder filters in the first conv layer")
-        parser.add_argument("--nl", type=str, default="relu", choices=NONLINEARITIES, on_resume="architecture", help="the activation of G's way up")
-        parser.add_argument("--netD2", type=networks.family_name_type(networks.DISCRIMINATOR), default=patchgan_bicycle.DEFAULT, on_resume="architecture", help="the discriminator of the random-code outputs (cLR-GAN)")
-        parser.add_argument("--conditional_D", action="store_true", on_resume="architecture", help="the discriminators judge (A, B) pairs, not B alone")
+        parser.add_argument("--nz", type=Bounded(int, low=0, high=1024, name="nz"), default=8, on_resume="architecture",
+                            help="numbers in the latent code")
+        parser.add_argument("--where_add", type=str, default="all", choices=(*WHERE_ADD, "middle"),
+                            on_resume="architecture", help="where G takes the code: input (with the image only) or "
+                                                           "all (at every level on the way down)")
+        parser.add_argument("--netE", type=networks.family_name_type(networks.ENCODER), default=encoder.DEFAULT,
+                            on_resume="architecture", help=networks.family_help(networks.ENCODER))
+        parser.add_argument("--nef", type=network_width, default=64, on_resume="architecture",
+                            help="# of encoder filters in the first conv layer")
+        parser.add_argument("--nl", type=str, default="relu", choices=NONLINEARITIES, on_resume="architecture",
+                            help="the activation of G's way up")
+        parser.add_argument("--netD2",type=networks.family_name_type(networks.DISCRIMINATOR),
+                            default=patchgan_bicycle.DEFAULT,on_resume="architecture",
+                            help="the discriminator of the random-code outputs (cLR-GAN)")
+        parser.add_argument("--conditional_D", action="store_true", on_resume="architecture",
+                            help="the discriminators judge (A, B) pairs, not B alone")
         if is_train:
             parser.set_defaults(gan_mode="lsgan", pool_size=0, batch_size=2)
-            parser.add_argument("--use_same_D", action="store_true", on_resume="architecture", help="one discriminator judges both halves")
-            parser.add_argument("--lambda_L1", type=non_negative_float, default=10.0, on_resume="noted", help="weight of |B - G(A, E(B))|")
-            parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="architecture", help="weight of D's loss on G(A, E(B)); 0: no D")
-            parser.add_argument("--lambda_GAN2", type=non_negative_float, default=1.0, on_resume="architecture", help="weight of D2's loss on G(A, random z); 0: no D2")
-            parser.add_argument("--lambda_z", type=non_negative_float, default=0.5, on_resume="noted", help="weight of |E(G(A, z)) - z|")
-            parser.add_argument("--lambda_kl", type=non_negative_float, default=0.01, on_resume="noted", help="weight of the KL loss")
+            parser.add_argument("--use_same_D", action="store_true", on_resume="architecture",
+                                help="one discriminator judges both halves")
+            parser.add_argument("--lambda_L1", type=non_negative_float, default=10.0, on_resume="noted",
+                                help="weight of |B - G(A, E(B))|")
+            parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="architecture",
+                                help="weight of D's loss on G(A, E(B)); 0: no D")
+            parser.add_argument("--lambda_GAN2", type=non_negative_float, default=1.0, on_resume="architecture",
+                                help="weight of D2's loss on G(A, random z); 0: no D2")
+            parser.add_argument("--lambda_z", type=non_negative_float, default=0.5, on_resume="noted",
+                                help="weight of |E(G(A, z)) - z|")
+            parser.add_argument("--lambda_kl", type=non_negative_float, default=0.01, on_resume="noted",
+                                help="weight of the KL loss")
         else:
             parser.set_defaults(phase="val", n_samples=5)
-            parser.add_argument("--no_encode", action="store_true", on_resume="silent", help="do not encode B: the first output uses the prior's mean code (z = 0)")
-            parser.add_argument("--center_crop", action="store_true", on_resume="silent", help="crop the middle of each image (--load_size > --crop_size), as BicycleGAN's test.py does with it")
+            parser.add_argument("--no_encode", action="store_true", on_resume="silent",
+                                help="do not encode B: the first output uses the prior's mean code (z = 0)")
         return parser
 
     @classmethod
@@ -128,7 +143,8 @@ class BicycleGANModel(BaseModel):
             self.optimizer_D = self.make_adam(self.netD.parameters())
             self.optimizers.append(self.optimizer_D)
         if self.judges_random and not opt.use_same_D:
-            self.netD2 = networks.build_discriminator(networks.with_flags(opt, netD=opt.netD2), d_input_nc).to(self.device)
+            second = networks.with_flags(opt, netD=opt.netD2)
+            self.netD2 = networks.build_discriminator(second, d_input_nc).to(self.device)
             self.model_names.append("D2")
             self.optimizer_D2 = self.make_adam(self.netD2.parameters())
             self.optimizers.append(self.optimizer_D2)

@@ -20,12 +20,10 @@ from typing import Mapping
 
 import torch
 
-from models.losses import patchnce
-
 from models import networks
-from models.losses import gan
-from models.losses.gan import GANLoss
 from models.base_model import BaseModel
+from models.losses import gan, patchnce
+from models.losses.gan import GANLoss
 from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
 from models.training.step import TrainingStep
@@ -129,7 +127,8 @@ class CUTModel(BaseModel):
                             help="width of netF's projection MLP")
         parser.add_argument("--nce_T", type=positive_float, default=0.07, on_resume="noted",
                             help="temperature for NCE loss")
-        parser.add_argument("--num_patches", type=Bounded(int, low=1, high=65536, name="num_patches"), default=256, on_resume="noted",
+        parser.add_argument("--num_patches", type=Bounded(int, low=1, high=65536, name="num_patches"), default=256,
+                            on_resume="noted",
                             help="number of patches per layer")
         parser.add_argument("--flip_equivariance", type=str2bool, nargs="?", const=True, default=False,
                             on_resume="noted", help="enforce flip-equivariance as additional regularization (FastCUT)")
@@ -151,7 +150,8 @@ class CUTModel(BaseModel):
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx)
         self.nce_layers = parse_layers(opt.nce_layers)
-        self.loss_names = ["G_GAN", "D_real", "D_fake", "G", "NCE"] + (["NCE_Y"] if opt.nce_idt and self.isTrain else [])
+        self.loss_names = ["G_GAN", "D_real", "D_fake", "G", "NCE"] + \
+            (["NCE_Y"] if opt.nce_idt and self.isTrain else [])
         self.visual_names = ["real_A", "fake_B", "real_B"] + (["idt_B"] if opt.nce_idt and self.isTrain else [])
         self.model_names = ["G", "F", "D"] if self.isTrain else ["G"]
         check_generator(opt, self.nce_layers)
@@ -161,7 +161,8 @@ class CUTModel(BaseModel):
         if opt.nce_idt and opt.input_nc != opt.output_nc:
             raise UserError(f"--nce_idt passes B images through G, so it needs --input_nc == --output_nc (got "
                             f"{opt.input_nc} and {opt.output_nc}); pass --nce_idt False.")
-        if distributed.is_distributed() and (opt.normD or opt.norm) in ("batch", "syncbatch") and opt.norm != "syncbatch":
+        discriminator_norm = opt.normD or opt.norm
+        if distributed.is_distributed() and discriminator_norm in ("batch", "syncbatch") and opt.norm != "syncbatch":
             raise UserError(f"--normD {opt.normD}: under DDP batch norm must be synchronised across processes, which "
                             f"happens for every network with --normG syncbatch (or --norm syncbatch); pass that, or "
                             f"--normD instance.")
@@ -250,8 +251,9 @@ class CUTModel(BaseModel):
         """G's loss: fool D, and PatchNCE between A and G(A) (and, with --nce_idt, B and G(B))."""
         opt = self.opt
         with self.autocast():
-            self.loss_G_GAN = self.criterionGAN(netD(self.diff_augment(self.fake_B)), True,
-                                                 for_discriminator=False) * opt.lambda_GAN if opt.lambda_GAN > 0 else 0.0
+            fooled = self.criterionGAN(netD(self.diff_augment(self.fake_B)), True, for_discriminator=False) \
+                if opt.lambda_GAN > 0 else 0.0
+            self.loss_G_GAN = fooled * opt.lambda_GAN
             self.loss_NCE = self.nce_loss(nets, self.real_A, self.fake_B, flipped) if opt.lambda_NCE > 0 else 0.0
             if opt.nce_idt and opt.lambda_NCE > 0:
                 self.loss_NCE_Y = self.nce_loss(nets, self.real_B, self.idt_B, flipped)

@@ -11,14 +11,14 @@ import itertools
 import torch
 
 from models import networks
+from models.base_model import BaseModel
 from models.losses import gan
 from models.losses.gan import GANLoss
-from models.base_model import BaseModel
 from models.losses.multiscale import MultiscaleGANLoss
 from models.network_views import NetworkViews
 from models.training.step import TrainingStep
-from util.flag_types import non_negative_float
 from util.errors import UserError
+from util.flag_types import non_negative_float
 from util.image_pool import ImagePool
 
 
@@ -46,10 +46,15 @@ class CycleGANModel(BaseModel):
     def modify_commandline_options(parser, is_train: bool = True):
         parser.set_defaults(no_dropout=True)  # default CycleGAN did not use dropout
         if is_train:
-            parser.add_argument("--lambda_A", type=non_negative_float, default=10.0, on_resume="noted", help="weight for cycle loss (A -> B -> A)")
-            parser.add_argument("--lambda_B", type=non_negative_float, default=10.0, on_resume="noted", help="weight for cycle loss (B -> A -> B)")
+            parser.add_argument("--lambda_A", type=non_negative_float, default=10.0, on_resume="noted",
+                                help="weight for cycle loss (A -> B -> A)")
+            parser.add_argument("--lambda_B", type=non_negative_float, default=10.0, on_resume="noted",
+                                help="weight for cycle loss (B -> A -> B)")
             parser.add_argument("--lambda_identity", type=non_negative_float, default=0.5, on_resume="noted",
-                                help="use identity mapping. Setting lambda_identity other than 0 has an effect of scaling the weight of the identity mapping loss. For example, if the weight of the identity loss should be 10 times smaller than the weight of the reconstruction loss, please set lambda_identity = 0.1")
+                                help="use identity mapping. Setting lambda_identity other than 0 has an effect of "
+                                     "scaling the weight of the identity mapping loss. For example, if the weight of "
+                                     "the identity loss should be 10 times smaller than the weight of the "
+                                     "reconstruction loss, please set lambda_identity = 0.1")
         return parser
 
     def __init__(self, opt, ctx, seed: int = 0):

@@ -10,12 +10,11 @@ import os
 from torch import nn
 
 from models.networks import checkpoint_files
-
 from models.training import schedules
+from models.training.training_state import STATE_SUFFIX
 from util import distributed
 from util.console import print0
 from util.errors import UserError
-from models.training.training_state import STATE_SUFFIX
 
 
 class ModelState:

@@ -8,12 +8,12 @@ import contextlib
 import torch
 
 from models import networks
+from models.base_model import BaseModel
 from models.losses import gan
 from models.losses.gan import GANLoss
-from models.networks import buffers_kept, unet
-from models.base_model import BaseModel
 from models.losses.multiscale import MultiscaleGANLoss, feature_matching_loss
 from models.network_views import NetworkViews
+from models.networks import buffers_kept, unet
 from models.training.step import TrainingStep
 from util.flag_types import non_negative_float
 
@@ -39,10 +39,14 @@ class Pix2PixModel(BaseModel):
         parser.set_defaults(norm="batch", netG=unet.PIX2PIX_DEFAULT, dataset_mode="aligned")
         if is_train:
             parser.set_defaults(pool_size=0, gan_mode="vanilla")
-            parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, on_resume="noted", help="weight for L1 loss")
+            parser.add_argument("--lambda_L1", type=non_negative_float, default=100.0, on_resume="noted",
+                                help="weight for L1 loss")
             parser.add_argument("--lambda_GAN", type=non_negative_float, default=1.0, on_resume="architecture",
                                 help="weight of D's judgement in G's loss; 0: no D, G learns by L1 alone")
-            parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, on_resume="noted", help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's intermediate features on the real and the generated pair, per scale; pix2pixHD uses 10 with --netD multiscale); 0: off")
+            parser.add_argument("--lambda_feat", type=non_negative_float, default=0.0, on_resume="noted",
+                                help="weight of pix2pixHD's discriminator feature-matching loss (L1 between D's "
+                                     "intermediate features on the real and the generated pair, per scale; pix2pixHD "
+                                     "uses 10 with --netD multiscale); 0: off")
         return parser
 
     @classmethod

@@ -2,8 +2,8 @@
 2024): unpaired translation in several refinement steps along a Schrödinger bridge, on CUT.
 
 One generator G(x_t, t, z) with a random code z (models/networks/resnet_cond.py; like UNSB's, it ignores
-t) makes every step of the bridge (models/losses/bridge.py). Each training step picks one step t of the --num_timesteps, walks the
-inputs there without gradient, and trains G on the state reached: fool a time-conditioned
+t) makes every step of the bridge (models/losses/bridge.py). Each training step picks one step t of the
+--num_timesteps, walks the inputs there without gradient, and trains G on the state reached: fool a time-conditioned
 discriminator D (models/networks/patchgan_cond.py), keep each patch's content (CUT's PatchNCE between
 x_0 and G's output, with --nce_idt on B too), and the Schrödinger-bridge loss: an energy network E
 scores (x_t, G(x_t)) against the pairs of an independent second input A2 (a contrastive estimate of
@@ -26,9 +26,9 @@ import argparse
 import torch
 
 import data
-from models.losses import bridge
 from models import networks
 from models.cut_model import CUTModel, mode_defaults_action
+from models.losses import bridge
 from models.network_views import NetworkViews
 from models.networks import patchgan_cond, resnet_cond
 from models.training.step import TrainingStep
@@ -96,7 +96,8 @@ class SBModel(CUTModel):
         for unused, kind, default in (("--std", finite_float, 0.25), ("--lmda", finite_float, 0.1),
                                       ("--embedding_dim", width, 512), ("--style_dim", width, 512)):
             parser.add_argument(unused, type=kind, default=default, on_resume="noted",
-                                help="accepted for UNSB's command lines; its code reads it nowhere that changes training")
+                                help="accepted for UNSB's command lines; its code reads it nowhere that changes "
+                                     "training")
         parser.add_argument("--n_mlp", type=Bounded(int, low=0, high=64, name="n_mlp"),
                             default=resnet_cond.MAPPING_LAYERS, on_resume="architecture",
                             help=f"layers of the code's mapping network after its first: UNSB's "
@@ -126,7 +127,8 @@ class SBModel(CUTModel):
         self.steps, self.tau = opt.num_timesteps, opt.tau
         self.code_width = networks.family_of(opt.netG).step_code_size(opt)
         self.loss_names = [*self.loss_names, "SB", "E"]
-        self.visual_names = ["real_A", "real_A_noisy", "fake_B", "real_B"] + (["idt_B"] if opt.nce_idt and self.isTrain else [])
+        self.visual_names = ["real_A", "real_A_noisy", "fake_B", "real_B"] + \
+            (["idt_B"] if opt.nce_idt and self.isTrain else [])
         self.sampling_seed = opt.seed or 0  # inference's noise (test.py, validation): the Translator's for a seed
         if not self.isTrain:
             self.visual_names = ["real_A", *[f"fake_{k}" for k in range(1, self.steps + 1)], "fake_B", "real_B"]
@@ -177,7 +179,8 @@ class SBModel(CUTModel):
             states = [bridge.walk(nets.G, x, self.steps, self.tau, self.code_width, source, t)[1] for x in walked]
         self.real_A_noisy, self.real_A_noisy2 = states[0], states[1]
         local = self.real_A.shape[0]
-        codes, codes_idt, codes2 = (source.codes(local, self.code_width, t).to(self.device, self.dtype) for _ in range(3))
+        codes, codes_idt, codes2 = (source.codes(local, self.code_width, t).to(self.device, self.dtype)
+                                    for _ in range(3))
         with self.autocast():
             realt = torch.cat((self.real_A_noisy, states[2])) if self.opt.nce_idt else self.real_A_noisy
             both = torch.cat((codes, codes_idt)) if self.opt.nce_idt else codes

@@ -31,16 +31,25 @@ import os
 from dataclasses import dataclass
 from typing import Protocol
 
+from models.training.best_checkpoint import EMA_WEIGHTS, TRAINED_WEIGHTS, BestTracker
+from models.training.training_state import (
+    capture_rng,
+    load_training_state,
+    newest_training_state,
+    options_of,
+    position_of,
+    rank_part,
+    restore_rng,
+    state_path,
+    write_training_state,
+)
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
 from util.errors import UserError
-from util.seeding import seed_everything
-from models.training.best_checkpoint import EMA_WEIGHTS, TRAINED_WEIGHTS, BestTracker
 from util.position import Position
 from util.resume_flags import check_changed_flags, recorded_options
-from models.training.training_state import (capture_rng, load_training_state, newest_training_state, options_of,
-                                          position_of, rank_part, restore_rng, state_path, write_training_state)
+from util.seeding import seed_everything
 
 logger = logging.getLogger(__name__)
 

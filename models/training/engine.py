@@ -23,19 +23,19 @@ import torch
 from torch import nn
 
 import data
-from models.training import accumulation
 from models.base_model import BaseModel
-from models.training.ema import GeneratorEMA
 from models.inference.application import inference_views
-from models.training.loss_watch import LossWatch
+from models.inference.windows import Windows
 from models.network_views import NetworkViews
+from models.training import accumulation
+from models.training.compile_probe import CompileProbe, wait_for_device
+from models.training.ema import GeneratorEMA
+from models.training.loss_watch import LossWatch
 from models.training.network_variants import NetworkVariants, captures_cuda_graphs
 from models.training.step import TrainingStep
-from models.inference.windows import Windows
 from util import distributed
 from util.console import print0
 from util.distributed import DistContext
-from models.training.compile_probe import CompileProbe, wait_for_device
 
 
 class TrainingEngine:
@@ -170,7 +170,8 @@ class TrainingEngine:
             advice.append("with --gan_mode lsgan, which is steadier")
         return ", or ".join(advice) + "."
 
-    def update_learning_rate(self, plateau_metric: float | None = None, plateau_step: bool = True) -> tuple[float, float]:
+    def update_learning_rate(self, plateau_metric: float | None = None,
+                             plateau_step: bool = True) -> tuple[float, float]:
         """At the end of every epoch, on every rank (the epoch's loss is averaged over them): step the
         model's schedules; returns (old lr, new lr). The plateau policy watches `plateau_metric` (the
         validation metric, lower is better) when given, else the epoch's mean generator loss; with

@@ -27,8 +27,8 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from util.errors import UserError
 from util.checkpoint_io import atomic_torch_save, load_checkpoint_file
+from util.errors import UserError
 from util.position import Position
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ would (no augmentation, `--load_size` = `--crop_size`, the generators in eval mo
 `--val_mode train`), and util.evaluation.metrics.TranslationMetrics combines the shares exactly: the numbers
 equal one process's on the same images. What is scored is the model's to say (its `scored_pairs`):
 paired data get L1, PSNR and SSIM of each output against its target, unpaired data FID and KID of each
-output against the real images of its domain (CycleGAN: both directions, FID_B: fake B vs real B). With --ema_decay the moving
-averages are scored too, under `ema_<metric>`.
+output against the real images of its domain (CycleGAN: both directions, FID_B: fake B vs real B). With
+--ema_decay the moving averages are scored too, under `ema_<metric>`.
 
 The scores feed `--save_best` (models/training/best_checkpoint.py), the plateau learning-rate policy and the
 logs (util/display/validation_log.py, the visualizer).
@@ -26,8 +26,13 @@ from models.network_views import NetworkViews
 from models.training.best_checkpoint import ema_key
 from util.distributed import DistContext
 from util.errors import UserError
-from util.evaluation.metrics import (ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better,
-                                     needs_inception)
+from util.evaluation.metrics import (
+    ReferenceFeatures,
+    TranslationMetrics,
+    expected_keys,
+    higher_is_better,
+    needs_inception,
+)
 from util.evaluation.metrics_report import volume_units
 from util.evaluation.validation_result import ValidationResult
 
