@@ -10,6 +10,7 @@ read-only: derived values (device, rank, seed) live in the objects that compute 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any, Callable
@@ -19,15 +20,18 @@ import torch
 import data
 import models
 from models import networks
-from data.base_dataset import parse_data_range
+from data.base_dataset import add_data_range_flag, parse_data_range
 from data.volume_patches import batch_refusal
 from util.errors import UserError
 from util.util import broken_link
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
-from util.flag_types import (Bounded, OneParagraphParser, batch_size, channel_count, finite_float, image_side,
-                             network_width, non_negative_int, norm_name, positive_float, positive_int, seed_value)
+from util.flag_types import (Bounded, OneParagraphParser, batch_size, channel_count, image_side, network_width,
+                             non_negative_int, norm_name, positive_float, positive_int, seed_value)
+from util.evaluation.inception import add_inception_weights_flag
 from util.safe_files import atomic_write_json, atomic_write_text
 from util.resume_flags import SILENT, ignored
+
+logger = logging.getLogger(__name__)
 
 # What happens to a flag when a run is continued is declared with it (`on_resume`, util/resume_flags.py).
 SEED_KEPT = ignored("a continued run keeps the seed it started with, which its data order and augmentations follow")
@@ -78,7 +82,7 @@ class BaseOptions:
         parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], on_resume="noted", help="scaling and cropping of images at load time")
         parser.add_argument("--no_flip", action="store_true", on_resume="noted", help="if specified, do not flip the images for data augmentation")
         parser.add_argument("--skip_bad_images", action="store_true", on_resume="silent", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
-        parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", on_resume="noted", help="MIN MAX: the float-data values that map to -1 and 1 (both domains), or A_MIN A_MAX B_MIN B_MAX; integer data use their type's full range. Default for float data: 0 1. scripts/data_range.py computes it")
+        parser = add_data_range_flag(parser)
         parser.add_argument("--display_channels", type=str, default="", on_resume="silent", help="comma-separated channels (from 0) shown in the 8-bit previews of images with more channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, otherwise the first 3 (2 channels: the first)")
         parser.add_argument("--display_winsize", type=image_side, default=256, on_resume="silent", help="display window size for both visdom and HTML")
         # additional parameters
@@ -86,7 +90,7 @@ class BaseOptions:
         parser.add_argument("--load_iter", type=non_negative_int, default=0, on_resume="silent", help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
         parser.add_argument("--verbose", action="store_true", on_resume="silent", help="if specified, print more debugging information")
         parser.add_argument("--suffix", default="", type=str, on_resume="silent", help="customized suffix: opt.name = opt.name + suffix: e.g., {model}_{netG}_size{load_size}")
-        parser.add_argument("--inception_weights", type=str, default="", on_resume="silent", help="Inception weights file for FID/KID (validation, test.py --eval_metrics) (default: $IMG2IMG_INCEPTION_WEIGHTS, else torch-fidelity's weights-inception-2015-12-05-6726825d.pth in $TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
+        parser = add_inception_weights_flag(parser)  # validation, test.py --eval_metrics
         # wandb parameters
         parser.add_argument("--use_wandb", action="store_true", on_resume="silent", help="if specified, then init wandb logging")
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", on_resume="silent", help="specify wandb project name")
@@ -95,23 +99,58 @@ class BaseOptions:
         parser.add_argument("--ddp_timeout", type=Bounded(float, low=0, low_open=True, high=1e6, name="ddp_timeout"), default=600.0, on_resume="silent", help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 
+    # Flags whose value decides which other flags exist (their families', the dataset mode's), read by the
+    # pre-parse; `given` tells which of them the command line names.
+    SELECTORS = ("netG", "netD", "dataset_mode")
+
     def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
-        """The full parser: base flags, then the chosen model's and dataset's own flags."""
-        parser = OneParagraphParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        """The full parser: base flags, the chosen model's, then those of what the command line selects
+        (`add_selected_flags`). `parse` reads the command line with it once more, the final time: the
+        flags it holds depend on values only a parse can tell."""
+        parser = OneParagraphParser(allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         parser = self.initialize(parser)
-        # --model alone: the model may widen other flags' choices (BicycleGAN's --upsample basic), which a
-        # parse of every flag would refuse before the model had a say
-        parser = models.get_option_setter(self._given(parser, argv, "model"))(parser, self.isTrain)
-        # The model may have changed the default networks; their families may add flags of their own.
-        known, _ = parser.parse_known_args(argv)
+        # --model alone first: it decides which parser reads the rest, and the model may widen other flags'
+        # choices (BicycleGAN's --upsample basic), which a parse of every flag would refuse before it had a say.
+        parser = models.get_option_setter(self._given_model(parser, argv))(parser, self.isTrain)
+        # The one pre-parse, with the model's flags and defaults: what selects further flags. Parsing every
+        # flag known so far also lets a model's mode flag (CUT's --CUT_mode, UNSB's --mode) set the defaults
+        # of its mode, which argparse gives from the next parse on, the final one.
+        known, given = self._pre_parse(parser, argv)
+        return self.add_selected_flags(parser, known, given)
+
+    def _pre_parse(self, parser: argparse.ArgumentParser,
+                   argv: list[str] | None) -> tuple[argparse.Namespace, set[str]]:
+        """`parser.parse_known_args(argv)` with the `SELECTORS` the command line leaves out at their
+        defaults, and the set of those it names. --help and missing required flags are left to the final
+        parse, whose parser lists every flag."""
+        argv = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg not in ("-h", "--help")]
+        defaults = {dest: parser.get_default(dest) for dest in self.SELECTORS}
+        required = [action for action in parser._actions if action.required]
+        parser.set_defaults(**dict.fromkeys(defaults))  # None: not on the command line
+        for action in required:
+            action.required = False
+        try:
+            known, _ = parser.parse_known_args(argv)
+        finally:
+            parser.set_defaults(**defaults)
+            for action in required:
+                action.required = True
+        given = {dest for dest in defaults if getattr(known, dest) is not None}
+        for dest in set(defaults) - given:
+            setattr(known, dest, defaults[dest])
+        return known, given
+
+    def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,
+                           given: set[str]) -> argparse.ArgumentParser:
+        """Add the flags of what the pre-parse `known` selected: the --netG and --netD families' and the
+        --dataset_mode's; volumes (a 3-D dataset mode) take the 3-D network standing in for each 2-D
+        default the command line does not override (`given`). Subclasses add their own selections."""
         parser = networks.family_of(known.netG, networks.GENERATOR).add_flags(parser)
         if known.netD != known.netG:  # one module may hold a generator and a discriminator family
             parser = networks.family_of(known.netD, networks.DISCRIMINATOR).add_flags(parser)
-        # The model may have changed the default dataset mode, so parse again before asking it.
-        known, _ = parser.parse_known_args(argv)
         parser = data.get_option_setter(known.dataset_mode)(parser, self.isTrain)
         if data.spatial_dims(known) == 3:
-            self._default_to_volume_networks(parser, argv)
+            self._default_to_volume_networks(parser, given)
         return parser
 
     @staticmethod
@@ -120,35 +159,28 @@ class BaseOptions:
         pass its --mode: such a line trains --model sb, said in a note."""
         names = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
         if "--mode" in names and "--model" not in names:
-            print("note: --mode without --model is UNSB's command line: using --model sb (the default model "
-                  "here is cycle_gan; pass --model sb to silence this)", file=sys.stderr)
+            logger.info("--mode without --model is UNSB's command line: using --model sb (the default model "
+                        "here is cycle_gan; pass --model sb to silence this)")
             return ["--model", "sb", *argv]
         return argv
 
     @staticmethod
-    def _given(parser: argparse.ArgumentParser, argv: list[str] | None, dest: str) -> Any:
-        """The value of the one flag of destination `dest` in `argv` (its default when not given), parsed
-        without looking at the other flags."""
-        action = next(action for action in parser._actions if action.dest == dest)
-        probe = OneParagraphParser(add_help=False)
-        probe.add_argument(*action.option_strings, dest=dest, type=action.type, default=action.default,
+    def _given_model(parser: argparse.ArgumentParser, argv: list[str] | None) -> str:
+        """--model's value in `argv` (its default when not given), parsed without looking at the other flags."""
+        action = next(action for action in parser._actions if action.dest == "model")
+        probe = OneParagraphParser(add_help=False, allow_abbrev=False)
+        probe.add_argument(*action.option_strings, dest="model", type=action.type, default=action.default,
                            on_resume=action.on_resume)  # the flag itself, alone
-        if dest == "model":  # UNSB's --mode (--model sb's) is not an abbreviation of --model
-            probe.add_argument("--mode", dest="unsb_mode", on_resume="noted")
-        return getattr(probe.parse_known_args(argv)[0], dest)
+        return probe.parse_known_args(argv)[0].model
 
     @staticmethod
-    def _default_to_volume_networks(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
-        """Volumes: a network the user did not name is the 3-D one standing in for the model's 2-D default
-        (pix2pix's unet_256 -> unet_64_3d, resnet_9blocks -> resnet_9blocks_3d, basic -> basic_3d); one
-        the user named is theirs, and `_check_network_dims` refuses a 2-D one."""
+    def _default_to_volume_networks(parser: argparse.ArgumentParser, given: set[str]) -> None:
+        """Volumes: a network the user did not name (not in `given`) is the 3-D one standing in for the
+        model's 2-D default (pix2pix's unet_256 -> unet_64_3d, resnet_9blocks -> resnet_9blocks_3d, basic
+        -> basic_3d); one the user named is theirs, and `_check_network_dims` refuses a 2-D one."""
         for flag, role in (("netG", networks.GENERATOR), ("netD", networks.DISCRIMINATOR)):
-            default = parser.get_default(flag)
-            parser.set_defaults(**{flag: None})
-            given = getattr(parser.parse_known_args(argv)[0], flag) is not None
-            parser.set_defaults(**{flag: default})
-            counterpart = networks.volume_counterpart(default, role)
-            if counterpart is not None and not given:
+            counterpart = networks.volume_counterpart(parser.get_default(flag), role)
+            if counterpart is not None and flag not in given:
                 parser.set_defaults(**{flag: counterpart})
                 networks.family_of(counterpart, role).add_flags(parser)
 
@@ -159,6 +191,9 @@ class BaseOptions:
         here (a bad combination exits 2 with one paragraph, like a bad value)."""
         argv = self._unsb_command_line(sys.argv[1:] if argv is None else list(argv))
         parser = self.build_parser(argv)
+        # The second pass, and the final one: the pre-parse could only read the flags that existed before the
+        # model, its networks' families and the dataset mode were chosen from it; this one reads every flag
+        # (refusing unknown ones), with the defaults the model and a mode flag set.
         opt = parser.parse_args(argv, namespace=FrozenOptions())
         opt.isTrain = self.isTrain
         if opt.suffix:
@@ -205,27 +240,23 @@ class BaseOptions:
                          f"--dataset_mode {opt.dataset_mode} gives {kind}; choose a {dims}-D {role}: "
                          f"{', '.join(fitting)} (docs/{'volumes' if dims == 3 else 'datasets'}.md)")
 
-    @staticmethod
-    def _check_volume_flags(parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
-        """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse the
-        picture flags that cannot apply (2-D augmentation), warn once about those that do nothing."""
-        for flag in ("batch_size", "window_batch"):  # patches at once: known now, before any is allocated
-            count, patch = getattr(opt, flag, None), getattr(opt, "patch_size", None)
-            refused = batch_refusal(f"--{flag}", count, patch) if count and patch else None
+    def _check_volume_flags(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse
+        batches too large for memory, warn once about the picture flags that do nothing. (TrainOptions
+        also refuses 2-D augmentation.)"""
+        for flag, count in (("batch_size", opt.batch_size), ("window_batch", opt.window_batch)):
+            # patches at once: known now, before any is allocated (scripts/export.py: no --patch_size yet)
+            refused = batch_refusal(f"--{flag}", count, opt.patch_size) if opt.patch_size else None
             if refused:
                 parser.error(f"argument --{flag}: {refused}")
-        if getattr(opt, "diff_augment", ""):
-            parser.error(f"argument --diff_augment: --diff_augment {opt.diff_augment} transforms 2-D "
-                         f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, whose augmentation is "
-                         f"--intensity_jitter and flips (--no_flip to turn them off): drop --diff_augment "
-                         f"(docs/volumes.md)")
         unused = [flag for flag in ("load_size", "crop_size", "preprocess")
                   if getattr(opt, flag) != parser.get_default(flag)]
         if unused:
             one = len(unused) == 1
-            print(f"warning: {', '.join('--' + flag for flag in unused)} {'is' if one else 'are'} for resizing and "
-                  f"cropping pictures; volumes are cut into --patch_size patches instead, so {'it does' if one else 'they do'} "
-                  f"nothing with --dataset_mode {opt.dataset_mode} (docs/volumes.md).", file=sys.stderr)
+            logger.warning(f"{', '.join('--' + flag for flag in unused)} {'is' if one else 'are'} for resizing and "
+                           f"cropping pictures; volumes are cut into --patch_size patches instead, so "
+                           f"{'it does' if one else 'they do'} nothing with --dataset_mode {opt.dataset_mode} "
+                           f"(docs/volumes.md).")
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""
@@ -237,8 +268,8 @@ class BaseOptions:
     def _warn_flags_without_effect(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         for flag, (needed, is_on, what) in self.DEPENDENT_FLAGS.items():
             if hasattr(opt, flag) and getattr(opt, flag) != parser.get_default(flag) and not is_on(opt):
-                print(f"warning: --{flag} {what}, but {needed} is off, so it does nothing in this run; add "
-                      f"{needed} or drop --{flag}.", file=sys.stderr)
+                logger.warning(f"--{flag} {what}, but {needed} is off, so it does nothing in this run; add "
+                               f"{needed} or drop --{flag}.")
 
     @staticmethod
     def _check_run_name(parser: argparse.ArgumentParser, name: str) -> None:
@@ -275,8 +306,7 @@ class BaseOptions:
             parser.error(f"argument --gpu_ids: --gpu_ids {gpu_ids} asks for a GPU, but PyTorch sees no CUDA GPU on "
                          f"this machine; drop --gpu_ids (or pass --gpu_ids -1) to run on the CPU")
         extra = " (for several GPUs launch with torchrun --nproc_per_node=N)" if len(ids) > 1 else ""
-        print(f"warning: --gpu_ids is replaced by --device; --gpu_ids {gpu_ids} now means --device {chosen}{extra}.",
-              file=sys.stderr)
+        logger.warning(f"--gpu_ids is replaced by --device; --gpu_ids {gpu_ids} now means --device {chosen}{extra}.")
         return chosen
 
 

@@ -6,8 +6,9 @@ import os
 
 import data
 from options.base_options import BaseOptions, unwritable_folder_reason
+from options.inference_flags import add_tile_flags
 from util.errors import UserError
-from util.flag_types import MAX_SAMPLES, Bounded, positive_int, tile_side
+from util.flag_types import MAX_SAMPLES, Bounded, positive_int
 from util.safe_files import refuse_output_over_inputs
 
 
@@ -22,9 +23,11 @@ class TestOptions(BaseOptions):
         parser.add_argument("--phase", type=str, default="test", on_resume="noted", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", on_resume="silent", help="use eval mode during test time.")
         parser.add_argument("--num_test", type=positive_int, default=50, on_resume="silent", help="how many test images to run")
+        parser.add_argument("--center_crop", action="store_true", on_resume="silent",
+                            help="crop the middle of each image (--load_size > --crop_size), not a random place, as "
+                                 "BicycleGAN's test.py does")
         # Large and non-square images (models/inference/application.py, models/inference/windows.py, docs/evaluation.md).
-        parser.add_argument("--tile", type=tile_side, default=0, on_resume="silent", help="translate images larger than this in overlapping TILE x TILE tiles blended without seams (bounds memory); 0: whole images")
-        parser.add_argument("--tile_overlap", type=tile_side, default=64, on_resume="silent", help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive radius")
+        parser = add_tile_flags(parser)
         # Many answers per input: models whose generator takes a latent code (docs/inference.md).
         parser.add_argument("--n_samples", type=Bounded(int, low=0, high=MAX_SAMPLES, name="n_samples"), default=0, on_resume="silent", help="with a model whose generator takes a latent code: besides its own output, N more per input from N random codes drawn from --seed (reproducible); 0: none")
         parser.add_argument("--sync", action="store_true", on_resume="silent", help="with --n_samples: the same N codes for every input (otherwise each input draws its own)")

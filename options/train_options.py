@@ -84,12 +84,12 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--D_spectral", action="store_true", on_resume="architecture", help="spectral normalisation of every convolution of the discriminators (PyTorch's parametrization); their checkpoints then hold weight.original and the power iteration's _u, _v")
         return parser
 
-    def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
-        """The base parser (models', families' and datasets' flags), then the loggers' own flags: the
+    def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,
+                           given: set[str]) -> argparse.ArgumentParser:
+        """The base selections (families' and datasets' flags), then the loggers' own flags: the
         built-in back ends' and those of each --logger class. A --logger module that cannot be
         imported stops here (exit 2), before the run writes anything."""
-        parser = super().build_parser(argv)
-        known, _ = parser.parse_known_args(argv)
+        parser = super().add_selected_flags(parser, known, given)
         try:
             loggers = logger_classes(known.logger)
         except UserError as err:
@@ -97,6 +97,15 @@ class TrainOptions(BaseOptions):
         for backend in (*BUILT_IN_BACKENDS, *loggers):
             parser = backend.modify_commandline_options(parser, self.isTrain)
         return parser
+
+    def _check_volume_flags(self, parser: argparse.ArgumentParser, opt) -> None:
+        """The base checks of volumes, and no --diff_augment: its transforms are 2-D."""
+        if opt.diff_augment:
+            parser.error(f"argument --diff_augment: --diff_augment {opt.diff_augment} transforms 2-D "
+                         f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, whose augmentation is "
+                         f"--intensity_jitter and flips (--no_flip to turn them off): drop --diff_augment "
+                         f"(docs/volumes.md)")
+        super()._check_volume_flags(parser, opt)
 
     DEPENDENT_FLAGS = {
         "lr_decay_iters": ("--lr_policy step", lambda opt: opt.lr_policy == "step",

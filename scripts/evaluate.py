@@ -29,10 +29,12 @@ import torch  # noqa: E402
 
 from models import builtin_models  # noqa: E402
 from options.base_options import unwritable_file_reason  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.util import why_missing  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, batch_size  # noqa: E402
-from util.evaluation.inception import inception_weights_available, missing_inception_weights_message  # noqa: E402
+from util.evaluation.inception import (add_inception_weights_flag, inception_weights_available,  # noqa: E402
+                                       missing_inception_weights_message)
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
@@ -68,9 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"(default: the first of {', '.join(OUTPUT_LABELS)} present)")
     parser.add_argument("--target_label", default="", help="label of the saved targets (default: the output's "
                         "target, e.g. real_B for fake_B, real_B_rgb for fake_B_rgb)")
-    parser.add_argument("--inception_weights", default="", help="Inception weights file (default: "
-                        "$IMG2IMG_INCEPTION_WEIGHTS, else weights-inception-2015-12-05-6726825d.pth in "
-                        "$TORCH_HOME/hub/checkpoints, downloaded there when missing and online)")
+    parser = add_inception_weights_flag(parser)
     parser.add_argument("--batch_size", type=batch_size, default=32, help="images of one size per Inception batch")
     parser.add_argument("--device", default="cpu", help="device for the feature network (cpu, cuda)")
     parser.add_argument("--kid_subsets", type=Bounded(int, low=1, high=100_000, name="kid_subsets"), default=KID_SUBSETS, help="KID: number of random subsets")
@@ -217,6 +217,7 @@ def evaluate(args: argparse.Namespace) -> dict:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = parse_args(argv)
     result = evaluate(args)
     for key in ("PSNR", "SSIM", "L1", "FID", "KID_mean", "KID_std"):

@@ -56,8 +56,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import data  # noqa: E402
 from models import builtin_model_names, create_model, networks  # noqa: E402
 from models.losses import bridge  # noqa: E402
+from models.sb_model import NUM_TIMESTEPS  # noqa: E402
 from models.inference import saved_generator
 from models.inference.windows import check_window  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
@@ -90,19 +92,22 @@ class ExportOptions(TestOptions):
         parser.add_argument("--opset", type=Bounded(int, low=7, high=99, name="opset"), default=None, on_resume="silent", help="ONNX opset (default: torch's)")
         return parser
 
-    def build_parser(self, argv: list[str] | None) -> argparse.ArgumentParser:
-        """test.py's parser; a 3-D --netG with no --dataset_mode given gets a volume one (exporting reads no
-        data, but the volume flags, --patch_size, come with it), whose --patch_size defaults to the run's."""
-        parser = super().build_parser(argv)
-        known, _ = parser.parse_known_args(argv)
-        if networks.family_of(known.netG).size_rule(known).dims == 3 and data.spatial_dims(known) == 2:
-            parser.set_defaults(dataset_mode=None)
-            if parser.parse_known_args(argv)[0].dataset_mode is None:  # not given: volumes, as --netG says
-                parser.set_defaults(dataset_mode=VOLUME_MODE)
-                parser = data.get_option_setter(VOLUME_MODE)(parser, self.isTrain)
-            else:
-                parser.set_defaults(dataset_mode=known.dataset_mode)
-        if data.spatial_dims(parser.parse_known_args(argv)[0]) == 3:
+    def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,
+                           given: set[str]) -> argparse.ArgumentParser:
+        """test.py's selections; a 3-D --netG with no --dataset_mode given gets a volume one (exporting reads
+        no data, but the volume flags, --patch_size, come with it), whose --patch_size defaults to the run's."""
+        parser = super().add_selected_flags(parser, known, given)
+        if networks.family_of(known.netG).time_conditioned(known) and not hasattr(known, "num_timesteps"):
+            # a bridge's generator (UNSB's) exported without --model sb, whose flag this is
+            parser.add_argument("--num_timesteps", type=NUM_TIMESTEPS, default=bridge.DEFAULTS[0], on_resume="silent",
+                                help="the steps of the bridge the generator was trained for: the exports are "
+                                     "checked at step numbers below it")
+        if ("dataset_mode" not in given and networks.family_of(known.netG).size_rule(known).dims == 3
+                and data.spatial_dims(known) == 2):  # volumes, as --netG says
+            known = argparse.Namespace(**{**vars(known), "dataset_mode": VOLUME_MODE})
+            parser.set_defaults(dataset_mode=VOLUME_MODE)
+            parser = data.get_option_setter(VOLUME_MODE)(parser, self.isTrain)
+        if data.spatial_dims(known) == 3:
             parser.set_defaults(patch_size=None)  # None: the run's own (`window_size`)
         return parser
 
@@ -319,6 +324,7 @@ def run_onnx(path: str, steps: int = 0):
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     opt = ExportOptions().parse(argv)
     formats = opt.formats
     sizes = check_sizes(opt)
@@ -327,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     family = networks.family_of(opt.netG)
     # One step of a Schrödinger bridge (--model sb) takes the step number and a code beside the image; the
     # walk between steps is the caller's (docs/export.md), as the sliding window is for volumes.
-    steps = getattr(opt, "num_timesteps", bridge.DEFAULTS[0]) if family.time_conditioned(opt) else 0
+    steps = opt.num_timesteps if family.time_conditioned(opt) else 0
     latent_size = family.step_code_size(opt) if steps else family.latent_size(opt)  # > 0: the code is an input
     rule = networks.size_rule(opt.netG, opt)
     window = sizes[0] if rule.dims == 3 else None

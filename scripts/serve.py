@@ -19,7 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from models.inference.translator import PRECISIONS  # noqa: E402
+from options.inference_flags import add_checkpoint_flags, add_precision_flag  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
 
@@ -49,12 +50,11 @@ read_timeout = Bounded(float, low=0.1, high=3600.0, name="read_timeout_s")
 
 def parse_args(argv: list[str] | None):
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
-    parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
+    parser = add_checkpoint_flags(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on; 0.0.0.0 lets other machines in")
     parser.add_argument("--port", type=port_number, default=8000, help="the port; 0 takes a free one (printed)")
     parser.add_argument("--devices", default="auto", help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when available, else the CPU")
-    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
+    parser = add_precision_flag(parser)
     parser.add_argument("--max_batch", type=max_batch, default="auto", help="at most this many images of one size go through the generator together; auto: 8 on GPUs, 1 on the CPU (where batches were slower)")
     parser.add_argument("--batch_timeout_ms", type=batch_timeout, default=10.0, help="how long the first request of a batch waits for others")
     parser.add_argument("--queue_size", type=queue_size, default=64, help="requests in the server at once; more are answered 503 with Retry-After")
@@ -68,6 +68,7 @@ def parse_args(argv: list[str] | None):
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = parse_args(argv)
     try:
         import uvicorn
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
     model = load_model(args.checkpoint, devices, args.epoch, args.precision)
     if args.max_batch == "auto":
-        args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].device.type, 1) for r in model.replicas)
+        args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].running.device.type, 1) for r in model.replicas)
     settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),
                               args.max_batch, args.batch_timeout_ms, args.queue_size, args.max_samples,
                               args.read_timeout_s, allowed_hosts=LOOPBACK_NAMES if args.host in LOOPBACK else None)
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"(0 takes a free one) or --host.") from None
     host, port = listening.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"serving {model.name} ({model.first.netG}, {', '.join(str(r[model.default_direction].device) for r in model.replicas)}) "
+    on = ", ".join(str(replica[model.default_direction].running.device) for replica in model.replicas)
+    print(f"serving {model.name} ({model.first.loaded.netG}, {on}) "
           f"at http://{shown}:{port}/ - the page; POST /translate, GET /info, /health, /docs (batches of up to "
           f"{settings.max_batch}, {settings.queue_size} requests at most)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))

@@ -38,31 +38,31 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
-from data.volume_patches import patch_size, window_batch  # noqa: E402
-from models.losses import bridge  # noqa: E402
+from data.base_dataset import add_data_range_flag  # noqa: E402
+from data.volume_patches import add_window_flags  # noqa: E402
 from models import networks
 from models.networks import unet_latent  # noqa: E402
-from models.inference.translator import PRECISIONS, Translator, sample_paths  # noqa: E402
+from models.inference.translator import Translator, sample_paths  # noqa: E402
+from models.sb_model import NUM_TIMESTEPS  # noqa: E402
+from options.inference_flags import add_checkpoint_flags, add_precision_flag, add_tile_flags  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
 from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
 from util.util import broken_link  # noqa: E402
-from util.flag_types import (Bounded, OneParagraphParser, channel_count, finite_float, fraction_below_one,  # noqa: E402
-                             network_width, sample_count, seed_value, tile_side, MAX_SAMPLES)
+from util.flag_types import (Bounded, OneParagraphParser, channel_count, network_width, sample_count,  # noqa: E402
+                             seed_value, MAX_SAMPLES)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
-    parser.add_argument("--checkpoint", required=True, help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
+    parser = add_checkpoint_flags(parser)
     parser.add_argument("--output", required=True, help="folder for the translated images")
     parser.add_argument("--direction", choices=["AtoB", "BtoA"], default=None, help="trainA -> trainB (AtoB) or back; default: the direction the model was trained in")
-    parser.add_argument("--epoch", default="latest", help="which <epoch>_net_<name>.pth of a run folder to load")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
-    parser.add_argument("--tile", type=tile_side, default=0, help="translate images larger than this in blended TILE x TILE tiles; 0: whole images")
-    parser.add_argument("--tile_overlap", type=tile_side, default=64, help="pixels by which neighbouring tiles overlap")
+    parser = add_tile_flags(add_precision_flag(parser))
     parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
     parser.add_argument("--seed", type=seed_value, default=0, help="seed of the dropout masks with --no_eval, of the latent codes of --n_samples, and of a bridge's noise (--model sb)")
     many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
@@ -70,12 +70,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
     many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
     steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): the noise of its steps is drawn from --seed")
-    steps.add_argument("--num_timesteps", type=Bounded(int, low=1, high=bridge.MAX_STEPS, name="num_timesteps"), default=None, help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its train_opt.json)")
+    steps.add_argument("--num_timesteps", type=NUM_TIMESTEPS, default=None,
+                       help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its train_opt.json)")
     volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes are translated in blended sliding windows")
-    volumes.add_argument("--patch_size", type=patch_size, default=None, metavar="D[,H,W]", help="the window's size in voxels, one number for a cube; default: the --patch_size the run trained on (its train_opt.json)")
-    volumes.add_argument("--window_overlap", type=fraction_below_one, default=None, metavar="F", help="the fraction of a window by which neighbouring windows overlap (0 <= F < 1); default 0.5, as test.py")
-    volumes.add_argument("--window_batch", type=window_batch, default=None, metavar="N", help="windows translated at once (memory vs speed); default 4")
-    parser.add_argument("--data_range", type=finite_float, nargs="+", default=None, metavar="V", help="MIN MAX or A_MIN A_MAX B_MIN B_MAX: the float-data values that map to -1 and 1, as train.py's flag; default: the run's own (its train_opt.json), else 0 1")
+    add_window_flags(volumes, from_run=True)
+    parser = add_data_range_flag(parser, from_run=True)
     arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
     arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
@@ -163,7 +162,7 @@ def output_name(translator: Translator, source: str, destination: str) -> str:
     `source` (the file's dtype with the generator's output channels), as test.py names its outputs.
     Raises `UserError` naming `source` when it cannot be read."""
     stem, extension = os.path.splitext(destination)
-    kept = output_extension(extension, probe_image(source).dtype, translator.output_nc)
+    kept = output_extension(extension, probe_image(source).dtype, translator.loaded.output_nc)
     return destination if kept == extension.lower() else stem + kept
 
 
@@ -202,6 +201,7 @@ def refuse_output_among_inputs(inputs: list[str], output: str) -> None:
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = parse_args(argv)
     refuse_output_among_inputs(args.inputs, args.output)
     window = {name: getattr(args, name) for name in ("patch_size", "window_overlap", "window_batch")}

@@ -22,12 +22,12 @@ which refuse it with HTTP 403 (docs/visualization.md).
 
 Exit status: 0; 2 a bad flag (a --port outside 1..65535, a --static_dir that is a file), visdom missing,
 a port already in use, or (--install_scripts) a package that could not be fetched or verified, each
-named in one paragraph. Needs only the standard library and visdom, not this
-repository, so it also runs from an environment that has nothing else.
+named in one paragraph. Needs only the standard library, visdom and util/flag_types.py (the flags'
+types and parser of every script here), not PyTorch, so it also runs from an environment that has
+nothing else.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import errno
 import hashlib
@@ -42,6 +42,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from util.flag_types import OneParagraphParser, port_number  # noqa: E402 (train.py's --display_port)
 
 DEFAULT_REGISTRY = "https://registry.npmjs.org/"
 EXIT_FAILED = 2
@@ -122,25 +126,6 @@ def prepare_static_dir(static_dir: Path) -> None:
         except OSError as err:
             raise ServerError(f"--static_dir {static_dir}: cannot copy visdom's page there ({err}); pass a folder "
                               f"you can write to") from err
-
-
-def port_number(text: str) -> int:
-    """An argparse `type`: a TCP port a server can listen on, 1 to 65535 (a larger number would wrap)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
-    return port
-
-
-class OneParagraphParser(argparse.ArgumentParser):
-    """argparse's errors as one paragraph, exit status 2, like the rest of this project's scripts."""
-
-    def error(self, message: str):
-        print(f"error: {' '.join(message.split())}. `python {self.prog} --help` lists every flag.", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
 
 
 def missing_files(static_dir: Path, packages: tuple[NpmPackage, ...] = PAGE_PACKAGES) -> list[str]:

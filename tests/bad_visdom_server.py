@@ -57,10 +57,11 @@ def b_static_dir_under_a_file(work):
 
 VISDOM_SERVER_CASES = [
     Case("visdom_server.py --port 70000 is refused naming the range, not served on another port",
-         port_refused("70000", "from 1 to 65535", "'70000'"), 2, script=SCRIPT),
-    Case("visdom_server.py --port 0 is refused naming the range", port_refused("0", "from 1 to 65535"), 2,
+         port_refused("70000", ">= 1 and <= 65535", "'70000'"), 2, script=SCRIPT),
+    Case("visdom_server.py --port 0 is refused naming the range", port_refused("0", ">= 1 and <= 65535"), 2,
          script=SCRIPT),
-    Case("visdom_server.py --port eighty is refused", port_refused("eighty", "port number"), 2, script=SCRIPT),
+    Case("visdom_server.py --port eighty is refused", port_refused("eighty", "an integer", "'eighty'"), 2,
+         script=SCRIPT),
     Case("visdom_server.py on a port another program listens on is refused naming the port", b_port_in_use, 2,
          script=SCRIPT),
     Case("visdom_server.py --static_dir naming a file is refused naming it", b_static_dir_is_a_file, 2,

@@ -32,7 +32,8 @@ def make_opt(root, **overrides) -> argparse.Namespace:
         dataroot=str(root), phase="train", dataset_mode="aligned", direction="AtoB",
         input_nc=3, output_nc=3, preprocess="resize_and_crop", load_size=20, crop_size=16,
         no_flip=False, serial_batches=False, batch_size=2, num_threads=0,
-        max_dataset_size=float("inf"), isTrain=True,
+        max_dataset_size=float("inf"), isTrain=True, data_range=None, skip_bad_images=False,
+        second_input=False, new_dataset_option=1.0,  # the unaligned and template modes' own flags
     )
     values.update(overrides)
     return argparse.Namespace(**values)

@@ -89,7 +89,7 @@ def make_opt(root, **overrides) -> argparse.Namespace:
     values = dict(dataroot=str(root), phase="train", dataset_mode="aligned", direction="AtoB", input_nc=1,
                   output_nc=1, preprocess="resize_and_crop", load_size=29, crop_size=20, no_flip=False,
                   serial_batches=False, batch_size=1, num_threads=0, max_dataset_size=float("inf"), isTrain=True,
-                  netG="resnet_6blocks", data_range=None)
+                  netG="resnet_6blocks", data_range=None, skip_bad_images=False)
     values.update(overrides)
     return argparse.Namespace(**values)
 

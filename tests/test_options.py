@@ -3,15 +3,21 @@ the defaults each model changes, clear errors for misspelt choices, the deprecat
 read-only options, --suffix and the saved option files."""
 from __future__ import annotations
 
+import argparse
+import contextlib
+import inspect
+import io
 import json
 import math
+import sys
+from collections.abc import Callable
 
 import pytest
 import torch
 
 import data
 import models
-from conftest import built_with_actions
+from conftest import ROOT, built_with_actions, load_script
 from options.base_options import save_options
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
@@ -261,6 +267,69 @@ def test_unknown_flag_exits_2(capsys):
         parse_train("--lamda_A", "5")
     assert exc.value.code == 2
     assert "--lamda_A" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- whole names only
+# Every program of the repository whose `main` parses a command line.
+ENTRY_POINTS = ["train.py", "test.py", *(f"{folder}/{path.name}" for folder in ("scripts", "dev")
+                                        for path in sorted((ROOT / folder).glob("*.py"))
+                                        if "\ndef main(" in path.read_text())]
+
+
+def parsers_that_parse(build: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> list[argparse.ArgumentParser]:
+    """Every ArgumentParser that reads a command line while `build()` runs (argparse's `parse_args` reads
+    through `parse_known_args`); --help's exit ends `build()`."""
+    seen: list[argparse.ArgumentParser] = []
+    parse_known_args = argparse.ArgumentParser.parse_known_args
+
+    def recording(parser, args=None, namespace=None):
+        seen.append(parser)
+        return parse_known_args(parser, args, namespace)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", recording)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        build()
+    return seen
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_every_parser_of_every_program_takes_whole_flag_names_only(script, monkeypatch):
+    """`--help` runs each program's parsers (the model's probe and the pre-parse of train.py and test.py
+    included); none accepts an abbreviation, which would change meaning as flags are added."""
+    main = load_script(script).main
+    monkeypatch.setattr(sys, "argv", [script, "--help"])  # a main that reads sys.argv itself
+    argv = [["--help"]] if inspect.signature(main).parameters else []
+    parsers = parsers_that_parse(lambda: main(*argv), monkeypatch)
+    assert parsers and [parser.allow_abbrev for parser in parsers] == [False] * len(parsers)
+
+
+@pytest.mark.parametrize("options_cls", [TrainOptions, TestOptions], ids=["train", "test"])
+def test_option_parsers_of_every_model_take_whole_flag_names_only(options_cls, monkeypatch):
+    for model in models.builtin_model_names():
+        if options_cls.isTrain and model == "test":
+            continue
+        argv = ["--dataroot", "x", "--model", model]
+        built = []
+        parsers = parsers_that_parse(lambda: built.append(options_cls().build_parser(argv)), monkeypatch)
+        assert [parser.allow_abbrev for parser in (*parsers, *built)] == [False] * (len(parsers) + 1), model
+
+
+@pytest.mark.parametrize("mode", ["sb", "FastCUT"])
+def test_unsb_mode_flag_is_not_taken_for_model(mode, capsys):
+    """`--model cut --mode X`: --mode is UNSB's flag (--model sb), not an abbreviation of --model; CUT's parser
+    refuses it by its name, in one paragraph, exit status 2."""
+    with pytest.raises(SystemExit) as exc:
+        parse_train("--model", "cut", "--mode", mode)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unrecognized arguments: --mode ")
+    assert "Traceback" not in err and "--model" not in err.split("`")[0]
+
+
+def test_abbreviated_flag_is_refused_by_its_name(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_train("--batch", "2")  # --batch_size
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith("error: unrecognized arguments: --batch 2.")
 
 
 # ---------------------------------------------------------------- ranges

@@ -23,7 +23,7 @@ def make_opt(root, **overrides) -> argparse.Namespace:
         dataroot=str(root), phase="train", dataset_mode="aligned", direction="AtoB", input_nc=3, output_nc=3,
         preprocess="resize_and_crop", load_size=32, crop_size=32, no_flip=False, serial_batches=False,
         batch_size=1, num_threads=0, max_dataset_size=float("inf"), isTrain=True, netG="resnet_6blocks",
-        skip_bad_images=False,
+        skip_bad_images=False, data_range=None,
     )
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -89,8 +89,8 @@ def test_files_beyond_max_dataset_size_are_not_checked_and_not_read(tmp_path):
 def test_only_the_first_num_test_images_are_checked_for_test_py(tmp_path):
     paths = pairs(tmp_path, 3, folder="test")
     paths[2].write_bytes(b"")
-    checked(make_opt(tmp_path, phase="test", isTrain=False, num_test=2))
-    refused(make_opt(tmp_path, phase="test", isTrain=False, num_test=3), paths[2])
+    checked(make_opt(tmp_path, phase="test", isTrain=False, num_test=2, tile=0))
+    refused(make_opt(tmp_path, phase="test", isTrain=False, num_test=3, tile=0), paths[2])
 
 
 def test_unaligned_test_run_checks_every_b_image_when_b_is_drawn_at_random(tmp_path):
@@ -98,7 +98,7 @@ def test_unaligned_test_run_checks_every_b_image_when_b_is_drawn_at_random(tmp_p
         write(tmp_path / "testA" / f"{i}.png", (32, 32), seed=i)
         write(tmp_path / "testB" / f"{i}.png", (32, 32), seed=i)
     (tmp_path / "testB" / "2.png").write_bytes(b"")
-    opt = dict(phase="test", dataset_mode="unaligned", isTrain=False, num_test=1)
+    opt = dict(phase="test", dataset_mode="unaligned", isTrain=False, num_test=1, tile=0)
     checked(make_opt(tmp_path, serial_batches=True, **opt))  # reads only testB/0.png
     refused(make_opt(tmp_path, serial_batches=False, **opt), tmp_path / "testB" / "2.png")
 

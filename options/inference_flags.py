@@ -1,0 +1,50 @@
+"""Flags of the tools that run a trained generator, each declared here once and added by every
+parser that takes it (same name, type, default, range and help):
+
+    add_checkpoint_flags   --checkpoint, --epoch       scripts/translate.py, scripts/serve.py
+    add_precision_flag     --precision                 scripts/translate.py, scripts/serve.py
+    add_tile_flags         --tile, --tile_overlap      test.py (options/test_options.py), scripts/translate.py
+
+Flags shared with the layers below are declared there, where their facts live: the sliding-window
+flags of volumes in data/volume_patches.py (`add_window_flags`), --data_range in
+data/base_dataset.py (`add_data_range_flag`), --inception_weights in util/evaluation/inception.py
+(`add_inception_weights_flag`). Each function takes a parser or an argument group (for --help's
+headings) and returns it.
+"""
+from __future__ import annotations
+
+from typing import TypeVar
+
+from models.inference.translator import PRECISIONS
+from util.flag_types import tile_side
+
+Container = TypeVar("Container")  # an ArgumentParser, or one of its argument groups
+
+
+def add_checkpoint_flags(parser: Container) -> Container:
+    """--checkpoint (a run folder or a weights file) and --epoch (which weights of a run folder)."""
+    parser.add_argument("--checkpoint", required=True, on_resume="silent",
+                        help="a run folder (checkpoints/<name>) or a <epoch>_net_<name>.pth file")
+    parser.add_argument("--epoch", default="latest", on_resume="silent",
+                        help="which <epoch>_net_<name>.pth of a run folder to load")
+    return parser
+
+
+def add_precision_flag(parser: Container) -> Container:
+    """--precision: what the generator computes in."""
+    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), on_resume="silent",
+                        help="fp32, or bf16/fp16 autocast (fp16: CUDA only)")
+    return parser
+
+
+def add_tile_flags(parser: Container) -> Container:
+    """--tile and --tile_overlap: large and non-square pictures translated in blended tiles
+    (models/inference/application.py, docs/evaluation.md)."""
+    parser.add_argument("--tile", type=tile_side, default=0, on_resume="silent",
+                        help="translate images larger than this in overlapping TILE x TILE tiles blended without "
+                             "seams (bounds memory); 0: whole images")
+    parser.add_argument("--tile_overlap", type=tile_side, default=64, on_resume="silent",
+                        help="pixels by which neighbouring tiles overlap (with --tile); outputs equal whole-image "
+                             "ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive "
+                             "radius")
+    return parser
