@@ -19,17 +19,28 @@ import torch
 
 import data
 import models
-from models import networks
 from data.base_dataset import add_data_range_flag, parse_data_range
 from data.volume_patches import batch_refusal
+from models import networks
 from util.errors import UserError
-from util.util import broken_link
-from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
-from util.flag_types import (Bounded, OneParagraphParser, batch_size, channel_count, image_side, network_width,
-                             non_negative_int, norm_name, positive_float, positive_int, seed_value)
 from util.evaluation.inception import add_inception_weights_flag
-from util.safe_files import atomic_write_json, atomic_write_text
+from util.flag_types import (
+    Bounded,
+    OneParagraphParser,
+    batch_size,
+    channel_count,
+    image_side,
+    network_width,
+    non_negative_int,
+    norm_name,
+    positive_float,
+    positive_int,
+    seed_value,
+)
+from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.resume_flags import SILENT, ignored
+from util.safe_files import atomic_write_json, atomic_write_text
+from util.util import broken_link
 
 logger = logging.getLogger(__name__)
 
@@ -45,58 +56,138 @@ class BaseOptions:
 
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         # basic parameters
-        parser.add_argument("--dataroot", required=True, on_resume="noted", help="path to images (should have subfolders trainA, trainB, valA, valB, etc)")
-        parser.add_argument("--name", type=str, default="experiment_name", on_resume="silent", help="name of the experiment. It decides where to store samples and models")
-        parser.add_argument("--checkpoints_dir", type=str, default="./checkpoints", on_resume="silent", help="models are saved here")
-        parser.add_argument("--gpu_ids", type=str, default=None, on_resume="silent", help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
-        parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], on_resume="silent", help="where to run: auto picks CUDA when available; under torchrun each process takes cuda:LOCAL_RANK")
-        parser.add_argument("--seed", type=seed_value, default=None, on_resume=SEED_KEPT, help="seed every random generator so that the same command gives the same weights")
-        parser.add_argument("--amp", type=str, default="none", choices=["none", "bf16", "fp16"], on_resume="noted", help="mixed precision: bf16 autocast (CPU or GPU), or fp16 autocast with a gradient scaler (CUDA only)")
-        parser.add_argument("--channels_last", action="store_true", on_resume="noted", help="store images and weights in channels-last memory format: faster convolutions, but on a GPU the instance norms and reflection pads of CycleGAN-style networks convert layouts around themselves (CycleGAN 0.81x on an H100: use --amp bf16 alone there; docs/benchmarks.md)")
-        parser.add_argument("--compile", action="store_true", on_resume="silent", help="compile the networks with torch.compile (slow first steps, faster afterwards); on a GPU the training step's networks also replay as CUDA graphs (a few launches instead of thousands), except for processes that talk over gloo")
-        parser.add_argument("--deterministic", action="store_true", on_resume="noted", help="bit-reproducible runs on a GPU too: deterministic kernels only (torch.use_deterministic_algorithms, cuDNN deterministic, no cuDNN autotuning, CUBLAS_WORKSPACE_CONFIG) and reflection padding built from slices; slower on a GPU (the CPU is deterministic already). Without it cuDNN times its algorithms for each image size and keeps the fastest, as the reference does, where --preprocess gives every image one size")
-        parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], on_resume="noted", help="precision of weights and images; float64 is slow and meant for numerical checks (e.g. that DDP equals one process)")
+        parser.add_argument("--dataroot", required=True, on_resume="noted",
+                            help="path to images (should have subfolders trainA, trainB, valA, valB, etc)")
+        parser.add_argument("--name", type=str, default="experiment_name", on_resume="silent",
+                            help="name of the experiment. It decides where to store samples and models")
+        parser.add_argument("--checkpoints_dir", type=str, default="./checkpoints", on_resume="silent",
+                            help="models are saved here")
+        parser.add_argument("--gpu_ids", type=str, default=None, on_resume="silent",
+                            help="deprecated: use --device (and torchrun for several GPUs); -1 means CPU")
+        parser.add_argument("--device", type=str, default="auto", choices=["auto", "cpu", "cuda"], on_resume="silent",
+                            help="where to run: auto picks CUDA when available; under torchrun each process takes "
+                                 "cuda:LOCAL_RANK")
+        parser.add_argument("--seed", type=seed_value, default=None, on_resume=SEED_KEPT,
+                            help="seed every random generator so that the same command gives the same weights")
+        parser.add_argument("--amp", type=str, default="none", choices=["none", "bf16", "fp16"], on_resume="noted",
+                            help="mixed precision: bf16 autocast (CPU or GPU), or fp16 autocast with a gradient "
+                                 "scaler (CUDA only)")
+        parser.add_argument("--channels_last", action="store_true", on_resume="noted",
+                            help="store images and weights in channels-last memory format: faster convolutions, but "
+                                 "on a GPU the instance norms and reflection pads of CycleGAN-style networks convert "
+                                 "layouts around themselves (CycleGAN 0.81x on an H100: use --amp bf16 alone there; "
+                                 "docs/benchmarks.md)")
+        parser.add_argument("--compile", action="store_true", on_resume="silent",
+                            help="compile the networks with torch.compile (slow first steps, faster afterwards); on "
+                                 "a GPU the training step's networks also replay as CUDA graphs (a few launches "
+                                 "instead of thousands), except for processes that talk over gloo")
+        parser.add_argument("--deterministic", action="store_true", on_resume="noted",
+                            help="bit-reproducible runs on a GPU too: deterministic kernels only "
+                                 "(torch.use_deterministic_algorithms, cuDNN deterministic, no cuDNN autotuning, "
+                                 "CUBLAS_WORKSPACE_CONFIG) and reflection padding built from slices; slower on a GPU "
+                                 "(the CPU is deterministic already). Without it cuDNN times its algorithms for each "
+                                 "image size and keeps the fastest, as the reference does, where --preprocess gives "
+                                 "every image one size")
+        parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], on_resume="noted",
+                            help="precision of weights and images; float64 is slow and meant for numerical checks "
+                                 "(e.g. that DDP equals one process)")
         # model parameters
-        parser.add_argument("--model", type=models.model_name, default="cycle_gan", on_resume="architecture", help=f"chooses which model to use: {', '.join(models.builtin_model_names())}, or the module path of your own (mypackage.my_model)")
-        parser.add_argument("--input_nc", type=channel_count, default=3, on_resume="architecture", help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--output_nc", type=channel_count, default=3, on_resume="architecture", help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count (docs/datasets.md)")
-        parser.add_argument("--ngf", type=network_width, default=64, on_resume="architecture", help="# of gen filters in the last conv layer")
-        parser.add_argument("--ndf", type=network_width, default=64, on_resume="architecture", help="# of discrim filters in the first conv layer")
-        parser.add_argument("--netD", type=networks.family_name_type(networks.DISCRIMINATOR), default=networks.DEFAULT_DISCRIMINATOR, on_resume="architecture", help=networks.family_help(networks.DISCRIMINATOR))
-        parser.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=networks.DEFAULT_GENERATOR, on_resume="architecture", help=networks.family_help(networks.GENERATOR))
-        parser.add_argument("--n_layers_D", type=Bounded(int, low=0, high=16, name="n_layers_D"), default=3, on_resume="architecture", help="only used if netD==n_layers or multiscale")
-        parser.add_argument("--norm", type=norm_name, default="instance", choices=networks.NORMS, on_resume="architecture", help="instance normalization or batch normalization; syncbatch synchronises batch statistics across DDP processes (the reference README's sync_batch means syncbatch, its sync_instance plain instance norm)")
-        parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES, on_resume=WEIGHTS_LOADED, help="network initialization")
-        parser.add_argument("--init_gain", type=positive_float, default=0.02, on_resume=WEIGHTS_LOADED, help="scaling factor for normal, xavier and orthogonal.")
-        parser.add_argument("--no_dropout", action="store_true", on_resume="architecture", help="no dropout for the generator")
-        parser.add_argument("--upsample", type=str, default="transpose", choices=networks.UPSAMPLINGS, on_resume="architecture", help="how the resnet and unet generators double the size: transpose: transposed convolutions (the reference's; their checkpoints); resize: nearest-neighbour upsampling then a 3x3 convolution, which avoids checkerboard artifacts (docs/training_tips.md)")
+        parser.add_argument("--model", type=models.model_name, default="cycle_gan", on_resume="architecture",
+                            help=f"chooses which model to use: {', '.join(models.builtin_model_names())}, or the "
+                                 f"module path of your own (mypackage.my_model)")
+        parser.add_argument("--input_nc", type=channel_count, default=3, on_resume="architecture",
+                            help="# of input image channels: 3 for RGB and 1 for grayscale, or any band count "
+                                 "(docs/datasets.md)")
+        parser.add_argument("--output_nc", type=channel_count, default=3, on_resume="architecture",
+                            help="# of output image channels: 3 for RGB and 1 for grayscale, or any band count "
+                                 "(docs/datasets.md)")
+        parser.add_argument("--ngf", type=network_width, default=64, on_resume="architecture",
+                            help="# of gen filters in the last conv layer")
+        parser.add_argument("--ndf", type=network_width, default=64, on_resume="architecture",
+                            help="# of discrim filters in the first conv layer")
+        parser.add_argument("--netD", type=networks.family_name_type(networks.DISCRIMINATOR),
+                            default=networks.DEFAULT_DISCRIMINATOR, on_resume="architecture",
+                            help=networks.family_help(networks.DISCRIMINATOR))
+        parser.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR),
+                            default=networks.DEFAULT_GENERATOR, on_resume="architecture",
+                            help=networks.family_help(networks.GENERATOR))
+        parser.add_argument("--n_layers_D",type=Bounded(int, low=0, high=16, name="n_layers_D"),default=3,
+                            on_resume="architecture",
+                            help="only used if netD==n_layers or multiscale")
+        parser.add_argument("--norm",type=norm_name,default="instance",choices=networks.NORMS,on_resume="architecture",
+                            help="instance normalization or batch normalization; syncbatch synchronises batch "
+                                 "statistics across DDP processes (the reference README's sync_batch means "
+                                 "syncbatch, its sync_instance plain instance norm)")
+        parser.add_argument("--init_type", type=str, default="normal", choices=networks.INIT_TYPES,
+                            on_resume=WEIGHTS_LOADED, help="network initialization")
+        parser.add_argument("--init_gain", type=positive_float, default=0.02, on_resume=WEIGHTS_LOADED,
+                            help="scaling factor for normal, xavier and orthogonal.")
+        parser.add_argument("--no_dropout", action="store_true", on_resume="architecture",
+                            help="no dropout for the generator")
+        parser.add_argument("--upsample",type=str,default="transpose",choices=networks.UPSAMPLINGS,
+                            on_resume="architecture",
+                            help="how the resnet and unet generators double the size: transpose: transposed "
+                                 "convolutions (the reference's; their checkpoints); resize: nearest-neighbour "
+                                 "upsampling then a 3x3 convolution, which avoids checkerboard artifacts "
+                                 "(docs/training_tips.md)")
         # dataset parameters
-        parser.add_argument("--dataset_mode", type=data.dataset_mode_name, default="unaligned", on_resume="noted", help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or the dotted module path of your own dataset (docs/datasets.md)")
-        parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture", help="AtoB or BtoA")
-        parser.add_argument("--serial_batches", action="store_true", on_resume="noted", help="if true, takes images in order to make batches, otherwise takes them randomly")
-        parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent", help="# threads for loading data")
-        parser.add_argument("--batch_size", type=batch_size, default=1, on_resume="noted", help="input batch size (per process under torchrun)")
-        parser.add_argument("--load_size", type=image_side, default=286, on_resume="noted", help="scale images to this size")
-        parser.add_argument("--crop_size", type=image_side, default=256, on_resume="noted", help="then crop to this size")
-        parser.add_argument("--max_dataset_size", type=positive_int, default=float("inf"), on_resume="noted", help="Maximum number of samples allowed per dataset.")
-        parser.add_argument("--preprocess", type=str, default="resize_and_crop", choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"], on_resume="noted", help="scaling and cropping of images at load time")
-        parser.add_argument("--no_flip", action="store_true", on_resume="noted", help="if specified, do not flip the images for data augmentation")
-        parser.add_argument("--skip_bad_images", action="store_true", on_resume="silent", help="replace an unreadable image met during a run by the next one, with a warning, instead of stopping")
+        parser.add_argument("--dataset_mode", type=data.dataset_mode_name, default="unaligned", on_resume="noted",
+                            help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or "
+                                 f"the dotted module path of your own dataset (docs/datasets.md)")
+        parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture",
+                            help="AtoB or BtoA")
+        parser.add_argument("--serial_batches", action="store_true", on_resume="noted",
+                            help="if true, takes images in order to make batches, otherwise takes them randomly")
+        parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent",
+                            help="# threads for loading data")
+        parser.add_argument("--batch_size", type=batch_size, default=1, on_resume="noted",
+                            help="input batch size (per process under torchrun)")
+        parser.add_argument("--load_size", type=image_side, default=286, on_resume="noted",
+                            help="scale images to this size")
+        parser.add_argument("--crop_size", type=image_side, default=256, on_resume="noted",
+                            help="then crop to this size")
+        parser.add_argument("--max_dataset_size", type=positive_int, default=float("inf"), on_resume="noted",
+                            help="Maximum number of samples allowed per dataset.")
+        parser.add_argument("--preprocess",type=str,default="resize_and_crop",
+                            choices=["resize_and_crop", "crop", "scale_width", "scale_width_and_crop", "none"],
+                            on_resume="noted",
+                            help="scaling and cropping of images at load time")
+        parser.add_argument("--no_flip", action="store_true", on_resume="noted",
+                            help="if specified, do not flip the images for data augmentation")
+        parser.add_argument("--skip_bad_images", action="store_true", on_resume="silent",
+                            help="replace an unreadable image met during a run by the next one, with a warning, "
+                                 "instead of stopping")
         parser = add_data_range_flag(parser)
-        parser.add_argument("--display_channels", type=str, default="", on_resume="silent", help="comma-separated channels (from 0) shown in the 8-bit previews of images with more channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, otherwise the first 3 (2 channels: the first)")
-        parser.add_argument("--display_winsize", type=image_side, default=256, on_resume="silent", help="display window size for both visdom and HTML")
+        parser.add_argument("--display_channels", type=str, default="", on_resume="silent",
+                            help="comma-separated channels (from 0) shown in the 8-bit previews of images with more "
+                                 "channels, e.g. 3,2,1 for bands 4,3,2 as RGB; default: 1 -> gray, 3 -> RGB, "
+                                 "otherwise the first 3 (2 channels: the first)")
+        parser.add_argument("--display_winsize", type=image_side, default=256, on_resume="silent",
+                            help="display window size for both visdom and HTML")
         # additional parameters
-        parser.add_argument("--epoch", type=str, default="latest", on_resume="silent", help="which epoch to load? set to latest to use latest cached model")
-        parser.add_argument("--load_iter", type=non_negative_int, default=0, on_resume="silent", help="which iteration to load? if load_iter > 0, the code will load models by iter_[load_iter]; otherwise, the code will load models by [epoch]")
-        parser.add_argument("--verbose", action="store_true", on_resume="silent", help="if specified, print more debugging information")
-        parser.add_argument("--suffix", default="", type=str, on_resume="silent", help="customized suffix: opt.name = opt.name + suffix: e.g., {model}_{netG}_size{load_size}")
+        parser.add_argument("--epoch", type=str, default="latest", on_resume="silent",
+                            help="which epoch to load? set to latest to use latest cached model")
+        parser.add_argument("--load_iter", type=non_negative_int, default=0, on_resume="silent",
+                            help="which iteration to load? if load_iter > 0, the code will load models by "
+                                 "iter_[load_iter]; otherwise, the code will load models by [epoch]")
+        parser.add_argument("--verbose", action="store_true", on_resume="silent",
+                            help="if specified, print more debugging information")
+        parser.add_argument("--suffix", default="", type=str, on_resume="silent",
+                            help="customized suffix: opt.name = opt.name + suffix: e.g., "
+                                 "{model}_{netG}_size{load_size}")
         parser = add_inception_weights_flag(parser)  # validation, test.py --eval_metrics
         # wandb parameters
-        parser.add_argument("--use_wandb", action="store_true", on_resume="silent", help="if specified, then init wandb logging")
-        parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", on_resume="silent", help="specify wandb project name")
+        parser.add_argument("--use_wandb", action="store_true", on_resume="silent",
+                            help="if specified, then init wandb logging")
+        parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", on_resume="silent",
+                            help="specify wandb project name")
         # distributed parameters
-        parser.add_argument("--ddp_backend", type=str, default="auto", choices=["auto", "nccl", "gloo"], on_resume="silent", help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with --device cuda lets several processes share one GPU (for testing)")
-        parser.add_argument("--ddp_timeout", type=Bounded(float, low=0, low_open=True, high=1e6, name="ddp_timeout"), default=600.0, on_resume="silent", help="seconds a process waits for its peers before the whole run is stopped with an error")
+        parser.add_argument("--ddp_backend",type=str,default="auto",choices=["auto", "nccl", "gloo"],on_resume="silent",
+                            help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with "
+                                 "--device cuda lets several processes share one GPU (for testing)")
+        parser.add_argument("--ddp_timeout",type=Bounded(float, low=0, low_open=True, high=1e6, name="ddp_timeout"),
+                            default=600.0,on_resume="silent",
+                            help="seconds a process waits for its peers before the whole run is stopped with an error")
         return parser
 
     # Flags whose value decides which other flags exist (their families', the dataset mode's), read by the
@@ -200,7 +291,8 @@ class BaseOptions:
             opt.name = opt.name + "_" + self._expand_suffix(parser, opt)
         self._check_run_name(parser, opt.name)
         if opt.dtype == "float64" and opt.amp != "none":
-            parser.error(f"argument --amp: --amp {opt.amp} computes in {opt.amp.replace('bf', 'bfloat').replace('fp', 'float')} "
+            half = opt.amp.replace('bf', 'bfloat').replace('fp', 'float')
+            parser.error(f"argument --amp: --amp {opt.amp} computes in {half} "
                          f"what --dtype float64 asks to keep in float64 (for exact checks); pass one of them: --amp "
                          f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:

@@ -18,22 +18,36 @@ class TestOptions(BaseOptions):
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
         # test.py continues no run: its own flags are "silent" (util/resume_flags.py)
-        parser.add_argument("--results_dir", type=str, default="./results/", on_resume="silent", help="saves results here.")
-        parser.add_argument("--aspect_ratio", type=Bounded(float, low=0.01, high=100, name="aspect_ratio"), default=1.0, on_resume="silent", help="aspect ratio of result images")
+        parser.add_argument("--results_dir", type=str, default="./results/", on_resume="silent",
+                            help="saves results here.")
+        parser.add_argument("--aspect_ratio",type=Bounded(float, low=0.01, high=100, name="aspect_ratio"),default=1.0,
+                            on_resume="silent",
+                            help="aspect ratio of result images")
         parser.add_argument("--phase", type=str, default="test", on_resume="noted", help="train, val, test, etc")
         parser.add_argument("--eval", action="store_true", on_resume="silent", help="use eval mode during test time.")
-        parser.add_argument("--num_test", type=positive_int, default=50, on_resume="silent", help="how many test images to run")
+        parser.add_argument("--num_test", type=positive_int, default=50, on_resume="silent",
+                            help="how many test images to run")
         parser.add_argument("--center_crop", action="store_true", on_resume="silent",
                             help="crop the middle of each image (--load_size > --crop_size), not a random place, as "
                                  "BicycleGAN's test.py does")
-        # Large and non-square images (models/inference/application.py, models/inference/windows.py, docs/evaluation.md).
+        # Large and non-square images (models/inference/application.py, models/inference/windows.py,
+        # docs/evaluation.md).
         parser = add_tile_flags(parser)
         # Many answers per input: models whose generator takes a latent code (docs/inference.md).
-        parser.add_argument("--n_samples", type=Bounded(int, low=0, high=MAX_SAMPLES, name="n_samples"), default=0, on_resume="silent", help="with a model whose generator takes a latent code: besides its own output, N more per input from N random codes drawn from --seed (reproducible); 0: none")
-        parser.add_argument("--sync", action="store_true", on_resume="silent", help="with --n_samples: the same N codes for every input (otherwise each input draws its own)")
+        parser.add_argument("--n_samples",type=Bounded(int, low=0, high=MAX_SAMPLES, name="n_samples"),default=0,
+                            on_resume="silent",
+                            help="with a model whose generator takes a latent code: besides its own output, N more "
+                                 "per input from N random codes drawn from --seed (reproducible); 0: none")
+        parser.add_argument("--sync", action="store_true", on_resume="silent",
+                            help="with --n_samples: the same N codes for every input (otherwise each input draws its "
+                                 "own)")
         # Metrics (util/evaluation/metrics.py, util/evaluation/metrics_report.py, docs/evaluation.md).
-        parser.add_argument("--eval_metrics", action="store_true", on_resume="silent", help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to metrics.json and the results page")
-        parser.add_argument("--fid_reference", type=str, default="", on_resume="silent", help="folder of real images that FID/KID compare the outputs with (default: the test set's real images of the target domain, e.g. real_B)")
+        parser.add_argument("--eval_metrics", action="store_true", on_resume="silent",
+                            help="compute FID/KID besides the paired metrics (L1, PSNR, SSIM); results go to "
+                                 "metrics.json and the results page")
+        parser.add_argument("--fid_reference", type=str, default="", on_resume="silent",
+                            help="folder of real images that FID/KID compare the outputs with (default: the test "
+                                 "set's real images of the target domain, e.g. real_B)")
         parser.set_defaults(model="test")
         # To avoid cropping, the load_size should be the same as crop_size.
         parser.set_defaults(load_size=parser.get_default("crop_size"))

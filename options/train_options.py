@@ -11,10 +11,17 @@ from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
-from util.flag_types import (Bounded, fraction_below_one, non_negative_float, non_negative_int, port_number, positive_float,
-                             positive_int)
-from util.safe_files import refuse_output_over_inputs
+from util.flag_types import (
+    Bounded,
+    fraction_below_one,
+    non_negative_float,
+    non_negative_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from util.resume_flags import ignored, refused
+from util.safe_files import refuse_output_over_inputs
 
 # A saved schedule is of one --lr_policy; --epoch_count is where a new run's schedule starts.
 SCHEDULE = refused("learning-rate schedule", "To change the schedule, continue from its weights alone with "
@@ -28,60 +35,140 @@ class TrainOptions(BaseOptions):
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
         # visdom and HTML visualization parameters
-        parser.add_argument("--display_freq", type=non_negative_int, default=400, on_resume="silent", help="frequency (in images) of showing training results on screen; 0: never")
-        parser.add_argument("--display_ncols", type=non_negative_int, default=4, on_resume="silent", help="if positive, display all images in a single visdom web panel with certain number of images per row; 0: one window per image.")
-        parser.add_argument("--display_id", type=Bounded(int, name="display_id"), default=1, on_resume="silent", help="window id of the web display; 0 or less disables visdom")
-        parser.add_argument("--display_server", type=str, default="http://localhost", on_resume="silent", help="visdom server of the web display")
-        parser.add_argument("--display_env", type=str, default="main", on_resume="silent", help='visdom display environment name (default is "main")')
-        parser.add_argument("--display_port", type=port_number, default=8097, on_resume="silent", help="visdom port of the web display")
-        parser.add_argument("--update_html_freq", type=non_negative_int, default=1000, on_resume="silent", help="frequency (in images) of saving training results to html; 0: never")
-        parser.add_argument("--print_freq", type=non_negative_int, default=100, on_resume="silent", help="frequency (in images) of showing training results on console; 0: never")
-        parser.add_argument("--no_html", action="store_true", on_resume="silent", help="do not save intermediate training results to [opt.checkpoints_dir]/[opt.name]/web/")
+        parser.add_argument("--display_freq", type=non_negative_int, default=400, on_resume="silent",
+                            help="frequency (in images) of showing training results on screen; 0: never")
+        parser.add_argument("--display_ncols", type=non_negative_int, default=4, on_resume="silent",
+                            help="if positive, display all images in a single visdom web panel with certain number "
+                                 "of images per row; 0: one window per image.")
+        parser.add_argument("--display_id", type=Bounded(int, name="display_id"), default=1, on_resume="silent",
+                            help="window id of the web display; 0 or less disables visdom")
+        parser.add_argument("--display_server", type=str, default="http://localhost", on_resume="silent",
+                            help="visdom server of the web display")
+        parser.add_argument("--display_env", type=str, default="main", on_resume="silent",
+                            help='visdom display environment name (default is "main")')
+        parser.add_argument("--display_port", type=port_number, default=8097, on_resume="silent",
+                            help="visdom port of the web display")
+        parser.add_argument("--update_html_freq", type=non_negative_int, default=1000, on_resume="silent",
+                            help="frequency (in images) of saving training results to html; 0: never")
+        parser.add_argument("--print_freq", type=non_negative_int, default=100, on_resume="silent",
+                            help="frequency (in images) of showing training results on console; 0: never")
+        parser.add_argument("--no_html", action="store_true", on_resume="silent",
+                            help="do not save intermediate training results to [opt.checkpoints_dir]/[opt.name]/web/")
         # further displays (not in the reference): see docs/visualization.md
-        parser.add_argument("--use_tensorboard", action="store_true", on_resume="silent", help="log losses, learning rate, images/s and image grids for TensorBoard to [opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
-        parser.add_argument("--no_progress", action="store_true", on_resume="silent", help="no progress bar (or, when stdout is not a terminal, no periodic progress lines)")
-        parser.add_argument("--logger", action="append", default=[], metavar="MODULE", on_resume="silent", help="also send the run's losses, images, validations and messages to the LoggerBackend class defined in this module (a dotted module name or a .py file; repeatable): your own logger beside the built-in ones, see docs/visualization.md")
-        parser.add_argument("--progress_interval", type=non_negative_float, default=60.0, on_resume="silent", help="seconds between plain progress lines when stdout is not a terminal (a CI log, nohup); 0: after every step")
+        parser.add_argument("--use_tensorboard", action="store_true", on_resume="silent",
+                            help="log losses, learning rate, images/s and image grids for TensorBoard to "
+                                 "[opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
+        parser.add_argument("--no_progress", action="store_true", on_resume="silent",
+                            help="no progress bar (or, when stdout is not a terminal, no periodic progress lines)")
+        parser.add_argument("--logger", action="append", default=[], metavar="MODULE", on_resume="silent",
+                            help="also send the run's losses, images, validations and messages to the LoggerBackend "
+                                 "class defined in this module (a dotted module name or a .py file; repeatable): "
+                                 "your own logger beside the built-in ones, see docs/visualization.md")
+        parser.add_argument("--progress_interval", type=non_negative_float, default=60.0, on_resume="silent",
+                            help="seconds between plain progress lines when stdout is not a terminal (a CI log, "
+                                 "nohup); 0: after every step")
         # network saving and loading parameters
-        parser.add_argument("--save_latest_freq", type=non_negative_int, default=5000, on_resume="silent", help="frequency (in images) of saving the latest results; 0: only at the end of epochs")
-        parser.add_argument("--save_epoch_freq", type=positive_int, default=5, on_resume="silent", help="frequency of saving checkpoints at the end of epochs")
-        parser.add_argument("--save_by_iter", action="store_true", on_resume="silent", help="whether saves model by iteration")
-        parser.add_argument("--continue_train", action="store_true", on_resume="silent", help="continue training: load the latest model")
-        parser.add_argument("--auto_resume", action="store_true", on_resume="silent", help="continue from the newest training state in the run folder if there is one (as --continue_train), else start a new run: for jobs a scheduler restarts with the same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this by themselves)")
-        parser.add_argument("--epoch_count", type=positive_int, default=1, on_resume=SCHEDULE_FROM_START, help="the starting epoch count, we save the model by <epoch_count>, <epoch_count>+<save_latest_freq>, ...")
+        parser.add_argument("--save_latest_freq", type=non_negative_int, default=5000, on_resume="silent",
+                            help="frequency (in images) of saving the latest results; 0: only at the end of epochs")
+        parser.add_argument("--save_epoch_freq", type=positive_int, default=5, on_resume="silent",
+                            help="frequency of saving checkpoints at the end of epochs")
+        parser.add_argument("--save_by_iter", action="store_true", on_resume="silent",
+                            help="whether saves model by iteration")
+        parser.add_argument("--continue_train", action="store_true", on_resume="silent",
+                            help="continue training: load the latest model")
+        parser.add_argument("--auto_resume", action="store_true", on_resume="silent",
+                            help="continue from the newest training state in the run folder if there is one (as "
+                                 "--continue_train), else start a new run: for jobs a scheduler restarts with the "
+                                 "same command, e.g. Kubernetes pods (torchrun restarts and SLURM requeues do this "
+                                 "by themselves)")
+        parser.add_argument("--epoch_count", type=positive_int, default=1, on_resume=SCHEDULE_FROM_START,
+                            help="the starting epoch count, we save the model by <epoch_count>, "
+                                 "<epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", on_resume="noted", help="train, val, test, etc")
         # validation during training (models/training/validator.py, docs/evaluation.md)
-        parser.add_argument("--val_freq", type=non_negative_int, default=0, on_resume="silent", help="validate every N epochs and at the last one: metrics of the held-out split into val_log.txt and metrics.jsonl; 0: no validation")
-        parser.add_argument("--val_phase", type=str, default=None, on_resume="silent", help="the held-out split to validate on (a folder like --phase); default: val, else test")
-        parser.add_argument("--val_max_images", type=positive_int, default=100, on_resume="silent", help="validate on at most this many held-out images (the first ones in sorted order)")
-        parser.add_argument("--val_mode", type=str, default="eval", choices=["eval", "train"], on_resume="silent", help="eval: generators in eval mode (batch norm's running statistics, no dropout), as test.py --eval; train: as test.py without --eval (batch statistics, dropout)")
-        parser.add_argument("--save_best", type=str, default="", on_resume="noted", help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay also best_ema_net_*.pth)")
+        parser.add_argument("--val_freq", type=non_negative_int, default=0, on_resume="silent",
+                            help="validate every N epochs and at the last one: metrics of the held-out split into "
+                                 "val_log.txt and metrics.jsonl; 0: no validation")
+        parser.add_argument("--val_phase", type=str, default=None, on_resume="silent",
+                            help="the held-out split to validate on (a folder like --phase); default: val, else test")
+        parser.add_argument("--val_max_images", type=positive_int, default=100, on_resume="silent",
+                            help="validate on at most this many held-out images (the first ones in sorted order)")
+        parser.add_argument("--val_mode", type=str, default="eval", choices=["eval", "train"], on_resume="silent",
+                            help="eval: generators in eval mode (batch norm's running statistics, no dropout), as "
+                                 "test.py --eval; train: as test.py without --eval (batch statistics, dropout)")
+        parser.add_argument("--save_best", type=str, default="", on_resume="noted",
+                            help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the "
+                                 "best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay "
+                                 "also best_ema_net_*.pth)")
         # training parameters
-        parser.add_argument("--n_epochs", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs with the initial learning rate")
-        parser.add_argument("--niter", dest="n_epochs", type=non_negative_int, default=100, on_resume="reapplied", help="--n_epochs under its older name (the older reference's and BicycleGAN's)")
-        parser.add_argument("--n_epochs_decay", type=non_negative_int, default=100, on_resume="reapplied", help="number of epochs to linearly decay learning rate to zero")
-        parser.add_argument("--niter_decay", dest="n_epochs_decay", type=non_negative_int, default=100, on_resume="reapplied", help="--n_epochs_decay under its older name")
-        parser.add_argument("--beta1", type=fraction_below_one, default=0.5, on_resume="reapplied", help="momentum term of adam")
-        parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied", help="initial learning rate for adam")
+        parser.add_argument("--n_epochs", type=non_negative_int, default=100, on_resume="reapplied",
+                            help="number of epochs with the initial learning rate")
+        parser.add_argument("--niter", dest="n_epochs", type=non_negative_int, default=100, on_resume="reapplied",
+                            help="--n_epochs under its older name (the older reference's and BicycleGAN's)")
+        parser.add_argument("--n_epochs_decay", type=non_negative_int, default=100, on_resume="reapplied",
+                            help="number of epochs to linearly decay learning rate to zero")
+        parser.add_argument("--niter_decay",dest="n_epochs_decay",type=non_negative_int,default=100,
+                            on_resume="reapplied",
+                            help="--n_epochs_decay under its older name")
+        parser.add_argument("--beta1", type=fraction_below_one, default=0.5, on_resume="reapplied",
+                            help="momentum term of adam")
+        parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied",
+                            help="initial learning rate for adam")
         parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",
-                            on_resume="silent", help="with --compile, time N training steps eager and N compiled at the start of the "
-                                 "run and go on with the faster (compiling is slower on some CPUs); 0: compile "
-                                 "without measuring")
-        parser.add_argument("--fused_adam", action="store_true", on_resume="reapplied", help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding slightly differently from the reference's Adam")
-        parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, on_resume="noted", help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in the original GAN paper; hinge: the hinge loss of SAGAN/BigGAN, often steadier with --D_spectral (docs/training_tips.md)")
-        parser.add_argument("--pool_size", type=Bounded(int, low=0, high=1000, name="pool_size"), default=50, on_resume="noted", help="the size of image buffer that stores previously generated images")
-        parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, on_resume=SCHEDULE, help="learning rate policy. [linear | step | plateau | cosine]")
-        parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, on_resume="noted", help="keep an exponential moving average of the generators' weights with this decay per step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); 0: off")
-        parser.add_argument("--lr_decay_iters", type=positive_int, default=50, on_resume="reapplied", help="multiply by a gamma every lr_decay_iters iterations")
+                            on_resume="silent", help="with --compile, time N training steps eager and N compiled at "
+                                                     "the start of the run and go on with the faster (compiling is "
+                                                     "slower on some CPUs); 0: compile without measuring")
+        parser.add_argument("--fused_adam", action="store_true", on_resume="reapplied",
+                            help="use PyTorch's fused Adam kernel: a faster update (most for pix2pix), rounding "
+                                 "slightly differently from the reference's Adam")
+        parser.add_argument("--gan_mode", type=str, default="lsgan", choices=networks.GAN_MODES, on_resume="noted",
+                            help="the type of GAN objective. vanilla GAN loss is the cross-entropy objective used in "
+                                 "the original GAN paper; hinge: the hinge loss of SAGAN/BigGAN, often steadier with "
+                                 "--D_spectral (docs/training_tips.md)")
+        parser.add_argument("--pool_size",type=Bounded(int, low=0, high=1000, name="pool_size"),default=50,
+                            on_resume="noted",
+                            help="the size of image buffer that stores previously generated images")
+        parser.add_argument("--lr_policy", type=str, default="linear", choices=networks.LR_POLICIES, on_resume=SCHEDULE,
+                            help="learning rate policy. [linear | step | plateau | cosine]")
+        parser.add_argument("--ema_decay", type=fraction_below_one, default=0.0, on_resume="noted",
+                            help="keep an exponential moving average of the generators' weights with this decay per "
+                                 "step (e.g. 0.999), saved as <epoch>_ema_net_G*.pth (test.py --epoch latest_ema); "
+                                 "0: off")
+        parser.add_argument("--lr_decay_iters", type=positive_int, default=50, on_resume="reapplied",
+                            help="multiply by a gamma every lr_decay_iters iterations")
         # high resolution (docs/high_resolution.md)
-        parser.add_argument("--accum_steps", type=Bounded(int, low=1, high=1024, name="accum_steps"), default=1, on_resume="noted", help="gradient accumulation: one optimizer step per this many batches of --batch_size, so the global batch is --batch_size x accum_steps x processes whatever fits in memory; equals a batch that many times larger with instance norm (batch norm normalises each micro-batch by its own statistics)")
-        parser.add_argument("--num_D", type=Bounded(int, low=1, high=8, name="num_D"), default=2, on_resume="architecture", help="with --netD multiscale: the number of PatchGANs (each built from --ndf, --n_layers_D, --norm), the k-th judging the image downsampled by 2**k (pix2pixHD's; 2 or 3 for 512-1024 px)")
-        parser.add_argument("--checkpoint_activations", action="store_true", on_resume="silent", help="activation checkpointing: the generators' residual blocks and U-Net levels recompute their activations in the backward pass instead of keeping them, for less memory at high resolution (a step takes longer; same results)")
+        parser.add_argument("--accum_steps",type=Bounded(int, low=1, high=1024, name="accum_steps"),default=1,
+                            on_resume="noted",
+                            help="gradient accumulation: one optimizer step per this many batches of --batch_size, "
+                                 "so the global batch is --batch_size x accum_steps x processes whatever fits in "
+                                 "memory; equals a batch that many times larger with instance norm (batch norm "
+                                 "normalises each micro-batch by its own statistics)")
+        parser.add_argument("--num_D",type=Bounded(int, low=1, high=8, name="num_D"),default=2,on_resume="architecture",
+                            help="with --netD multiscale: the number of PatchGANs (each built from --ndf, "
+                                 "--n_layers_D, --norm), the k-th judging the image downsampled by 2**k "
+                                 "(pix2pixHD's; 2 or 3 for 512-1024 px)")
+        parser.add_argument("--checkpoint_activations", action="store_true", on_resume="silent",
+                            help="activation checkpointing: the generators' residual blocks and U-Net levels "
+                                 "recompute their activations in the backward pass instead of keeping them, for less "
+                                 "memory at high resolution (a step takes longer; same results)")
         # small data and steadier training (models/losses/diff_augment.py, docs/training_tips.md)
-        parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", on_resume="noted", help="differentiable augmentation of every discriminator input, real and fake alike (DiffAugment): comma-separated color, translation, cutout, e.g. color,translation,cutout; a pix2pix pair gets one transform for both halves; empty: off. For datasets of a few hundred images or fewer")
-        parser.add_argument("--ada_target", type=fraction_below_one, default=0.0, on_resume="noted", help="with --diff_augment: apply each transform with a probability p adapted as in ADA, raised while the fraction of real images the discriminator calls real exceeds this target (e.g. 0.6), lowered otherwise; p is saved with the training state; 0: always augment (p = 1)")
-        parser.add_argument("--ada_kimg", type=positive_float, default=100.0, on_resume="noted", help="with --ada_target: thousands of images over which p may move from 0 to 1 (ADA's speed; small datasets and short runs want a few)")
-        parser.add_argument("--D_spectral", action="store_true", on_resume="architecture", help="spectral normalisation of every convolution of the discriminators (PyTorch's parametrization); their checkpoints then hold weight.original and the power iteration's _u, _v")
+        parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", on_resume="noted",
+                            help="differentiable augmentation of every discriminator input, real and fake alike "
+                                 "(DiffAugment): comma-separated color, translation, cutout, e.g. "
+                                 "color,translation,cutout; a pix2pix pair gets one transform for both halves; "
+                                 "empty: off. For datasets of a few hundred images or fewer")
+        parser.add_argument("--ada_target", type=fraction_below_one, default=0.0, on_resume="noted",
+                            help="with --diff_augment: apply each transform with a probability p adapted as in ADA, "
+                                 "raised while the fraction of real images the discriminator calls real exceeds this "
+                                 "target (e.g. 0.6), lowered otherwise; p is saved with the training state; 0: "
+                                 "always augment (p = 1)")
+        parser.add_argument("--ada_kimg", type=positive_float, default=100.0, on_resume="noted",
+                            help="with --ada_target: thousands of images over which p may move from 0 to 1 (ADA's "
+                                 "speed; small datasets and short runs want a few)")
+        parser.add_argument("--D_spectral", action="store_true", on_resume="architecture",
+                            help="spectral normalisation of every convolution of the discriminators (PyTorch's "
+                                 "parametrization); their checkpoints then hold weight.original and the power "
+                                 "iteration's _u, _v")
         return parser
 
     def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,

@@ -27,19 +27,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
+from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from models import builtin_models  # noqa: E402
 from options.base_options import unwritable_file_reason  # noqa: E402
 from util.console import setup_logging  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
-from util.util import why_missing  # noqa: E402
-from util.flag_types import Bounded, OneParagraphParser, batch_size  # noqa: E402
-from util.evaluation.inception import (add_inception_weights_flag, inception_weights_available,  # noqa: E402
-                                       missing_inception_weights_message)
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
+from util.evaluation.inception import (  # noqa: E402
+    add_inception_weights_flag,
+    inception_weights_available,
+    missing_inception_weights_message,
+)
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
-from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
+from util.flag_types import Bounded, OneParagraphParser, batch_size  # noqa: E402
 from util.safe_files import atomic_write_json  # noqa: E402
-
+from util.util import why_missing  # noqa: E402
 
 
 def scored_outputs() -> dict[str, str | None]:
@@ -73,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = add_inception_weights_flag(parser)
     parser.add_argument("--batch_size", type=batch_size, default=32, help="images of one size per Inception batch")
     parser.add_argument("--device", default="cpu", help="device for the feature network (cpu, cuda)")
-    parser.add_argument("--kid_subsets", type=Bounded(int, low=1, high=100_000, name="kid_subsets"), default=KID_SUBSETS, help="KID: number of random subsets")
+    parser.add_argument("--kid_subsets",type=Bounded(int, low=1, high=100_000, name="kid_subsets"),default=KID_SUBSETS,
+                        help="KID: number of random subsets")
     parser.add_argument("--kid_subset_size", type=Bounded(int, low=2, name="kid_subset_size"), default=KID_SUBSET_SIZE,
                         help="KID: images per subset (capped at the set sizes)")
     parser.add_argument("--json", default="", help="where to write the scores (default RESULTS/evaluation.json)")

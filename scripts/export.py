@@ -55,18 +55,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import data  # noqa: E402
 from models import builtin_model_names, create_model, networks  # noqa: E402
+from models.inference import saved_generator
+from models.inference.application import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
+from models.inference.windows import check_window  # noqa: E402
 from models.losses import bridge  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
-from models.inference import saved_generator
-from models.inference.windows import check_window  # noqa: E402
-from util.console import setup_logging  # noqa: E402
-from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
+from util.console import setup_logging  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
-from util.errors import exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
-from models.inference.application import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
+from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")
 EXTENSIONS = {"torchscript": ".pt", "onnx": ".onnx"}  # of the files each format writes
@@ -83,13 +83,22 @@ class ExportOptions(TestOptions):
                 action.required = False
                 action.default = ""
         # exporting continues no run: "silent" (util/resume_flags.py)
-        parser.add_argument("--weights", type=str, default="", on_resume="silent", help="a generator state_dict .pth to export instead of the checkpoints folder's")
-        parser.add_argument("--which_net", type=str, default="", on_resume="silent", help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator that translates in the direction trained, e.g. G_A)")
-        parser.add_argument("--export_dir", type=str, default="", on_resume="silent", help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
-        parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", on_resume="silent", help="comma-separated: torchscript, onnx")
-        parser.add_argument("--check_sizes", type=hw_sizes, default=None, on_resume="silent", help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes that suit --netG)")
-        parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, on_resume="silent", help="largest absolute difference from PyTorch that passes the check")
-        parser.add_argument("--opset", type=Bounded(int, low=7, high=99, name="opset"), default=None, on_resume="silent", help="ONNX opset (default: torch's)")
+        parser.add_argument("--weights", type=str, default="", on_resume="silent",
+                            help="a generator state_dict .pth to export instead of the checkpoints folder's")
+        parser.add_argument("--which_net", type=str, default="", on_resume="silent",
+                            help="network of the model to export, e.g. G_B of a cycle_gan (default: the generator "
+                                 "that translates in the direction trained, e.g. G_A)")
+        parser.add_argument("--export_dir", type=str, default="", on_resume="silent",
+                            help="output folder (default: <checkpoints_dir>/<name>/export, or beside --weights)")
+        parser.add_argument("--formats", type=comma_choices(*FORMATS), default="torchscript,onnx", on_resume="silent",
+                            help="comma-separated: torchscript, onnx")
+        parser.add_argument("--check_sizes", type=hw_sizes, default=None, on_resume="silent",
+                            help="HxW sizes to compare on, comma-separated, e.g. 256x256,200x312 (default: two sizes "
+                                 "that suit --netG)")
+        parser.add_argument("--tolerance", type=non_negative_float, default=1e-4, on_resume="silent",
+                            help="largest absolute difference from PyTorch that passes the check")
+        parser.add_argument("--opset",type=Bounded(int, low=7, high=99, name="opset"),default=None,on_resume="silent",
+                            help="ONNX opset (default: torch's)")
         return parser
 
     def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,
@@ -153,7 +162,8 @@ def export_dir(opt) -> str:
 def load_generator(opt) -> tuple[torch.nn.Module, str]:
     """The generator to export (CPU, float32, eval mode) and its file stem."""
     if opt.weights:
-        architecture = {key: getattr(opt, key) for key in saved_generator.architecture_keys(opt.netG) if hasattr(opt, key)}
+        keys = saved_generator.architecture_keys(opt.netG)
+        architecture = {key: getattr(opt, key) for key in keys if hasattr(opt, key)}
         net = saved_generator.load_generator(opt.weights, architecture, flags_for=lambda seen: export_flags(opt, seen))
         return net.float().eval(), os.path.splitext(os.path.basename(opt.weights))[0]
     model = create_model(opt, DistContext())
@@ -188,7 +198,8 @@ def export_flags(opt, seen: dict) -> str:
 def window_size(opt) -> tuple[int, ...]:
     """The window a volume generator is exported for: --patch_size, else the --patch_size the run trained
     with (the train_opt.json beside the weights); checked against --netG."""
-    folder = os.path.dirname(os.path.abspath(opt.weights)) if opt.weights else os.path.join(opt.checkpoints_dir, opt.name)
+    folder = os.path.dirname(os.path.abspath(opt.weights)) if opt.weights \
+        else os.path.join(opt.checkpoints_dir, opt.name)
     window = opt.patch_size or saved_generator.read_trained_options(folder).get("patch_size")
     if not window:
         raise UserError(f"--netG {opt.netG} is a volume generator, exported for windows of the --patch_size it "

@@ -53,16 +53,27 @@ def parse_args(argv: list[str] | None):
     parser = add_checkpoint_flags(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on; 0.0.0.0 lets other machines in")
     parser.add_argument("--port", type=port_number, default=8000, help="the port; 0 takes a free one (printed)")
-    parser.add_argument("--devices", default="auto", help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when available, else the CPU")
+    parser.add_argument("--devices", default="auto",
+                        help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when "
+                             "available, else the CPU")
     parser = add_precision_flag(parser)
-    parser.add_argument("--max_batch", type=max_batch, default="auto", help="at most this many images of one size go through the generator together; auto: 8 on GPUs, 1 on the CPU (where batches were slower)")
-    parser.add_argument("--batch_timeout_ms", type=batch_timeout, default=10.0, help="how long the first request of a batch waits for others")
-    parser.add_argument("--queue_size", type=queue_size, default=64, help="requests in the server at once; more are answered 503 with Retry-After")
+    parser.add_argument("--max_batch", type=max_batch, default="auto",
+                        help="at most this many images of one size go through the generator together; auto: 8 on "
+                             "GPUs, 1 on the CPU (where batches were slower)")
+    parser.add_argument("--batch_timeout_ms", type=batch_timeout, default=10.0,
+                        help="how long the first request of a batch waits for others")
+    parser.add_argument("--queue_size", type=queue_size, default=64,
+                        help="requests in the server at once; more are answered 503 with Retry-After")
     parser.add_argument("--max_upload_mb", type=upload_mb, default=64.0, help="the largest upload, in MiB")
-    parser.add_argument("--max_pixels", type=pixel_count, default=4096 * 4096, help="the most pixels (width x height) of an uploaded image, checked from its header before decoding")
-    parser.add_argument("--max_voxels", type=voxel_count, default=2 ** 27, help="the most values (channels x D x H x W) of an uploaded volume, checked from its header")
-    parser.add_argument("--max_samples", type=sample_limit, default=16, help="the most samples one request may ask of a BicycleGAN (n_samples)")
-    parser.add_argument("--read_timeout_s", type=read_timeout, default=60.0, help="a client whose upload takes longer is answered 408 and loses its place")
+    parser.add_argument("--max_pixels", type=pixel_count, default=4096 * 4096,
+                        help="the most pixels (width x height) of an uploaded image, checked from its header before "
+                             "decoding")
+    parser.add_argument("--max_voxels", type=voxel_count, default=2 ** 27,
+                        help="the most values (channels x D x H x W) of an uploaded volume, checked from its header")
+    parser.add_argument("--max_samples", type=sample_limit, default=16,
+                        help="the most samples one request may ask of a BicycleGAN (n_samples)")
+    parser.add_argument("--read_timeout_s", type=read_timeout, default=60.0,
+                        help="a client whose upload takes longer is answered 408 and loses its place")
     return parser.parse_args(argv)
 
 
@@ -72,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         import uvicorn
+
         from models.inference.serving.app import ServerSettings, create_app, load_model
     except ImportError as err:
         raise UserError(f"serving needs FastAPI and uvicorn ({err}); pip install -r requirements.txt") from None

@@ -8,7 +8,8 @@
 
 INPUTs are files, folders (walked recursively; the output keeps the subfolders) and glob patterns; an
 --output that is, lies inside or contains an input folder, or is an input file's own folder, is refused
-before the model is loaded (util/safe_files.py: nothing is ever written over an input). Each image is written to --output under its own name, in its own format and at its own precision (a
+before the model is loaded (util/safe_files.py: nothing is ever written over an input). Each image is
+written to --output under its own name, in its own format and at its own precision (a
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
 .npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
 map to the network's values by the --data_range the model trained with. A model trained on volumes (a
@@ -35,23 +36,30 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from data.base_dataset import add_data_range_flag  # noqa: E402
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
 from data.image_io import output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
-from data.base_dataset import add_data_range_flag  # noqa: E402
 from data.volume_patches import add_window_flags  # noqa: E402
 from models import networks
-from models.networks import unet_latent  # noqa: E402
 from models.inference.translator import Translator, sample_paths  # noqa: E402
+from models.networks import unet_latent  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
-from options.inference_flags import add_checkpoint_flags, add_precision_flag, add_tile_flags  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
+from options.inference_flags import add_checkpoint_flags, add_precision_flag, add_tile_flags  # noqa: E402
 from util.console import setup_logging  # noqa: E402
-from util.errors import describe, exits_on_user_error, UserError, exit_with_status  # noqa: E402
+from util.errors import UserError, describe, exit_with_status, exits_on_user_error  # noqa: E402
+from util.flag_types import (  # noqa: E402
+    MAX_SAMPLES,
+    Bounded,
+    OneParagraphParser,
+    channel_count,
+    network_width,
+    sample_count,
+    seed_value,
+)
 from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
 from util.util import broken_link  # noqa: E402
-from util.flag_types import (Bounded, OneParagraphParser, channel_count, network_width, sample_count,  # noqa: E402
-                             seed_value, MAX_SAMPLES)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,23 +68,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
     parser = add_checkpoint_flags(parser)
     parser.add_argument("--output", required=True, help="folder for the translated images")
-    parser.add_argument("--direction", choices=["AtoB", "BtoA"], default=None, help="trainA -> trainB (AtoB) or back; default: the direction the model was trained in")
+    parser.add_argument("--direction", choices=["AtoB", "BtoA"], default=None,
+                        help="trainA -> trainB (AtoB) or back; default: the direction the model was trained in")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser = add_tile_flags(add_precision_flag(parser))
-    parser.add_argument("--no_eval", action="store_true", help="as the reference's test.py without --eval: batch statistics of each image, dropout on (masks drawn from --seed)")
-    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the dropout masks with --no_eval, of the latent codes of --n_samples, and of a bridge's noise (--model sb)")
+    parser.add_argument("--no_eval", action="store_true",
+                        help="as the reference's test.py without --eval: batch statistics of each image, dropout on "
+                             "(masks drawn from --seed)")
+    parser.add_argument("--seed", type=seed_value, default=0,
+                        help="seed of the dropout masks with --no_eval, of the latent codes of --n_samples, and of a "
+                             "bridge's noise (--model sb)")
     many = parser.add_argument_group("many answers per input", "for a generator that takes a latent code (BicycleGAN)")
-    many.add_argument("--n_samples", type=sample_count, default=None, help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the same seed, the same images)")
-    many.add_argument("--codes", default=None, metavar="FILE", help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a line); writes <name>_sample<k>.<ext>, one per code")
-    many.add_argument("--reference", default=None, metavar="IMAGE", help="an image of the output domain: every translation takes its look (its code from the encoder saved with the generator)")
-    steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): the noise of its steps is drawn from --seed")
+    many.add_argument("--n_samples", type=sample_count, default=None,
+                      help="write N answers per image, <name>_sample<k>.<ext>, from N codes drawn from --seed (the "
+                           "same seed, the same images)")
+    many.add_argument("--codes", default=None, metavar="FILE",
+                      help="the codes to translate with: N x nz numbers in a .npy file or a text file (one code a "
+                           "line); writes <name>_sample<k>.<ext>, one per code")
+    many.add_argument("--reference", default=None, metavar="IMAGE",
+                      help="an image of the output domain: every translation takes its look (its code from the "
+                           "encoder saved with the generator)")
+    steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): the noise of its steps "
+                                               "is drawn from --seed")
     steps.add_argument("--num_timesteps", type=NUM_TIMESTEPS, default=None,
-                       help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its train_opt.json)")
-    volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes are translated in blended sliding windows")
+                       help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its "
+                            "train_opt.json)")
+    volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes "
+                                                   "are translated in blended sliding windows")
     add_window_flags(volumes, from_run=True)
     parser = add_data_range_flag(parser, from_run=True)
-    arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone does not say enough")
-    arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None, help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
+    arch = parser.add_argument_group("architecture", "only for weights without architecture.json whose file alone "
+                                                     "does not say enough")
+    arch.add_argument("--netG", type=networks.family_name_type(networks.GENERATOR), default=None,
+                      help=f"one of {', '.join(networks.generators())}, or the module path of your own network family")
     arch.add_argument("--norm", choices=[n for n in networks.NORMS if n != "syncbatch"], default=None)
     arch.add_argument("--ngf", type=network_width, default=None)
     arch.add_argument("--input_nc", type=channel_count, default=None)
