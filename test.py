@@ -81,7 +81,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     display_channels = parse_display_channels(opt.display_channels)  # a bad value fails before any folder is made
     os.makedirs(os.path.join(web_dir, "images"), exist_ok=True)
     print0(f"creating web directory {web_dir}")
-    if opt.eval:
+    if opt.eval or model.evaluates_in_eval_mode:  # --model sb always, as UNSB's test
         model.eval()  # batch norm uses running statistics, dropout is off
     nets = inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows)
     paired = dataset.dataset.paired

@@ -20,7 +20,7 @@ from models.base_model import BaseModel
 
 
 def _adam(params, opt) -> torch.optim.Adam:
-    return torch.optim.Adam(params, lr=opt.lr, betas=(opt.beta1, 0.999))
+    return torch.optim.Adam(params, lr=opt.lr, betas=(opt.beta1, opt.beta2))
 
 
 class StraightforwardCycleGAN:

@@ -103,6 +103,8 @@ class BaseModel(ModelState, ABC):
     sample_visuals: ClassVar[tuple[str, ...]] = ()
     # A model that trains on full batches only (BicycleGAN's halves) skips an epoch's incomplete last one.
     skips_incomplete_batches: ClassVar[bool] = False
+    # test.py runs the generators in eval mode only with --eval (the reference's); True: always (UNSB's test).
+    evaluates_in_eval_mode: ClassVar[bool] = False
 
     @classmethod
     def check_flags(cls, opt) -> tuple[str, str] | None:
@@ -200,12 +202,12 @@ class BaseModel(ModelState, ABC):
         return self.to_device(source), self.to_device(target), paths
 
     def make_adam(self, parameters) -> torch.optim.Adam:
-        """The reference's optimizer (Adam, --lr, betas (--beta1, 0.999)), updating every weight with one call
+        """The reference's optimizer (Adam, --lr, betas (--beta1, --beta2)), updating every weight with one call
         of each operator (foreach: the reference's default on a GPU, bit for bit its per-weight loop's
         arithmetic, with a few operators per step instead of a few per weight). --fused_adam picks PyTorch's
         fused kernel: faster, but rounding differently (~1e-8), so opt-in. Measurements: docs/benchmarks.md."""
         fused = bool(self.opt.fused_adam)
-        return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, 0.999),
+        return torch.optim.Adam(parameters, lr=self.opt.lr, betas=(self.opt.beta1, self.opt.beta2),
                                 foreach=None if fused else True, fused=True if fused else None)
 
     def autocast(self):

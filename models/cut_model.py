@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -29,7 +29,15 @@ from models.network_views import NetworkViews
 from models.training.step import TrainingStep
 from util import distributed
 from util.errors import UserError
-from util.flag_types import Bounded, network_width, non_negative_float, norm_name, positive_float
+from util.flag_types import (
+    Bounded,
+    network_width,
+    non_negative_float,
+    non_negative_int,
+    norm_name,
+    positive_float,
+    str2bool,
+)
 
 MODES = ("CUT", "FastCUT")
 # CUT's per-mode defaults (its CUTModel.modify_commandline_options); explicit flags win.
@@ -45,16 +53,6 @@ def cut_mode(text: str) -> str:
         if text.lower() == mode.lower():
             return mode
     raise argparse.ArgumentTypeError(f"choose CUT or FastCUT (any case), got {text!r}")
-
-
-def str2bool(text: str) -> bool:
-    """argparse `type` of CUT's boolean flags, which take an optional value: `--nce_idt`, `--nce_idt False`."""
-    lowered = text.lower()
-    if lowered in ("yes", "true", "t", "y", "1"):
-        return True
-    if lowered in ("no", "false", "f", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def layer_list(text: str) -> str:
@@ -87,6 +85,27 @@ def mode_defaults_action(is_train: bool, as_cut_mode: Mapping[str, str] | None =
             also = {} if as_cut_mode is None else {"CUT_mode": mode}
             parser.set_defaults(**also, **MODE_DEFAULTS[mode], **(MODE_TRAIN_DEFAULTS[mode] if is_train else {}))
     return SetModeDefaults
+
+
+def add_their_tooling_flags(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
+    """Flags of CUT's and UNSB's parsers that do nothing with the networks and datasets built here (nor there),
+    accepted so that their command lines run; `check_flags` refuses --pretrained_name, saying what to do."""
+    def unused(flag: str, kind: Any, default: Any, there: str, **more: Any) -> None:
+        parser.add_argument(flag, type=kind, default=default, on_resume="silent", **more,
+                            help=f"accepted for CUT's and UNSB's command lines: {there}; nothing here reads it")
+    unused("--easy_label", str, "experiment_name", "a label their experiment launchers print")
+    unused("--embedding_type", str, "positional", "the time embedding of their StyleGAN2 generators, which are not "
+           "here (their resnet ignores it, as ours does)", choices=["fourier", "positional"])
+    unused("--random_scale_max", non_negative_float, 3.0, "the random zoom of their single-image dataset "
+           "(SinCUT), which is not here")
+    unused("--stylegan2_G_num_downsampling", Bounded(int, low=0, high=16, name="stylegan2_G_num_downsampling"),
+           1, "the downsampling layers of their StyleGAN2 generators, which are not here")
+    if is_train:
+        unused("--evaluation_freq", non_negative_int, 5000, "an evaluation interval their train.py never reads "
+               "(validation here: --val_freq, in epochs)")
+        parser.add_argument("--pretrained_name", type=str, default=None, on_resume="silent",
+                            help="CUT's and UNSB's: continue from another run's weights; refused here")
+    return parser
 
 
 class CUTModel(BaseModel):
@@ -142,10 +161,22 @@ class CUTModel(BaseModel):
                             help="stride-2 convolutions instead of antialiased downsampling, in G and D")
         parser.add_argument("--no_antialias_up", action="store_true", on_resume="architecture",
                             help="transposed convolutions instead of antialiased upsampling in G")
+        parser = add_their_tooling_flags(parser, is_train)
         parser.set_defaults(no_dropout=True, init_type="xavier", pool_size=0, **MODE_DEFAULTS["CUT"])
         if is_train:
             parser.set_defaults(**MODE_TRAIN_DEFAULTS["CUT"])
         return parser
+
+    @classmethod
+    def check_flags(cls, opt) -> tuple[str, str] | None:
+        if getattr(opt, "pretrained_name", None) is not None:
+            return ("pretrained_name", f"--pretrained_name {opt.pretrained_name}: CUT's and UNSB's code load a "
+                                       f"--continue_train run's starting weights from that other run's folder; here "
+                                       f"a run continues from its own folder only: copy the <epoch>_net_*.pth files "
+                                       f"of {opt.pretrained_name} into {opt.checkpoints_dir}/{opt.name}/ and pass "
+                                       f"--continue_train --epoch <epoch> --epoch_count N (fresh optimizers and "
+                                       f"schedule), without --pretrained_name (docs/resume.md)")
+        return None
 
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx)

@@ -70,6 +70,7 @@ class SBModel(CUTModel):
     network_roles = {"G": "generator", "F": "head", "D": "discriminator", "E": "discriminator"}
     skips_incomplete_batches = True  # the SB loss's log-sum-exp needs every rank's share of the batch
     random_streams = ("patch_rng", "bridge_rng")  # saved for an exact resume (CUTModel's shared_training_state)
+    evaluates_in_eval_mode = True  # test.py runs G in eval mode with or without --eval, as UNSB's test does
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -107,6 +108,9 @@ class SBModel(CUTModel):
 
     @classmethod
     def check_flags(cls, opt) -> tuple[str, str] | None:
+        refused = super().check_flags(opt)
+        if refused:
+            return refused
         if data.spatial_dims(opt) == 3:
             return ("dataset_mode", f"--model sb translates pictures: UNSB's time-conditioned networks are 2-D and "
                                     f"no 3-D ones exist here, so --dataset_mode {opt.dataset_mode} (volumes) cannot "
@@ -150,9 +154,11 @@ class SBModel(CUTModel):
     # ------------------------------------------------------------------ inference
     def forward(self, nets: NetworkViews) -> None:
         """Walk all --num_timesteps: fake_1 .. fake_T each step's translation, fake_B the last. Each
-        image walks with noise drawn from --seed afresh, as the Translator's: its outputs do not depend
-        on the batch or the order, and equal the Translator's for the same seed."""
-        outputs = bridge.walk_each(nets.G, self.real_A, self.steps, self.tau, self.code_width, self.sampling_seed)
+        image walks its own noise, drawn from --seed and its file name (bridge.image_seed), as the
+        Translator's: its outputs do not depend on the batch, the order or the other images, and equal
+        the Translator's for that file and seed."""
+        seeds = [bridge.image_seed(self.sampling_seed, path) for path in self.image_paths]
+        outputs = bridge.walk_each(nets.G, self.real_A, self.steps, self.tau, self.code_width, seeds)
         for k, output in enumerate(outputs, start=1):
             setattr(self, f"fake_{k}", output)
         self.fake_B = outputs[-1]

@@ -29,6 +29,7 @@ from util.flag_types import (
     OneParagraphParser,
     batch_size,
     channel_count,
+    direction_name,
     image_side,
     network_width,
     non_negative_int,
@@ -36,6 +37,7 @@ from util.flag_types import (
     positive_float,
     positive_int,
     seed_value,
+    str2bool,
 )
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.resume_flags import SILENT, ignored
@@ -122,8 +124,10 @@ class BaseOptions:
                             on_resume=WEIGHTS_LOADED, help="network initialization")
         parser.add_argument("--init_gain", type=positive_float, default=0.02, on_resume=WEIGHTS_LOADED,
                             help="scaling factor for normal, xavier and orthogonal.")
-        parser.add_argument("--no_dropout", action="store_true", on_resume="architecture",
-                            help="no dropout for the generator")
+        parser.add_argument("--no_dropout", type=str2bool, nargs="?", const=True, default=False,
+                            on_resume="architecture",
+                            help="no dropout for the generator; --no_dropout False (UNSB's form) turns it on where a "
+                                 "model's default is off")
         parser.add_argument("--upsample",type=str,default="transpose",choices=networks.UPSAMPLINGS,
                             on_resume="architecture",
                             help="how the resnet and unet generators double the size: transpose: transposed "
@@ -134,8 +138,8 @@ class BaseOptions:
         parser.add_argument("--dataset_mode", type=data.dataset_mode_name, default="unaligned", on_resume="noted",
                             help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or "
                                  f"the dotted module path of your own dataset (docs/datasets.md)")
-        parser.add_argument("--direction", type=str, default="AtoB", choices=["AtoB", "BtoA"], on_resume="architecture",
-                            help="AtoB or BtoA")
+        parser.add_argument("--direction", type=direction_name, default="AtoB", choices=["AtoB", "BtoA"],
+                            on_resume="architecture", help="AtoB or BtoA (UNSB's A2B and B2A mean the same)")
         parser.add_argument("--serial_batches", action="store_true", on_resume="noted",
                             help="if true, takes images in order to make batches, otherwise takes them randomly")
         parser.add_argument("--num_threads", default=4, type=non_negative_int, on_resume="silent",

@@ -112,6 +112,8 @@ class TrainOptions(BaseOptions):
                             help="--n_epochs_decay under its older name")
         parser.add_argument("--beta1", type=fraction_below_one, default=0.5, on_resume="reapplied",
                             help="momentum term of adam")
+        parser.add_argument("--beta2", type=fraction_below_one, default=0.999, on_resume="reapplied",
+                            help="second-moment term of adam (UNSB's and CUT's --beta2)")
         parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied",
                             help="initial learning rate for adam")
         parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",

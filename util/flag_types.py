@@ -118,6 +118,26 @@ def norm_name(text: str) -> str:
     return NORM_ALIASES.get(text, text)
 
 
+# UNSB's README writes the direction as B2A (its code reads it as BtoA).
+DIRECTION_ALIASES = {"A2B": "AtoB", "B2A": "BtoA"}
+
+
+def direction_name(text: str) -> str:
+    """An argparse `type` for --direction: UNSB's A2B and B2A mapped to ours (AtoB, BtoA)."""
+    return DIRECTION_ALIASES.get(text, text)
+
+
+def str2bool(text: str) -> bool:
+    """argparse `type` of CUT's and UNSB's boolean flags, which take an optional value: `--nce_idt`,
+    `--nce_idt False`."""
+    lowered = text.lower()
+    if lowered in ("yes", "true", "t", "y", "1"):
+        return True
+    if lowered in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 class OneParagraphParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one paragraph, "error: argument --flag: ...", exit 2.
 

@@ -44,7 +44,8 @@ lies over its input in a viewer), or .npy. A picture given to a volume translato
 file, a 5-D tensor) to a picture translator, is refused with the kind the model takes.
 
 Everything runs under `torch.inference_mode()`, in float32 or under bf16/fp16 autocast. A run of
---model sb walks its Schrödinger bridge (models/losses/bridge.py), its noise drawn from `seed` per image.
+--model sb walks its Schrödinger bridge (models/losses/bridge.py), its noise drawn from `seed` per image:
+a file's from `seed` and its name, as test.py draws it (`bridge.image_seed`), a picture's from `seed` itself.
 
 Eval mode (the default) uses batch norm's running statistics and no dropout: outputs are deterministic
 and calls from several threads run concurrently without a lock (nothing in the network changes during a
@@ -274,6 +275,9 @@ class Translator:
         this call's generator, a plain function of a batch."""
         if isinstance(image, (list, tuple)):
             return [self._translate(item, options) for item in image]
+        if self.loaded.bridge is not None and isinstance(image, (str, os.PathLike)):
+            # a file walks the noise test.py gives it for this seed: drawn from the seed and the file's name
+            options = replace(options, seed=bridge.image_seed(options.seed, os.fspath(image)))
         return self._kind.translate(image, partial(self._forward, options))
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
@@ -305,7 +309,8 @@ class Translator:
                                                     enabled=running.autocast is not None):
             batch = batch.to(running.device, torch.float32)
             if loaded.bridge is not None:  # each image its own walk from the call's seed: the same with any batch
-                return bridge.walk_each(net, batch, options.steps, *loaded.bridge[1:], options.seed)[-1].float()
+                return bridge.walk_each(net, batch, options.steps, *loaded.bridge[1:],
+                                        [options.seed] * len(batch))[-1].float()
             # a latent generator's code, the same for every image of the call
             codes = () if options.code is None else \
                 (options.code.to(running.device, torch.float32).expand(len(batch), -1),)

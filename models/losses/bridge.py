@@ -16,8 +16,10 @@ same seed gives the same outputs, or noise given by the caller (to match another
 """
 from __future__ import annotations
 
+import hashlib
 import operator
-from typing import Any, Callable, Protocol
+import os
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -131,10 +133,21 @@ def check_no_codes(n_samples: Any, codes: Any, reference: Any, source: str) -> N
                         f"n_samples, codes and reference, and pass a seed for another draw.")
 
 
+def image_seed(seed: int, path: str | None) -> int:
+    """The seed of one image's walk: `seed` itself for an image without a file (a tensor or picture handed
+    to the Translator), else one derived from `seed` and the file's name (not its folder), so that every
+    image of a test set walks its own noise, the same whatever else is translated with it."""
+    if path is None:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{os.path.basename(path)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # below 2**63: any torch.Generator seed
+
+
 def walk_each(generator: Generator, batch: torch.Tensor, steps: int, tau: float, code_width: int,
-              seed: int) -> list[torch.Tensor]:
-    """Each step's output for `batch` (N x C x H x W), every image walking with noise drawn from `seed`
-    afresh, so an image's outputs depend on neither the batch nor its place in it: how test.py (the
-    model's forward) and the Translator sample, alike."""
-    walks = [walk(generator, image[None], steps, tau, code_width, SeededNoise(seed))[0] for image in batch]
+              seeds: Sequence[int]) -> list[torch.Tensor]:
+    """Each step's output for `batch` (N x C x H x W), image i walking with noise drawn from `seeds[i]`
+    (`image_seed`) afresh, so an image's outputs depend on neither the batch nor its place in it: how
+    test.py (the model's forward) and the Translator sample, alike."""
+    walks = [walk(generator, image[None], steps, tau, code_width, SeededNoise(seed))[0]
+             for image, seed in zip(batch, seeds, strict=True)]
     return [torch.cat([guesses[step] for guesses in walks]) for step in range(steps)]

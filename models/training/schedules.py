@@ -10,6 +10,7 @@ from torch.optim import lr_scheduler
 from util.errors import UserError
 
 LR_POLICIES = ("linear", "step", "plateau", "cosine")
+ADAM_BETA2 = 0.999  # --beta2's default: Adam's, the reference's fixed value
 
 
 def get_scheduler(optimizer: torch.optim.Optimizer, opt, first_epoch: int | None = None) -> lr_scheduler.LRScheduler:
@@ -46,17 +47,18 @@ def policy_of_scheduler_state(state: dict) -> str | None:
 
 def reapply_schedule_flags(optimizer: torch.optim.Optimizer, scheduler, opt, saved_options: dict) -> None:
     """Make an optimizer and scheduler loaded from a training state follow this run's --lr, --beta1,
-    --fused_adam, --n_epochs, --n_epochs_decay and --lr_decay_iters where they differ from
+    --beta2, --fused_adam, --n_epochs, --n_epochs_decay and --lr_decay_iters where they differ from
     `saved_options` (those the state was trained with), which the loaded states would otherwise
     keep. The schedule stays where it was (its epoch, a plateau's patience) and the rate becomes
     the new schedule's at that point: --lr scales every rate of the schedule. Does nothing when
     none of them changed, so that an unchanged continuation stays bit-identical."""
-    keys = ("lr", "beta1", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters")
-    if all(saved_options.get(key, getattr(opt, key)) == getattr(opt, key) for key in keys):
+    keys = ("lr", "beta1", "beta2", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters")
+    current = {key: getattr(opt, key, ADAM_BETA2 if key == "beta2" else None) for key in keys}  # no --beta2: Adam's
+    if all(saved_options.get(key, current[key]) == current[key] for key in keys):
         return
     scale = opt.lr / saved_options.get("lr", opt.lr)
     for group in optimizer.param_groups:
-        group["betas"] = (opt.beta1, group["betas"][1])
+        group["betas"] = (opt.beta1, current["beta2"])
         group["fused"] = True if opt.fused_adam else None
         group["foreach"] = None if opt.fused_adam else True
         if "initial_lr" in group:

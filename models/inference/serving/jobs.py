@@ -138,13 +138,15 @@ def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated
     try:
         if job.upload.kind == "volume":
             return _volume_files(job, translator)
-        answers = {}
+        answers, image = {}, job.upload.path
         if translator.bridge is not None:
             answers = {"seed": job.seed, "steps": job.steps}
+            # the decoded picture, as in a batch: the noise of the seed itself, not of the server's file name
+            image = read_image(job.upload.path)
         elif translator.latent_size > 0:
             answers = ({"reference": job.reference.path} if job.reference is not None else
                        {"n_samples": job.n_samples, "seed": job.seed})
-        output = translator.translate(job.upload.path, **answers)
+        output = translator.translate(image, **answers)
         return _picture_files(job, output if isinstance(output, list) else [output])
     except UserError as err:
         reason = _without_server_paths(describe_upload_error(err, job.upload.path), translator)
