@@ -9,8 +9,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from bad_input_kit import (CYCLE, NAME, PIX, Case, Setup, random_pixels, aligned, eval_args, run_args,
-                           train_in_process)
+from bad_input_kit import CYCLE, NAME, PIX, Case, Setup, aligned, eval_args, random_pixels, run_args, train_in_process
 
 
 def flag_refused(*flags: str, names: tuple = (), script: str = "train.py") -> Callable[[Path], Setup]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bad_input_kit import PIX, Case, Setup, aligned, run_args
 from bad_flags_and_paths import flag_case
+from bad_input_kit import PIX, Case, Setup, aligned, run_args
 from bad_resume_flags import PLATEAU, continued
 
 

@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 
 from bad_input_kit import PIX, Case, Setup, aligned, eval_args, random_pixels, run_args
-from bad_volumes import TRANSLATE, VOLUME_RUN, header_only_nifti, run_args as volume_args, save_volume, volume, \
-    volume_generator, volume_pairs
+from bad_volumes import TRANSLATE, VOLUME_RUN, header_only_nifti, save_volume, volume, volume_generator, volume_pairs
+from bad_volumes import run_args as volume_args
 
 HUGE = 10 ** 12
 

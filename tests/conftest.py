@@ -18,10 +18,10 @@ from types import ModuleType
 import pytest
 import torch
 
-# In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
-from skip_policy import (pytest_collectreport, pytest_runtest_makereport,  # noqa: F401 (hooks)
-                         pytest_sessionfinish, pytest_terminal_summary)
 from processes import run_ranks, run_script_process
+
+# In CI (.ci/run sets IMG2IMG_FAIL_ON_SKIP) a skipped test fails unless it is marked gpu.
+from skip_policy import pytest_collectreport, pytest_runtest_makereport, pytest_sessionfinish, pytest_terminal_summary  # noqa: F401 (hooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -38,6 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # runs they are compared with bit for bit, and on a 2-core machine running two workers a second
     # thread per worker only spins (2-5x the CPU time for the small networks of the tests).
     torch.set_num_threads(1)
+    # Log as the programs do (util/console.py): what a library call made here notes or warns goes to the
+    # stderr of the moment, which pytest captures (shown for a failing test only) and tests read.
+    from util.console import setup_logging
+    setup_logging()
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
     config.addinivalue_line("markers", "benchmark: timing run of minutes, deselected unless asked for "
                                        "(pytest -m benchmark)")
@@ -93,6 +97,31 @@ def paired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def unpaired_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Unpaired 32x32 images: <root>/{trainA,trainB,testA,testB}/*.png (the reference's horse2zebra layout)."""
     return demo_data.make_cyclegan_demo(tmp_path_factory.mktemp("unpaired"), 32, 0, 8, 4)
+
+
+@pytest.fixture(scope="module")
+def real_scan_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real MRI scan (nibabel's anatomical.nii) as aligned volume pairs: <root>/{trainA,trainB,testA,testB}/
+    scan.nii, B the scan, A a blurred and noisy copy in another contrast (helpers_volumes.real_scan_pairs_in).
+    Skips the test where nibabel is not installed."""
+    pytest.importorskip("nibabel")
+    from helpers_volumes import real_scan_pairs_in
+
+    return real_scan_pairs_in(tmp_path_factory.mktemp("real_scan"))
+
+
+@pytest.fixture(scope="module")
+def resnet_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """checkpoints/<name>/latest_net_G.pth of a resnet_6blocks generator (ngf 8, batch norm): the checkpoints
+    folder, its run named "r" (what helpers.run_test_py runs)."""
+    from models import networks
+
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    (ckpt / "r").mkdir()
+    torch.manual_seed(0)
+    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", init_type="xavier", init_gain=1.0)
+    torch.save(net.state_dict(), ckpt / "r" / "latest_net_G.pth")
+    return ckpt
 
 
 def run_script(script: str, *args: str, timeout: float = 300, env: dict | None = None,

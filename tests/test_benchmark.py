@@ -9,7 +9,6 @@ Opt-in (`pytest -m benchmark`, minutes): `dev/benchmark.py --quick` with its tim
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -19,11 +18,14 @@ import torch
 from torch import nn
 
 from conftest import ROOT, load_script
-from processes import run_script_process
+from helpers import assert_flops_match, check_timing, conv_layer_flops, positive
 from models import networks
+from processes import run_script_process
 
 benchmark = load_script("dev/benchmark.py")
-from bench import derive, jobs, plan as plans, report, runner as runners, stats  # noqa: E402  (dev/ is on sys.path now)
+from bench import derive, jobs, report, stats  # noqa: E402  (dev/ is on sys.path now)
+from bench import plan as plans
+from bench import runner as runners
 from bench.flops import conv2d_flops, count_flops  # noqa: E402
 from bench.measure import measure  # noqa: E402
 
@@ -32,29 +34,6 @@ SMALL_NETWORKS = ["--ngf", "8", "--ndf", "8"]
 
 
 # ----------------------------------------------------------------------------- analytic FLOP count
-
-
-def conv_layer_flops(net: nn.Module, shape: tuple[int, ...]) -> list[int]:
-    """Forward FLOPs of each convolution (2-D or 3-D, plain or transposed) of `net`, in the order they
-    run on an input of `shape`: 2 x multiplies, from the layer's weight shape and the tensor shapes a
-    hook sees."""
-    flops = []
-
-    def hook(module, inputs, output):
-        k = math.prod(module.kernel_size)
-        per_pixel = 2 * (module.in_channels // module.groups) * module.out_channels * k
-        # A conv computes every output pixel (voxel) from a kernel window; a transposed conv scatters
-        # a kernel from every input pixel.
-        pixels = inputs[0] if isinstance(module, (nn.ConvTranspose2d, nn.ConvTranspose3d)) else output
-        flops.append(per_pixel * pixels.shape[0] * math.prod(pixels.shape[2:]))
-
-    convolutions = (nn.Conv2d, nn.ConvTranspose2d, nn.Conv3d, nn.ConvTranspose3d)
-    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, convolutions)]
-    with torch.no_grad():
-        net.eval()(torch.zeros(shape))
-    for handle in handles:
-        handle.remove()
-    return flops
 
 
 def expected_flops_by_network(model: str, size: int, ngf: int, ndf: int) -> dict[str, dict[str, int]]:
@@ -84,15 +63,6 @@ def expected_flops_by_network(model: str, size: int, ngf: int, ndf: int) -> dict
     G, G1, D, D1 = sum(g), g[0], sum(d), d[0]
     return {"G": {"forward": G, "backward": 2 * G - G1},
             "D": {"forward": 3 * D, "backward": 2 * (2 * D - D1) + D}}
-
-
-def assert_flops_match(row: dict, expected: dict[str, dict[str, int]]) -> None:
-    counted = row["flops_by_network"]
-    assert set(counted) == set(expected), counted  # every FLOP belongs to a network: no "other"
-    for net, phases in expected.items():
-        for phase, flops in phases.items():
-            assert counted[net][phase] == pytest.approx(flops * row["batch"], rel=0.01), (net, phase)
-    assert sum(sum(p.values()) for p in counted.values()) == row["flops_per_step"]
 
 
 # ----------------------------------------------------------------------------- fast tests
@@ -287,25 +257,13 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "markdown": (out / "benchmark.md").read_text()}
 
 
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-
-
-def _check_timing(row: dict) -> None:
-    assert "error" not in row, row.get("error")
-    for key in ("median_s", "q1_s", "q3_s", "min_s", "max_s", "peak_mem_mb"):
-        assert _positive(row[key]), (key, row)
-    assert row["min_s"] <= row["q1_s"] <= row["median_s"] <= row["q3_s"] <= row["max_s"]
-    assert row["steps"] >= 3 and len(row["times_s"]) == row["steps"]
-
-
 @pytest.mark.benchmark
 def test_quick_writes_table_and_json(quick):
     assert (quick["out"] / "benchmark.md").exists() and (quick["out"] / "benchmark.json").exists()
     assert quick["markdown"].strip() in quick["stdout"]  # the table is printed too
     meta = quick["report"]["meta"]
     assert meta["mode"] == "quick" and meta["machine"]["torch"] == torch.__version__
-    assert meta["machine"]["cores_usable"] >= 1 and meta["date"] and _positive(meta["runtime_s"])
+    assert meta["machine"]["cores_usable"] >= 1 and meta["date"] and positive(meta["runtime_s"])
     for header in ("Device peaks", "Training step: cycle_gan", "Training step: pix2pix", "Training loop",
                    "Scaling", "DDP weak scaling", "Targets"):
         assert header in quick["markdown"], header
@@ -316,7 +274,7 @@ def test_quick_peaks(quick):
     peaks = quick["report"]["results"]["peaks"]
     assert "error" not in peaks
     for key in ("conv_fp32_flops_per_s", "conv_bf16_flops_per_s", "matmul_fp32_flops_per_s", "matmul_bf16_flops_per_s"):
-        assert _positive(peaks[key]) and peaks[key] < 1e16, key
+        assert positive(peaks[key]) and peaks[key] < 1e16, key
     conv = peaks["conv"]
     textbook = 2 * conv["batch"] * conv["channels"] ** 2 * conv["kernel"] ** 2 * conv["size"] ** 2
     assert conv["flops_counted"] == textbook
@@ -329,10 +287,10 @@ def test_quick_training_steps(quick):
         rows = {r["config"]: r for r in results["step"] if r["model"] == model}
         assert set(rows) == {"fp32", "straightforward", "bf16", "channels_last", "fused_adam", "bf16+channels_last"}
         for config, row in rows.items():
-            _check_timing(row)
+            check_timing(row)
             assert row["images_per_s"] == pytest.approx(row["batch"] / row["median_s"])
-            assert _positive(row["speedup_vs_fp32"]) and row["speedup_vs_fp32"] < 100
-            assert _positive(row["flops_per_step"]) and _positive(row["achieved_flops_per_s"])
+            assert positive(row["speedup_vs_fp32"]) and row["speedup_vs_fp32"] < 100
+            assert positive(row["flops_per_step"]) and positive(row["achieved_flops_per_s"])
             assert row["peak_dtype"] == ("bf16" if config.startswith("bf16") else "fp32")
             # Above 100% is possible: the yardstick is one forward conv, and where bf16 is emulated
             # (no avx512_bf16/AMX) the model's bf16 backward kernels can beat it.
@@ -352,11 +310,11 @@ def test_quick_loop_with_real_data(quick):
     loops = quick["report"]["results"]["loop"]
     assert {r["model"] for r in loops} == {"cycle_gan", "pix2pix"}
     for row in loops:
-        _check_timing(row)
+        check_timing(row)
         assert 0 <= row["data_wait_fraction"] <= 1
         assert len(row["wait_s"]) == row["steps"] and all(w >= 0 for w in row["wait_s"])
         assert row["loader_workers"] >= 1 and row["num_threads"] == 4  # the default --num_threads
-        assert _positive(row["loop_over_step"]) and _positive(row["speedup_vs_fp32"])
+        assert positive(row["loop_over_step"]) and positive(row["speedup_vs_fp32"])
     assert any(r["config"] == "fp32" for r in loops)
 
 
@@ -366,8 +324,8 @@ def test_quick_scaling(quick):
     points = {(r["model"], r["size"], r["batch"]) for r in rows}
     assert {("cycle_gan", 32, 1), ("cycle_gan", 64, 1), ("cycle_gan", 64, 2), ("pix2pix", 256, 2)} <= points
     for row in rows:
-        _check_timing(row)
-        assert _positive(row["flops_per_step"]) and _positive(row["time_vs_smallest"])
+        check_timing(row)
+        assert positive(row["flops_per_step"]) and positive(row["time_vs_smallest"])
         assert_flops_match(row, expected_flops_by_network(row["model"], row["size"], ngf=64, ndf=64))
 
 
@@ -376,7 +334,7 @@ def test_quick_ddp_and_targets(quick):
     report = quick["report"]
     (ddp,) = report["results"]["ddp"]
     for run in (ddp["one_rank"], ddp["two_ranks"]):
-        _check_timing(run)
+        check_timing(run)
     assert ddp["one_rank"]["world_size"] == 1 and ddp["two_ranks"]["world_size"] == 2
     assert ddp["two_ranks"]["backend"] == "gloo"
     assert 0 < ddp["efficiency"] <= 2

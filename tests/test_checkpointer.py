@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 
+from models.training.checkpointer import Checkpointer
 from util.distributed import DistContext
 from util.errors import UserError
-from models.training.checkpointer import Checkpointer
 from util.position import Position
 
 

@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from conftest import ROOT, free_port, run_in_process
+from helpers import ENV, cycle_gan, run_two_ranks
+from helpers_weights import assert_identical, final_weights
 from options.train_options import TrainOptions
-from test_resume import ENV, assert_identical, cycle_gan, final_weights, run_two_ranks
 from util import distributed
 from util.distributed import SLURM_PORT_BASE, SLURM_PORT_SPAN, launch_environment
 from util.errors import UserError

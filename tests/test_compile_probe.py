@@ -14,10 +14,10 @@ from torch import nn
 
 from conftest import load_script
 from models import create_model, networks
+from models.training.compile_probe import COMPILING_STEPS, CompileProbe, keep_compiled
 from models.training.engine import TrainingEngine
 from options.train_options import TrainOptions
 from util.distributed import DistContext
-from models.training.compile_probe import COMPILING_STEPS, CompileProbe, keep_compiled
 
 
 class FakeClock:

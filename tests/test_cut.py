@@ -17,19 +17,15 @@ import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
-from test_distributed import assert_trained_alike, ok
-from test_resume import assert_identical, final_weights, interrupt_when_logged, run_two_ranks, train_command
+from helpers import CUT_TINY as TINY
+from helpers import cut_args as args
+from helpers import interrupt_when_logged, ok, run_two_ranks, train_command
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
 
 pytestmark = pytest.mark.slow
 
 
-TINY = ["--model", "cut", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
-        "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress"]
 TWO_EPOCHS = ["--n_epochs", "1", "--n_epochs_decay", "1"]
-
-
-def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
-    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *extra]
 
 
 def cut_generator_layout(input_nc: int, output_nc: int, ngf: int, n_blocks: int = 9) -> dict[str, tuple]:

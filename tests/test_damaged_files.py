@@ -72,8 +72,8 @@ def zip_checkpoint(path: Path) -> None:
     (None, lambda p: p.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:1\n"), "git lfs pull"),
 ], ids=["empty", "zip cut short", "legacy cut short", "html page", "random bytes", "git-lfs pointer"])
 def test_a_checkpoint_that_cannot_be_read_is_named_with_what_it_holds(make, damage, says, tmp_path):
-    from util.errors import UserError
     from util.checkpoint_io import load_checkpoint_file
+    from util.errors import UserError
 
     path = tmp_path / "latest_net_G.pth"
     if make:

@@ -15,12 +15,12 @@ import torch
 from PIL import Image
 
 from conftest import load_script
-from util.distributed import DistContext
 from data import DATASETS, create_dataset, find_dataset_using_name, get_option_setter
 from data.base_dataset import get_params, get_transform
 from data.colorization_dataset import lab_to_rgb, lab_to_srgb, rgb_to_lab
 from data.image_folder import DomainSpec, is_image_file, load_for_network, load_image, make_dataset
 from data.image_io import layout_hint, probe_image, read_image
+from util.distributed import DistContext
 from util.errors import UserError
 from util.flag_types import OneParagraphParser
 

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from test_fast_path import batches, first_losses, model
+from helpers import batches, first_losses, model
 from util.seeding import enable_determinism
 
 

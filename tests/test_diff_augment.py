@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from conftest import load_script, ranks, train_on
+from helpers import ok
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
 from models import networks
 from models.losses.diff_augment import ADA_INTERVAL, DiscriminatorAugment, augment_policy
-from test_distributed import assert_trained_alike, ok
-from test_resume import assert_identical, final_weights
 
 POLICY = "color,translation,cutout"
 # Acceptance check 2's flags. ndf 16 and --lr 0.002 let D grow confident within the run, so that ADA's

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
-from torch import nn
 
-from conftest import FAST_FLAGS, ROOT, free_port, load_script, ranks, run_in_process, torchrun
-from models import create_model
+from conftest import ROOT, free_port, load_script, ranks, run_in_process, torchrun
+from helpers import NEVER, PLAIN, assert_a_failing_rank_ends_every_rank_quickly, cycle_gan_args, ok, pix2pix_args
+from helpers_weights import assert_trained_alike
 from processes import ScriptProcess
-from util.distributed import DistContext
-from util.frozen_options import FrozenOptions
 
 pytestmark = pytest.mark.slow
 
@@ -33,131 +28,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def train() -> ModuleType:
     return load_script("train.py")
-
-
-def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    # a worker killed by a signal prints where each thread was (faulthandler) before the module list: keep that part
-    fatal = result.stderr.find("Fatal Python error")
-    crash = f"\nCRASH:\n{result.stderr[fatal:fatal + 4000]}" if fatal >= 0 else ""
-    assert result.returncode == 0, \
-        f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}{crash}"
-    return result
-
-
-def weights(run_dir: Path, epoch: str = "latest") -> dict[str, dict[str, torch.Tensor]]:
-    return {path.name: torch.load(path, weights_only=True) for path in sorted(run_dir.glob(f"{epoch}_net_*.pth"))}
-
-
-def assert_same_weights(a: dict, b: dict, rtol: float = 1e-6, atol: float = 1e-7, bounds: dict | None = None) -> None:
-    """Every value of the checkpoints `a` and `b` (file -> state dict) within rtol/atol, but those that
-    `bounds` (file -> {key: largest difference allowed}) bounds otherwise; integers equal."""
-    assert a.keys() == b.keys() and a
-    for net in a:
-        assert a[net].keys() == b[net].keys(), net
-        for key, value in a[net].items():
-            if not value.is_floating_point():
-                assert torch.equal(value, b[net][key]), f"{net} {key}"
-                continue
-            difference = (value - b[net][key]).abs().max().item()
-            bound = (bounds or {}).get(net, {}).get(key)
-            if bound is not None:
-                assert value.isfinite().all() and difference <= bound, \
-                    f"{net} {key}: differs by {difference:.3g} > {bound:.3g}"
-            else:
-                assert torch.allclose(value, b[net][key], rtol=rtol, atol=atol), \
-                    f"{net} {key}: max diff {difference:.3g}"
-
-
-# ----------------------------------------------------------------------------- runs whose arithmetic differs
-# N processes and one, or micro-batches and one batch, compute the same sums in another order: in
-# float64 (--dtype float64; unit roundoff 1.1e-16) their gradients differ by rounding, ~1e-16 of their
-# size. Adam turns a gradient into a step of at most c * lr (adam_reach), a smooth function of the
-# gradient where the gradient stands above its rounding, so such weights end alike in both runs: to
-# 1e-12 and less in CycleGAN, pix2pix, CUT, BicycleGAN and the volumes, up to 2e-10 in the latent-code
-# model of tests/test_latent_model.py (measured on a Zen 4 with AVX-512 and with AVX2 forced; a float32
-# run would differ by ~1e-7). rtol 1e-6 / atol 1e-7 leave a margin of 500 over the worst, while a DDP that computed
-# another gradient in even one step moves some weight by a sizeable fraction of lr (2e-4). But where the
-# gradient is zero in exact arithmetic, rounding is all there is, and Adam, which divides by the
-# gradient's own size, turns it into steps of up to c * lr in either run (measured: 1e-8 to 1.3e-7 apart
-# on biases ~1e-7): a value the arithmetic does not determine, so it is bounded only by how far Adam can
-# move it. A convolution's bias followed by an instance norm is such a value: the norm subtracts each
-# channel's mean over the image, which removes any constant the bias adds, so the bias changes no output.
-CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-INSTANCE_NORMS = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
-
-
-def biases_cancelled_by_instance_norm(net: nn.Module) -> set[str]:
-    """The state-dict keys of `net`'s convolution biases whose output goes straight into an instance norm
-    without running statistics: one after the other in an nn.Sequential, either of them possibly at the
-    end or the start of a nested one (--upsample resize ends a block with its convolution), found in the
-    built network, whatever the family. (A convolution whose output is also read before its norm, as
-    CUT's NCE layers read model.4 and model.8 of its generator, is counted too: that only loosens the
-    check of its bias.)"""
-    def last(module: nn.Module) -> nn.Module:
-        return last(module[-1]) if isinstance(module, nn.Sequential) and len(module) else module
-
-    def first(module: nn.Module) -> nn.Module:
-        return first(module[0]) if isinstance(module, nn.Sequential) and len(module) else module
-
-    names = {module: name for name, module in net.named_modules()}
-    found = set()
-    for sequence in (module for module in net.modules() if isinstance(module, nn.Sequential)):
-        for before, after in zip(sequence, list(sequence)[1:]):
-            conv, norm = last(before), first(after)
-            if isinstance(conv, CONVOLUTIONS) and conv.bias is not None and \
-                    isinstance(norm, INSTANCE_NORMS) and not norm.track_running_stats:
-                found.add(f"{names[conv]}.bias")
-    return found
-
-
-def adam_reach(run_dir: Path) -> float:
-    """How far Adam can have moved any weight of the run in `run_dir` from where it started: its steps x
-    its initial lr x c, c = max(1, (1 - beta1) / sqrt(1 - beta2)), the bound on one step's update of
-    Kingma & Ba (2015, section 2.1); from the optimizers' states in its training state (the schedules
-    only lower the lr)."""
-    state = torch.load(run_dir / "latest_train_state.pth", weights_only=True)
-    reach = 0.0
-    for optimizer in state["model"]["optimizers"]:
-        steps = max((float(param["step"]) for param in optimizer["state"].values()), default=0.0)
-        for group in optimizer["param_groups"]:
-            beta1, beta2 = group["betas"]
-            one_step = group.get("initial_lr", group["lr"]) * max(1.0, (1 - beta1) / (1 - beta2) ** 0.5)
-            reach = max(reach, steps * one_step)
-    return reach
-
-
-def assert_trained_alike(run_one: Path, run_two: Path, epoch: str = "latest") -> None:
-    """The `epoch` checkpoints of two float64 runs of one model whose arithmetic differs only in the order
-    of its sums (see above) hold the same weights: rtol 1e-6 / atol 1e-7, but the biases an instance
-    norm cancels, which differ by no more than Adam can have moved them in both runs together."""
-    opt = FrozenOptions(**json.loads((run_one / "train_opt.json").read_text())).freeze()
-    assert opt.dtype == "float64", "the tolerances are float64's"
-    networks = create_model(opt, DistContext()).named_networks()  # built, untrained, to see their layers
-    reach = adam_reach(run_one) + adam_reach(run_two)
-    a, b = weights(run_one, epoch), weights(run_two, epoch)
-    # a network built only from the first batch (CUT's F) is not there yet: all its values are compared
-    built = {file: networks.get(file.split("_net_")[-1].removesuffix(".pth")) for file in a}
-    bounds = {file: dict.fromkeys(biases_cancelled_by_instance_norm(net) if net else (), reach)
-              for file, net in built.items()}
-    assert_same_weights(a, b, bounds=bounds)
-
-
-# float64: the tolerances of assert_trained_alike are float64's.
-EQUIVALENCE = ["--dtype", "float64", "--n_epochs", "1", "--n_epochs_decay", "1", "--load_size", "32",
-               "--crop_size", "32", "--print_freq", "2", "--save_epoch_freq", "1"]
-# Deterministic data order and no randomness in the losses: the plainest case.
-PLAIN = ["--serial_batches", "--no_flip", "--pool_size", "0"]
-
-
-def cycle_gan_args(root: Path, ckpt: Path, name: str, batch: int, *variant: str) -> list[str]:
-    return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "cycle_gan",
-            "--batch_size", str(batch), *EQUIVALENCE, *(variant or PLAIN), *FAST_FLAGS]
-
-
-def pix2pix_args(root: Path, ckpt: Path, name: str, batch: int, norm: str) -> list[str]:
-    return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "pix2pix",
-            "--netG", "resnet_6blocks", "--no_dropout", "--norm", norm, "--batch_size", str(batch),
-            *EQUIVALENCE, *PLAIN, *FAST_FLAGS]
 
 
 @pytest.fixture(scope="module")
@@ -214,11 +84,6 @@ def test_logged_losses_are_averaged_over_all_ranks(pix2pix_runs):
     assert loss_lines("one") == loss_lines("two")
 
 
-# A rank left waiting for a peer that has stopped would wait --ddp_timeout seconds. The tests below
-# set it far beyond the runs' own time limit, so a run that ends at all ended without waiting.
-NEVER = ["--ddp_timeout", "3600"]
-
-
 def test_batch_norm_under_ddp_is_refused_with_advice_on_every_rank(paired_root, tmp_path):
     # Under torchrun for real: the one copy of the message relies on the launcher ending the other ranks
     # as soon as rank 0 exits with it (util/distributed.report_user_error).
@@ -260,23 +125,6 @@ def test_two_nodes_on_one_machine_train_the_same_model(one_process_cycle_gan, un
 
 def test_a_failing_rank_ends_every_rank_quickly_and_names_the_bad_file(unpaired_root, tmp_path):
     assert_a_failing_rank_ends_every_rank_quickly(unpaired_root, tmp_path)
-
-
-def assert_a_failing_rank_ends_every_rank_quickly(unpaired_root: Path, tmp_path: Path, *flags: str) -> None:
-    """2 processes (with `flags`) under a real torchrun, where only rank 1 meets a broken image: its
-    agent ends all without waiting for --ddp_timeout (NEVER: beyond torchrun()'s limit), and the error
-    names the file once."""
-    root = tmp_path / "data"
-    shutil.copytree(unpaired_root, root)
-    # With --serial_batches rank 1 reads the odd indices: only it meets the broken image.
-    victims = sorted((root / "trainA").glob("*.png"))
-    # cut short: its header still reads, so only the rank that decodes it fails, mid-epoch
-    data = victims[3].read_bytes()
-    victims[3].write_bytes(data[: len(data) // 2])
-    result = torchrun("train.py", *cycle_gan_args(root, tmp_path, "crash", 1), *NEVER, *flags)
-    assert result.returncode != 0
-    assert str(victims[3]) in result.stderr
-    assert result.stderr.count(f"cannot read image {victims[3]}") == 1
 
 
 def test_distributed_test_output_equals_single_process_output(pix2pix_runs, paired_root, tmp_path, capsys):

@@ -163,7 +163,7 @@ def _normalised(text: str) -> str:
 
 
 def test_every_promise_is_on_its_page_and_held_by_a_test_that_exists():
-    from test_bad_input import CASES
+    from bad_corpus import CASES
 
     corpus = {case.id for case in CASES}
     missing = []

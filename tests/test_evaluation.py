@@ -12,11 +12,12 @@ import torch
 from PIL import Image
 
 from conftest import ROOT, run_in_process
+from data.image_folder import list_images
+from data.image_folder import load_image_tensor as load_image
 from models import networks
 from models.cycle_gan_model import CycleGANModel
 from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, OFFLINE_ENV, WEIGHTS_ENV
 from util.evaluation.metrics import TranslationMetrics
-from data.image_folder import list_images, load_image_tensor as load_image
 from util.evaluation.metrics_report import InferenceMetrics, legacy_names
 
 
@@ -108,7 +109,7 @@ def test_evaluate_py_without_inception_weights_says_where_to_put_them(image_sets
 def test_inception_weights_that_hold_code_are_refused_without_running_it(image_sets, tmp_path, capsys, monkeypatch,
                                                                           given):
     """torch-fidelity loads the file with pickle's full power: the file is read safely first, however it is given."""
-    from test_bad_input import Payload
+    from helpers import Payload
     marker = tmp_path / "code_was_run"
     weights = tmp_path / "torch" / "hub" / "checkpoints" / INCEPTION_WEIGHTS_NAME
     weights.parent.mkdir(parents=True)
@@ -126,9 +127,9 @@ def test_inception_weights_that_hold_code_are_refused_without_running_it(image_s
 
 
 def test_lpips_weights_that_hold_code_are_refused_without_running_them(tmp_path, monkeypatch):
-    from test_bad_input import Payload
-    from util.evaluation.diversity import ALEXNET_WEIGHTS_NAME, SampleDiversity
+    from helpers import Payload
     from util.errors import UserError
+    from util.evaluation.diversity import ALEXNET_WEIGHTS_NAME, SampleDiversity
     marker = tmp_path / "code_was_run"
     weights = tmp_path / "torch" / "hub" / "checkpoints" / ALEXNET_WEIGHTS_NAME
     weights.parent.mkdir(parents=True)

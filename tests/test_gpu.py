@@ -6,7 +6,7 @@ tiny networks, 32 px images, 8 of them) with --device cuda, so a failure here an
 belongs to the GPU path. Tolerances, where results may differ from the CPU or between runs:
 
 - test.py on the GPU vs on the CPU (fp32, TF32 off): every output pixel within 1 of 255 levels;
-- 2 processes x batch 1 vs 1 process x batch 2 (float64): as on the CPU (test_distributed.assert_trained_alike);
+- 2 processes x batch 1 vs 1 process x batch 2 (float64): as on the CPU (helpers_weights.assert_trained_alike);
 - resume without --deterministic: the resumed run no further from the uninterrupted one than
   4 x the distance between two uninterrupted runs (at least 1e-3, relative L2 per network);
   with --deterministic: bit for bit.
@@ -31,17 +31,28 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import ROOT, run_script
-from test_benchmark import _check_timing
-from test_bicyclegan import TINY as BICYCLE_TINY
-from test_bicyclegan import args as bicycle_args
-from test_cut import args as cut_args
-from test_sb import args as sb_args
-from test_distributed import (assert_a_failing_rank_ends_every_rank_quickly, assert_trained_alike, cycle_gan_args, ok,
-                              pix2pix_args, torchrun, weights)
-from test_fast_path import EVERY_SPEED_FLAG
-from test_resume import ENV, assert_identical, cycle_gan, final_weights, interrupt_when_logged, pix2pix, run, train_command
-from test_tiling import resnet_checkpoint, run_test_py, smooth_image  # noqa: F401 (resnet_checkpoint: a fixture)
+from conftest import ROOT, run_script, torchrun
+from helpers import BICYCLE_GAN_TINY as BICYCLE_TINY
+from helpers import (
+    ENV,
+    EVERY_SPEED_FLAG,
+    assert_a_failing_rank_ends_every_rank_quickly,
+    check_timing,
+    cut_args,
+    cycle_gan,
+    cycle_gan_args,
+    interrupt_when_logged,
+    ok,
+    pix2pix,
+    pix2pix_args,
+    run,
+    run_test_py,
+    sb_args,
+    smooth_image,
+    train_command,
+)
+from helpers import bicycle_gan_args as bicycle_args
+from helpers_weights import assert_identical, assert_trained_alike, final_weights, weights
 from util.display.loss_log import parse_loss_log
 
 try:
@@ -49,10 +60,10 @@ try:
 except ImportError:  # the volume checks skip, saying so; the others run
     nib = None
 if nib is not None:
-    from test_volumes import GENERATOR as VOLUME_GENERATOR
-    from test_volumes import SMALL_NETS as VOLUME_NETS
-    from test_volumes import pix2pix_args as volume_pix2pix_args
-    from test_volumes import real_scan_pairs, synthetic_volumes  # noqa: F401 (real_scan_pairs: a fixture)
+    from helpers_volumes import GENERATOR as VOLUME_GENERATOR
+    from helpers_volumes import SMALL_NETS as VOLUME_NETS
+    from helpers_volumes import pix2pix_args as volume_pix2pix_args
+    from helpers_volumes import synthetic_volumes
 
 ON_CPU = os.environ.get("IMG2IMG_GPU_TESTS_ON_CPU") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() else ("cpu" if ON_CPU else None)
@@ -126,7 +137,7 @@ def test_trains_and_tests_on_the_gpu_and_its_checkpoints_load_on_a_cpu(model, se
 
 @pytest.mark.parametrize("tiling", [[], pytest.param(["--tile", "64", "--tile_overlap", "32"], marks=needs_monai)],
                          ids=["whole", "tiled"])
-def test_test_py_on_the_gpu_equals_test_py_on_the_cpu(tiling, resnet_checkpoint, tmp_path):  # noqa: F811
+def test_test_py_on_the_gpu_equals_test_py_on_the_cpu(tiling, resnet_checkpoint, tmp_path):
     images = tmp_path / "in"
     images.mkdir()
     picture = ((smooth_image(150, 230)[0].permute(1, 2, 0).numpy() + 1) * 127.5).round().astype(np.uint8)
@@ -291,7 +302,7 @@ def test_bicycle_gan_on_the_gpu_gives_test_py_on_the_cpus_encoded_outputs_and_sa
 @needs_nibabel
 @needs_monai
 def test_a_3d_generator_on_the_gpu_translates_a_volume_by_windows_as_on_the_cpu(
-        real_scan_pairs, tmp_path):  # noqa: F811
+        real_scan_pairs, tmp_path):
     run(train_command(volume_pix2pix_args(real_scan_pairs, tmp_path, "run", "--n_epochs", "1", "--n_epochs_decay", "0",
                                           *ON_DEVICE)))
     outputs = {}
@@ -425,7 +436,7 @@ def test_the_benchmark_measures_speed_and_memory_on_the_gpu(tmp_path):
     rows = {row["config"]: row for row in report["results"]["step"]}
     assert set(rows) == {"fp32", "bf16"}
     for row in rows.values():
-        _check_timing(row)  # median step time, quartiles and peak memory, all positive
+        check_timing(row)  # median step time, quartiles and peak memory, all positive
         assert 0 < row["utilisation_of_conv_peak"] < 10
 
 
@@ -444,9 +455,10 @@ def test_the_server_on_the_gpu_batches_requests_and_each_answer_is_the_cpu_trans
     import io
 
     import httpx
+
+    from helpers import SERVED_FAMILIES, photo, png_bytes, save_run
     from models.inference.translator import Translator
-    from test_serving import FAMILIES, photo, png_bytes, save_run
-    run = save_run(tmp_path, "served", FAMILIES["cycle_gan"])
+    run = save_run(tmp_path, "served", SERVED_FAMILIES["cycle_gan"])
     server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "serve.py"), "--checkpoint", str(run),
                                "--port", "0", "--devices", DEVICE, "--max_batch", "4", "--batch_timeout_ms", "200"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=EXACT_FP32)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from conftest import load_script, ranks
-from test_distributed import assert_same_weights, assert_trained_alike, ok, weights
+from helpers import assert_flops_match, conv_layer_flops, ok
+from helpers_weights import assert_same_weights, assert_trained_alike, weights
 
 pytestmark = pytest.mark.slow
 
@@ -275,8 +276,10 @@ def test_benchmark_counts_the_multiscale_discriminators_flops_per_network(tmp_pa
     """The benchmark's step job (dev/bench) splits a cycle_gan step with --netD multiscale by
     network; each D is the sum of its scales, each scale passing as the plain PatchGAN does (the
     analytic count of tests/test_benchmark.py), within 1%."""
-    from test_benchmark import assert_flops_match, conv_layer_flops, jobs
     from models import networks
+
+    load_script("dev/benchmark.py")  # puts dev/ on sys.path, where the benchmark's package `bench` is
+    from bench import jobs
 
     size, extra = 32, ["--ngf", "4", "--ndf", "4", *MULTISCALE]
     result = jobs.job_step({"kind": "step", "model": "cycle_gan", "size": size, "batch": 1, "device": "cpu",

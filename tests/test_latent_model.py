@@ -80,8 +80,8 @@ def test_test_py_writes_the_encoded_output_and_n_reproducible_samples_per_input(
 
 def test_the_translator_gives_n_outputs_per_input_reproducible_for_a_seed(trained):
     from custom_networks.latent_net import LatentGenerator
-    from models.networks import get_norm_layer
     from models.inference.translator import Translator
+    from models.networks import get_norm_layer
     translator = Translator.load(trained, device="cpu")
     assert translator.latent_size == 4
     image = np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8)

@@ -49,8 +49,9 @@ def spy_on(monkeypatch, backend_class: type, received: dict[str, list]) -> None:
 
 @pytest.mark.slow
 def test_logger_given_by_flag_receives_every_event_the_built_in_back_ends_receive(paired_root, tmp_path, monkeypatch):
-    import train
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import train
     from util.display.console_backend import ConsoleBackend
     from util.display.html_backend import HtmlBackend
     from util.display.tensorboard_backend import TensorBoardBackend

@@ -15,17 +15,22 @@ import torch.nn.functional as F
 from torchmetrics.utilities import dim_zero_cat
 
 from conftest import demo_data, load_script, ranks, run_in_process
-from util.evaluation import inception
-from util.errors import UserError
-from util.evaluation.fid_kid import InceptionFeatureDistances, frechet_distance
-from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
 from models.colorization_model import ColorizationModel
 from models.cycle_gan_model import CycleGANModel
 from models.pix2pix_model import Pix2PixModel
 from models.test_model import TestModel as ApplyOneGeneratorModel  # not named Test*: pytest would collect it
-from util.evaluation.metrics import ReferenceFeatures, TranslationMetrics, expected_keys, higher_is_better, needs_inception
+from util.errors import UserError
+from util.evaluation import inception
+from util.evaluation.fid_kid import InceptionFeatureDistances, frechet_distance
+from util.evaluation.inception import INCEPTION_WEIGHTS_NAME, INCEPTION_WEIGHTS_URL, to_uint8
+from util.evaluation.metrics import (
+    ReferenceFeatures,
+    TranslationMetrics,
+    expected_keys,
+    higher_is_better,
+    needs_inception,
+)
 from util.util import tensor2im
-
 
 
 def smooth_images(seed: int, count: int = 3, channels: int = 3, size=(24, 20)) -> torch.Tensor:
@@ -77,6 +82,7 @@ def test_paired_metrics_are_means_over_images_of_each_images_l1_psnr_and_ssim(ch
 
 def test_the_ssim_of_volumes_is_torchmetrics_ssim_computed_one_axis_at_a_time():
     from torchmetrics.functional.image import structural_similarity_index_measure
+
     from util.evaluation.ssim import ssim_map_3d
     generator = torch.Generator().manual_seed(0)
     output = torch.rand(2, 2, 12, 17, 14, generator=generator, dtype=torch.float64)
@@ -333,7 +339,7 @@ def assert_same_distribution_states(a: TranslationMetrics, b: TranslationMetrics
 @pytest.mark.slow
 def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inception_torch_home, tmp_path,
                                                                              monkeypatch):
-    from test_distributed import ok
+    from helpers import ok
 
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and the ranks'
     monkeypatch.setenv(inception.OFFLINE_ENV, "1")

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conftest import ROOT, load_script, ranks, run_in_process, run_script
-from test_distributed import assert_trained_alike, ok
-from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
+from helpers import interrupt_when_logged, ok, train_command
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
 
 pytestmark = pytest.mark.slow
 

@@ -13,19 +13,16 @@ import torch
 import torch.nn.functional as F
 
 import models
-from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
 from conftest import inference_nets, train_on, training_engine
-from models.networks import checkpoint_files
-from models import networks
+from data.colorization_dataset import AB_SCALE, L_SCALE, rgb_to_lab
 from models.losses import gan
+from models.networks import checkpoint_files
 from models.training.step import TrainingStep
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.errors import UserError
 from util.seeding import seed_everything
-
-
 
 SMALL = ["--ngf", "8", "--ndf", "8"]
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import ROOT, load_script, ranks, run_in_process, run_script
-from test_distributed import assert_trained_alike, ok
-from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
+from helpers import interrupt_when_logged, ok, train_command
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +149,7 @@ def test_export_writes_it_with_its_size_rule(trained, tmp_path):
 def test_its_weights_alone_rebuild_it_when_the_family_is_named(trained, tmp_path):
     """Without architecture.json, the family named by netG reads its own weights (blocks, widths)."""
     import shutil
+
     from models.inference.translator import Translator
     lone = tmp_path / "dilated.pth"
     shutil.copy(trained / "latest_net_G.pth", lone)

@@ -17,7 +17,6 @@ from util.distributed import DistContext
 from util.errors import UserError
 
 
-
 def n_params(net: nn.Module) -> int:
     return sum(p.numel() for p in net.parameters())
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import training_engine
+from helpers import batches
 from models import create_model, cut_model, networks
 from models.networks.blur import Downsample
 from options.train_options import TrainOptions
-from conftest import training_engine
-from test_fast_path import batches
 from util.distributed import DistContext
 from util.errors import UserError
 from util.seeding import seed_everything

@@ -488,3 +488,71 @@ def test_a_flag_that_does_nothing_without_another_is_named_once_with_both(parse,
 def test_flags_used_with_what_they_need_or_left_at_their_default_give_no_warning(parse, flags, capsys):
     parse(*flags)
     assert "warning" not in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- UNSB's and CUT's parsers
+# Every flag of their train and test option classes and of their sb/cut models' modify_commandline_options
+# (cyclomon/UNSB, taesungp/contrastive-unpaired-translation), with a value in their form (their default,
+# None: a bare switch), written out from their code. Flags both hold are listed once.
+THEIR_FLAGS = [
+    ("--name", "experiment_name"), ("--easy_label", "experiment_name"), ("--gpu_ids", "-1"),
+    ("--checkpoints_dir", "./checkpoints"), ("--input_nc", "3"), ("--output_nc", "3"), ("--ngf", "64"),
+    ("--ndf", "64"), ("--n_layers_D", "3"), ("--normG", "instance"), ("--normD", "instance"),
+    ("--init_type", "xavier"), ("--init_gain", "0.02"), ("--no_dropout", "True"), ("--no_dropout", None),
+    ("--no_antialias", None), ("--no_antialias_up", None), ("--dataset_mode", "unaligned"),
+    ("--direction", "AtoB"), ("--direction", "B2A"), ("--serial_batches", None), ("--num_threads", "4"),
+    ("--batch_size", "1"), ("--load_size", "286"), ("--crop_size", "256"), ("--max_dataset_size", "100"),
+    ("--preprocess", "resize_and_crop"), ("--no_flip", None), ("--display_winsize", "256"),
+    ("--random_scale_max", "3.0"), ("--epoch", "latest"), ("--verbose", None), ("--suffix", ""),
+    ("--stylegan2_G_num_downsampling", "1"), ("--lambda_GAN", "1.0"), ("--lambda_NCE", "1.0"),
+    ("--nce_idt", "False"), ("--nce_idt", None), ("--nce_layers", "0,4,8,12,16"),
+    ("--nce_includes_all_negatives_from_minibatch", "False"), ("--netF", "mlp_sample"), ("--netF_nc", "256"),
+    ("--nce_T", "0.07"), ("--num_patches", "256"), ("--flip_equivariance", "False"),
+]
+UNSB_ONLY = [("--mode", "sb"), ("--num_timesteps", "5"), ("--embedding_dim", "512"), ("--netD", "basic_cond"),
+             ("--netE", "basic_cond"), ("--netG", "resnet_9blocks_cond"), ("--embedding_type", "positional"),
+             ("--style_dim", "512"), ("--n_mlp", "3"), ("--std", "0.25"), ("--tau", "0.01"), ("--lmda", "0.1"),
+             ("--lambda_SB", "0.1")]
+CUT_ONLY = [("--CUT_mode", "CUT"), ("--netD", "basic"), ("--netG", "resnet_9blocks")]
+THEIR_TRAIN_FLAGS = [
+    ("--display_freq", "400"), ("--display_ncols", "4"), ("--display_id", "0"), ("--display_server", "http://localhost"),
+    ("--display_env", "main"), ("--display_port", "8097"), ("--update_html_freq", "1000"), ("--print_freq", "100"),
+    ("--no_html", None), ("--save_latest_freq", "5000"), ("--save_epoch_freq", "5"), ("--evaluation_freq", "5000"),
+    ("--save_by_iter", None), ("--continue_train", None), ("--epoch_count", "1"), ("--phase", "train"),
+    ("--pretrained_name", "other_run"), ("--n_epochs", "200"), ("--n_epochs_decay", "200"), ("--beta1", "0.5"),
+    ("--beta2", "0.999"), ("--lr", "0.0002"), ("--gan_mode", "lsgan"), ("--pool_size", "50"),
+    ("--lr_policy", "linear"), ("--lr_decay_iters", "50"),
+]
+THEIR_TEST_FLAGS = [("--results_dir", "./results/"), ("--phase", "test"), ("--eval", None), ("--num_test", "50")]
+
+
+@pytest.mark.parametrize("options", [TrainOptions, TestOptions])
+@pytest.mark.parametrize("model, own", [("sb", UNSB_ONLY), ("cut", CUT_ONLY)])
+def test_every_flag_of_unsbs_and_cuts_parsers_is_accepted_or_refused_in_one_paragraph(options, model, own, capsys):
+    phase = THEIR_TRAIN_FLAGS if options is TrainOptions else THEIR_TEST_FLAGS
+    refused = []
+    for flag, value in [*THEIR_FLAGS, *own, *phase]:
+        capsys.readouterr()  # a note of the flag before
+        try:
+            options().parse(["--dataroot", "unused", "--model", model, flag, *([] if value is None else [value])])
+        except SystemExit as stopped:
+            err = capsys.readouterr().err.strip().splitlines()
+            assert stopped.code == 2 and len(err) == 1 and err[0].startswith(f"error: argument {flag}:"), err
+            refused.append(flag)
+    # a run continues from its own folder here: another run's weights are refused, saying how to use them;
+    # training UNSB with --no_antialias is refused: its code's branch builds no usable network
+    training = options is TrainOptions
+    assert refused == (["--no_antialias"] if model == "sb" and training else []) + \
+        (["--pretrained_name"] if training else [])
+
+
+def test_unsbs_spellings_of_direction_and_dropout_mean_ours():
+    assert parse_train("--model", "sb", "--direction", "B2A").direction == "BtoA"
+    assert parse_test("--model", "sb", "--direction", "A2B").direction == "AtoB"
+    assert parse_train("--model", "sb").no_dropout and parse_train("--model", "sb", "--no_dropout", "True").no_dropout
+    dropout = parse_train("--model", "sb", "--ngf", "4", "--no_dropout", "False")
+    generator = models.networks.build_generator(dropout, 3, 3)
+    assert not dropout.no_dropout and any(isinstance(layer, torch.nn.Dropout) for layer in generator.modules())
+    assert not parse_train("--model", "pix2pix").no_dropout
+    assert parse_train("--model", "pix2pix", "--no_dropout").no_dropout  # bare, as the reference's
+    assert parse_train().beta2 == 0.999 and parse_train("--beta2", "0.99").beta2 == 0.99

@@ -9,9 +9,8 @@ import signal
 import pytest
 
 from conftest import load_script, ranks
-from test_distributed import assert_trained_alike, ok, pix2pix_args
-from test_resume import (assert_identical, final_weights, interrupt_when_logged, pix2pix, run_here,
-                         train_command)
+from helpers import interrupt_when_logged, ok, pix2pix, pix2pix_args, run_here, train_command
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
 
 WITHOUT_D = ["--lambda_GAN", "0"]
 

@@ -11,8 +11,8 @@ from torch.nn.utils.parametrize import type_before_parametrizations
 
 from conftest import inference_nets, training_engine
 from models import create_model, networks
-from models.network_views import NetworkViews
 from models.inference.windows import Windows
+from models.network_views import NetworkViews
 from options.train_options import TrainOptions
 from util.distributed import DistContext
 from util.seeding import seed_everything

@@ -8,30 +8,23 @@ TimestepEmbedding; models/sb_model.py's times), not taken from ours, so that a c
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
+from helpers import SB_TINY as TINY
+from helpers import interrupt_when_logged, ok, train_command
+from helpers import sb_args as args
+from helpers_weights import assert_identical, assert_trained_alike, final_weights
+from models.inference.translator import Translator
 from models.losses import bridge
 from models.networks import build_discriminator, build_generator, recognise_network
-from models.inference.translator import Translator
-from util.errors import UserError
 from options.train_options import TrainOptions
-from test_distributed import assert_trained_alike, ok
-from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
+from util.errors import UserError
 
-TINY = ["--model", "sb", "--ngf", "4", "--ndf", "4", "--netF_nc", "8", "--num_patches", "16", "--load_size", "32",
-        "--crop_size", "32", "--num_threads", "0", "--display_id", "0", "--seed", "3", "--no_html", "--no_progress",
-        "--num_timesteps", "3", "--lambda_SB", "1.0"]
 TWO_EPOCHS = ["--n_epochs", "1", "--n_epochs_decay", "1"]
-
-
-def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
-    return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *TINY, *extra]
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +195,57 @@ def test_one_exported_step_walked_by_the_caller_gives_the_translators_output(tmp
         # float32 in both, the same operations in another runtime: rounding (~1e-7 per step, the export's own
         # check), carried through 3 steps, against differences of order 0.1 for a wrong step or noise
         assert (guesses[-1][0].float() - wanted).abs().max() < 1e-4
+
+
+@pytest.fixture(scope="module")
+def batch_norm_run(train, unpaired_root, tmp_path_factory):
+    """A tiny UNSB run with batch norm in G (one epoch on 2 images), whose running statistics are not one
+    image's: test.py in training mode would give other outputs than in eval mode. Weights far from the usual
+    N(0, 0.02) start, so that another noise shows in the 8-bit outputs."""
+    ckpt = tmp_path_factory.mktemp("sb_batch_norm")
+    assert train.main(args(unpaired_root, ckpt, "bn", "--normG", "batch", "--n_epochs", "1", "--n_epochs_decay",
+                           "0", "--max_dataset_size", "2", "--batch_size", "2", "--init_gain", "1.0")) == 0
+    return ckpt
+
+
+def sb_test_outputs(root, ckpt, results, capsys, *extra: str) -> dict[str, np.ndarray]:
+    """test.py's final translation (fake_B) of every image of root/testA by the run `bn` in `ckpt`, by name."""
+    result = run_in_process("test.py", "--dataroot", str(root), "--name", "bn", "--checkpoints_dir", str(ckpt),
+                            "--results_dir", str(results), "--model", "sb", "--ngf", "4", "--normG", "batch",
+                            "--load_size", "32", "--crop_size", "32", "--num_timesteps", "3", "--seed", "5", *extra,
+                            capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    images = results / "bn" / "test_latest" / "images"
+    return {path.name.replace("_fake_B.png", ""): np.asarray(Image.open(path), dtype=int)
+            for path in images.glob("*_fake_B.png")}
+
+
+def test_sb_test_py_runs_the_generator_in_eval_mode_without_eval_as_unsbs_test(
+        batch_norm_run, unpaired_root, tmp_path, capsys):
+    plain = sb_test_outputs(unpaired_root, batch_norm_run, tmp_path / "plain", capsys, "--num_test", "2")
+    evaluated = sb_test_outputs(unpaired_root, batch_norm_run, tmp_path / "eval", capsys, "--num_test", "2", "--eval")
+    assert len(plain) == 2 and plain.keys() == evaluated.keys()
+    for name in plain:
+        assert np.array_equal(plain[name], evaluated[name]), name
+
+
+def test_sb_every_test_image_walks_its_own_noise_the_same_whatever_else_is_in_the_run(
+        batch_norm_run, unpaired_root, tmp_path, capsys):
+    sources = sorted((unpaired_root / "testA").glob("*.png"))
+    twins, others = tmp_path / "twins", tmp_path / "others"
+    for root, names in ((twins, {"one.png": sources[0], "two.png": sources[0]}),  # one picture under two names
+                        (others, {"one.png": sources[0], "three.png": sources[1], "four.png": sources[2]})):
+        for domain in ("testA", "testB"):
+            (root / domain).mkdir(parents=True)
+        for name, source in names.items():
+            (root / "testA" / name).write_bytes(source.read_bytes())
+            (root / "testB" / name).write_bytes(source.read_bytes())
+    first = sb_test_outputs(twins, batch_norm_run, tmp_path / "first", capsys)
+    second = sb_test_outputs(others, batch_norm_run, tmp_path / "second", capsys)
+    assert not np.array_equal(first["one"], first["two"])  # the same picture, another image: other noise
+    assert np.array_equal(first["one"], second["one"])  # the same image and seed, other company: the same walk
+    translator = Translator.load(batch_norm_run / "bn", device="cpu", seed=5)
+    assert np.abs(translator.translate(str(twins / "testA" / "two.png")).astype(int) - first["two"]).max() <= 1
 
 
 @pytest.mark.slow

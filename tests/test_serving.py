@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 import io
 import os
 import re
@@ -17,52 +16,25 @@ import threading
 import time
 import zipfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from conftest import ROOT, load_script
 from data.image_io import read_image, write_image
-from models import create_model
-from models.inference.translator import Translator
-from options.base_options import save_options
-from options.train_options import TrainOptions
-from util.distributed import DistContext
+from helpers import SERVED_FAMILIES, SERVED_INIT, photo, png_bytes, save_run
 from models.inference.serving.app import ServerSettings, create_app, load_model
 from models.inference.serving.uploads import Limits
+from models.inference.translator import Translator
 
 uvicorn = pytest.importorskip("uvicorn")
 nib = pytest.importorskip("nibabel")
 
-# Weights far from the usual N(0, 0.02) start, so that a wrong network or direction shows in every pixel.
-INIT = ["--init_type", "xavier", "--init_gain", "1.0", "--ndf", "4"]
-FAMILIES = {
-    "cycle_gan": ["--model", "cycle_gan", "--ngf", "4"],
-    "pix2pix": ["--model", "pix2pix", "--ngf", "4", "--netG", "resnet_6blocks", "--direction", "BtoA"],
-    "cut": ["--model", "cut", "--ngf", "4", "--netF_nc", "8"],
-    "bicycle_gan": ["--model", "bicycle_gan", "--netG", "unet_128", "--netE", "resnet_128", "--netD",
-                    "basic_128_multi", "--netD2", "basic_128_multi", "--ngf", "4", "--nef", "4", "--nz", "3"],
-    "sb": ["--model", "sb", "--ngf", "4", "--netF_nc", "8", "--num_timesteps", "3"],
-    "volume": ["--model", "pix2pix", "--dataset_mode", "aligned_volume", "--netG", "resnet_6blocks_3d", "--ngf", "4",
-               "--netD", "n_layers_3d", "--input_nc", "1", "--output_nc", "1", "--patch_size", "8,8,8",
-               "--data_range", "0", "1000"],
-    "gray16": ["--model", "pix2pix", "--ngf", "4", "--netG", "resnet_6blocks", "--input_nc", "1", "--output_nc", "1"],
-}
 LIMITS = Limits(max_bytes=2 << 20, max_pixels=512 * 512, max_voxels=64 ** 3)
-
-
-def save_run(checkpoints: Path, name: str, flags: list[str]) -> Path:
-    """A run folder as train.py writes it (weights, architecture.json, train_opt.json), untrained."""
-    opt = TrainOptions().parse(["--dataroot", "unused", "--name", name, "--checkpoints_dir", str(checkpoints),
-                                "--display_id", "0", *INIT, *flags])
-    save_options(opt)
-    torch.manual_seed(0)
-    create_model(opt, DistContext()).save_networks("latest")
-    return checkpoints / name
 
 
 @pytest.fixture(scope="module")
@@ -70,23 +42,13 @@ def runs(tmp_path_factory, unpaired_root) -> dict[str, Path]:
     """A run of each family: CycleGAN trained for an epoch by train.py (8 images of 32 px), the others
     saved untrained by their models' code (what is served does not depend on how weights were reached)."""
     checkpoints = tmp_path_factory.mktemp("serving")
-    trained = load_script("train.py").main(["--dataroot", str(unpaired_root), "--name", "cycle_gan", "--checkpoints_dir",
-                                            str(checkpoints), *FAMILIES["cycle_gan"], *INIT, "--n_epochs", "1",
-                                            "--n_epochs_decay", "0", "--display_id", "0", "--num_threads", "0",
-                                            "--no_html", "--no_progress", "--seed", "0"])
+    trained = load_script("train.py").main(["--dataroot", str(unpaired_root), "--name", "cycle_gan",
+                                            "--checkpoints_dir", str(checkpoints), *SERVED_FAMILIES["cycle_gan"],
+                                            *SERVED_INIT, "--n_epochs", "1", "--n_epochs_decay", "0", "--display_id",
+                                            "0", "--num_threads", "0", "--no_html", "--no_progress", "--seed", "0"])
     assert trained == 0
     return {family: checkpoints / family if family == "cycle_gan" else save_run(checkpoints, family, flags)
-            for family, flags in FAMILIES.items()}
-
-
-def png_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def photo(seed: int, height: int = 36, width: int = 52) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+            for family, flags in SERVED_FAMILIES.items()}
 
 
 def decoded(response: httpx.Response, tmp_path: Path, name: str = "served.png") -> np.ndarray:
@@ -188,9 +150,11 @@ def test_unsb_walks_the_steps_asked_for_with_the_noise_of_the_seed_as_the_transl
         plain = decoded(httpx.post(f"{url}/translate", content=upload.read_bytes(), timeout=60), tmp_path)
         refused = {field: httpx.post(f"{url}/translate", params={field: value}, content=upload.read_bytes(), timeout=60)
                    for field, value in (("steps", 0), ("steps", 101), ("n_samples", 2))}
+    # an upload has no name of its own: it walks the noise of the seed itself, as a picture handed to the Translator
+    picture, translator = read_image(str(upload)), Translator.load(run, device="cpu")
     for params, output in zip(asked, outputs):
-        assert_translated_alike(output, expected(run, upload, **params))
-    assert np.array_equal(plain, expected(run, upload))  # seed 0, the run's 3 steps
+        assert_translated_alike(output, translator.translate(picture, **params))
+    assert np.array_equal(plain, translator.translate(picture))  # seed 0, the run's 3 steps
     assert np.array_equal(outputs[0], outputs[1])  # the same seed and steps, the same answer
     assert not np.array_equal(outputs[0], outputs[2]) and not np.array_equal(outputs[0], outputs[3])
     for field, answer in refused.items():

@@ -12,21 +12,15 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from conftest import ROOT, run_script
+from conftest import ROOT
+from helpers import run_test_py, smooth_image
 from models import networks
-from util.errors import UserError
 from models.inference.application import InferenceGenerator, reflect_pad, split_padding
 from models.inference.windows import WEIGHT_FLOOR, Windows, check_tiling, in_windows, ramp_weights, receptive_radius
+from util.errors import UserError
 
 # The tolerance docs/evaluation.md states for tiles vs. whole image (float32 rounding).
 EXACT_TOL = 1e-5
-
-
-def smooth_image(height: int = 768, width: int = 1024) -> torch.Tensor:
-    """A 1x3xHxW image in [-1, 1] with large-scale structure, so that tiles differ in content."""
-    yy, xx = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
-    return torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx),
-                        torch.tanh(8 * (xx - 0.2)) * 0.6 + 0.2 * torch.sin(9 * yy)])[None]
 
 
 def small_resnet(norm: str, n_blocks: int = 1, ngf: int = 4, seed: int = 1) -> torch.nn.Module:
@@ -179,23 +173,6 @@ def test_check_tiling_refuses_sizes_the_generator_cannot_take():
 
 
 # ---------------------------------------------------------------------------- test.py
-@pytest.fixture(scope="module")
-def resnet_checkpoint(tmp_path_factory):
-    """checkpoints/<name>/latest_net_G.pth of a resnet_6blocks generator (ngf 8, batch norm)."""
-    ckpt = tmp_path_factory.mktemp("ckpt")
-    (ckpt / "r").mkdir()
-    torch.manual_seed(0)
-    net = networks.define_G(3, 3, 8, "resnet_6blocks", "batch", init_type="xavier", init_gain=1.0)
-    torch.save(net.state_dict(), ckpt / "r" / "latest_net_G.pth")
-    return ckpt
-
-
-def run_test_py(images, ckpt, results, *extra, env: dict | None = None):
-    return run_script("test.py", "--dataroot", str(images), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
-                      "--norm", "batch", "--ngf", "8", "--no_dropout", "--num_threads", "0", "--eval",
-                      "--checkpoints_dir", str(ckpt), "--results_dir", str(results), *extra, env=env)
-
-
 def png_size(path) -> tuple[int, int]:
     with Image.open(path) as img:
         return img.size

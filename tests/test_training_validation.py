@@ -103,7 +103,7 @@ def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model
 
 @pytest.mark.slow
 def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paired_data, tmp_path, capsys):
-    from test_resume import interrupt_when_logged, train_command
+    from helpers import interrupt_when_logged, train_command
 
     flags = ["--model", "pix2pix", "--n_epochs", "2", "--n_epochs_decay", "2", "--val_freq", "1", "--save_best",
              "PSNR", "--ema_decay", "0.8", "--print_freq", "1", "--save_latest_freq", "4"]

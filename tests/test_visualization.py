@@ -562,7 +562,7 @@ The number of training images = 4; global batch = 1 (1 per process x 1 processes
 (epoch: 2, iters: 4, time: 0.010, data: 0.001) G_GAN: 0.650 D_real: 0.250 
 ================ Training Loss (Mon Jan  1 12:00:00 2024) ================
 (epoch: 3, iters: 2, time: 0.010, data: 0.001) G_GAN: 0.600 D_real: 0.150 G_extra: 3.000 
-"""
+"""  # noqa: W291 - loss_log.txt's loss lines end with a space, as train.py writes them
 
 
 def test_loss_log_with_resumed_sections_gives_one_curve_over_fractional_epochs(tmp_path):
@@ -600,8 +600,8 @@ def test_plot_losses_script_draws_a_png_from_a_run_folder_or_a_log(tmp_path, cap
 
 # ---------------------------------------------------------------------------------- main process only, pieces
 def test_null_visualizer_of_other_ranks_writes_and_prints_nothing(tmp_path, capsys):
-    from util.position import Position
     from util.evaluation.validation_result import ValidationResult
+    from util.position import Position
     from util.visualizer import NullVisualizer, make_visualizer
     opt = parse_train_options(tmp_path, "--display_id", "1", "--display_port", str(free_port()), "--use_tensorboard")
     vis = make_visualizer(opt, is_main=False)

@@ -15,8 +15,7 @@ from conftest import load_script
 from data import create_dataset, find_dataset_using_name
 from data.aligned_volume_dataset import AlignedVolumeDataset
 from data.unaligned_volume_dataset import UnalignedVolumeDataset
-from data.volume_io import (from_network, probe_volume, read_region, read_volume, to_network, volume_shape,
-                            write_volume)
+from data.volume_io import from_network, probe_volume, read_region, read_volume, to_network, volume_shape, write_volume
 from options.test_options import TestOptions
 from options.train_options import TrainOptions
 from util.errors import UserError

@@ -19,8 +19,8 @@ from conftest import load_script
 from data.volume_io import from_network, to_network
 from models import networks
 from models.inference.application import InferenceGenerator
-from models.inference.windows import Windows
 from models.inference.translator import Translator
+from models.inference.windows import Windows
 from util.errors import UserError
 
 nib = pytest.importorskip("nibabel")

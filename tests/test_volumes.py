@@ -8,58 +8,17 @@ filters, so each run takes seconds.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import load_script, ranks, run_in_process
-from test_distributed import assert_trained_alike, ok, weights
-from test_resume import assert_identical, final_weights, interrupt_when_logged, train_command
+from helpers import interrupt_when_logged, ok, train_command
+from helpers_volumes import GENERATOR, SMALL_NETS, pix2pix_args, synthetic_volumes
+from helpers_weights import assert_identical, assert_trained_alike, final_weights, weights
 
 nib = pytest.importorskip("nibabel")
-
-
-REAL_SCAN = Path(os.path.dirname(nib.__file__)) / "tests" / "data" / "anatomical.nii"
-GENERATOR = ["--netG", "resnet_6blocks_3d", "--ngf", "4", "--input_nc", "1", "--output_nc", "1", "--num_threads", "0",
-             "--seed", "0"]
-SMALL_NETS = [*GENERATOR, "--netD", "n_layers_3d", "--n_layers_D", "1", "--ndf", "4", "--display_id", "0"]
-
-
-def save_nifti(path: Path, values: np.ndarray, affine: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nib.save(nib.Nifti1Image(values.astype(np.float32), affine), str(path))
-
-
-def blurred(volume: np.ndarray) -> np.ndarray:
-    """A 3x3x3 box blur (edges replicated)."""
-    padded = torch.nn.functional.pad(torch.from_numpy(volume)[None, None], [1] * 6, mode="replicate")
-    return torch.nn.functional.avg_pool3d(padded, 3, stride=1)[0, 0].numpy()
-
-
-@pytest.fixture(scope="module")
-def real_scan_pairs(tmp_path_factory) -> Path:
-    """The real MRI scan cut in two halves across its second axis: the first half to train on, the second
-    to test on. B is the scan, A a copy in another contrast, blurred and noisy."""
-    root = tmp_path_factory.mktemp("real_scan")
-    image = nib.load(str(REAL_SCAN))
-    scan = np.asarray(image.dataobj, dtype=np.float32)  # 33 x 41 x 25, 2 mm voxels
-    noise = np.random.default_rng(0)
-    for phase, part in (("train", slice(0, 20)), ("test", slice(21, 41))):
-        target = scan[:, part, :]
-        affine = image.affine.copy()  # the half's own place in the scanner
-        affine[:3, 3] += image.affine[:3, :3] @ np.array([0, part.start, 0])
-        degraded = 16000 - 0.8 * blurred(target) + noise.normal(0, 400, target.shape)
-        save_nifti(root / f"{phase}A" / "scan.nii", degraded, affine)
-        save_nifti(root / f"{phase}B" / "scan.nii", target, affine)
-    return root
-
-
-def pix2pix_args(root: Path, ckpt: Path, name: str, *extra: str, networks: list[str] = SMALL_NETS) -> list[str]:
-    return ["--dataroot", str(root), "--name", name, "--checkpoints_dir", str(ckpt), "--model", "pix2pix",
-            "--dataset_mode", "aligned_volume", "--data_range", "0", "20000", "--patch_size", "16", *networks, *extra]
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +65,6 @@ def test_the_restoration_recipe_beats_the_degraded_input_and_filters_tuned_on_th
 
 
 # ------------------------------------------------------------------------------- CycleGAN and CUT, DDP
-def synthetic_volumes(root: Path, count: int = 2, shape: tuple[int, int, int] = (12, 12, 12)) -> Path:
-    """Unpaired volumes: smooth random fields in A, their squares in B."""
-    rng = np.random.default_rng(1)
-    for side in "AB":
-        for i in range(count):
-            field = blurred(rng.normal(size=shape).astype(np.float32))
-            save_nifti(root / f"train{side}" / f"v{i}.nii", field if side == "A" else field ** 2, np.diag([1.5, 1.5, 3, 1]))
-    return root
-
-
 @pytest.fixture(scope="module")
 def unpaired_volumes(tmp_path_factory) -> Path:
     return synthetic_volumes(tmp_path_factory.mktemp("unpaired_volumes"))
@@ -137,7 +86,7 @@ def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_ba
     assert load_script("train.py").main(unpaired_args(unpaired_volumes, tmp_path, "one", model,
                                                       "--batch_size", "2")) == 0
     ok(ranks("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
-    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    one = weights(tmp_path / "one")
     assert any(value.ndim == 5 for value in one["latest_net_G.pth" if model == "cut" else "latest_net_G_A.pth"].values())
     assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
