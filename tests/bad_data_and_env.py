@@ -76,7 +76,8 @@ def b_dataroot_symlink_loop(work):
     (work / "loop_a").symlink_to(work / "loop_b")
     (work / "loop_b").symlink_to(work / "loop_a")
     return Setup(run_args(work, *PIX, data=work / "loop_a"),
-                 stderr_has=(work / "loop_a", "symbolic link in a loop", "--dataroot"), stderr_lacks=("does not exist",))
+                 stderr_has=(work / "loop_a", "symbolic link in a loop", "--dataroot"),
+                 stderr_lacks=("does not exist",))
 
 
 def b_image_links_leading_nowhere(work):

@@ -77,8 +77,8 @@ def b_translate_where_add_input_with_its_flags(work):
     (work / "in").mkdir()
     Image.fromarray(random_pixels(0, 128, 128)).save(work / "in" / "a.png")
     return Setup([str(work / "in"), "--checkpoint", str(weights), "--output", str(work / "out"), "--netG", "unet_128",
-                  "--ngf", "4", "--input_nc", "3", "--nz", "3", "--where_add", "input", "--upsample", "basic", "--no_dropout",
-                  "--n_samples", "2", "--device", "cpu"], stdout_has=("translated 1 of 1",),
+                  "--ngf", "4", "--input_nc", "3", "--nz", "3", "--where_add", "input", "--upsample", "basic",
+                  "--no_dropout", "--n_samples", "2", "--device", "cpu"], stdout_has=("translated 1 of 1",),
                  after=lambda: [(work / "out" / f"a_sample{k}.png").stat() for k in range(2)])
 
 

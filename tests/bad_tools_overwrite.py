@@ -201,7 +201,8 @@ def b_translate_into_its_input_folder(work):
     pictures(work / "in")
     weights = picture_generator(work / "ck")
     return Setup([str(work / "in"), "--checkpoint", str(weights), "--output", str(work / "in"), "--device", "cpu"],
-                 stderr_has=(f"--output {work / 'in'}", "is the input folder INPUT", f"--output {work / 'in'}_translated"),
+                 stderr_has=(f"--output {work / 'in'}", "is the input folder INPUT",
+                             f"--output {work / 'in'}_translated"),
                  unchanged=(work / "in",), suggestion=suggested("--output"))
 
 

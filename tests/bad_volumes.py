@@ -39,7 +39,8 @@ def volume(seed: int, shape: tuple[int, ...] = SHAPE, dtype=np.float32) -> np.nd
     return np.random.default_rng(seed).random(shape).astype(dtype)
 
 
-def volume_pairs(work: Path, count: int = 2, folders: tuple[str, str] = ("trainA", "trainB")) -> list[tuple[Path, Path]]:
+def volume_pairs(work: Path, count: int = 2,
+                 folders: tuple[str, str] = ("trainA", "trainB")) -> list[tuple[Path, Path]]:
     """`count` pairs data/trainA/<i>.nii.gz, data/trainB/<i>.nii.gz of SHAPE float32 voxels in [0, 1]."""
     return [(save_volume(work / "data" / folders[0] / f"{i}.nii.gz", volume(i)),
              save_volume(work / "data" / folders[1] / f"{i}.nii.gz", volume(100 + i))) for i in range(count)]
@@ -251,8 +252,8 @@ VOLUME_CASES = [
     # NaN or infinite values, wrong channel counts, volumes smaller than the patch"
     Case("NaN voxel with --volume_cache_mb 0 is refused before a model is built naming the file", b_nan_without_cache,
          2),
-    Case("infinite voxel in a .npy paired with a .nii.gz is refused before a model is built", b_infinity_in_a_cached_npy,
-         2),
+    Case("infinite voxel in a .npy paired with a .nii.gz is refused before a model is built",
+         b_infinity_in_a_cached_npy, 2),
     Case("nii.gz cut in half is refused before a model is built with --volume_cache_mb 0", b_cut_short_nii_gz, 2),
     Case("4-D file where 3-D volumes are expected is refused naming --input_nc", b_four_d_file_for_one_channel, 2),
     Case("volume smaller than --patch_size is refused naming it", b_volume_smaller_than_the_patch, 2),

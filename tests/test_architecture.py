@@ -235,7 +235,8 @@ def test_setup_refuses_an_older_python_in_one_line_before_making_anything(tmp_pa
     old = tmp_path / "python3.9"
     old.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "Python 3.9.18" && exit 0\nexit 1\n')  # too old
     old.chmod(0o755)
-    result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHON": str(old)},
+    result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path,
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": str(old)},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "needs Python 3.10 or newer" in result.stderr

@@ -24,8 +24,8 @@ from processes import run_script_process
 
 benchmark = load_script("dev/benchmark.py")
 from bench import derive, jobs, report, stats  # noqa: E402  (dev/ is on sys.path now)
-from bench import plan as plans
-from bench import runner as runners
+from bench import plan as plans  # noqa: E402
+from bench import runner as runners  # noqa: E402
 from bench.flops import conv2d_flops, count_flops  # noqa: E402
 from bench.measure import measure  # noqa: E402
 
@@ -193,7 +193,8 @@ def test_derived_numbers_and_best_configuration():
         "step": [
             {"model": "pix2pix", "config": "fp32", "size": 256, "batch": 1, "median_s": 1.0, "warmup_s": [1.2]},
             {"model": "pix2pix", "config": "bf16", "size": 256, "batch": 1, "median_s": 0.5, "warmup_s": [0.6]},
-            {"model": "pix2pix", "config": "compile", "size": 256, "batch": 1, "median_s": 0.8, "warmup_s": [30.0, 0.8]},
+            {"model": "pix2pix", "config": "compile", "size": 256, "batch": 1, "median_s": 0.8,
+             "warmup_s": [30.0, 0.8]},
         ],
         "loop": [{"model": "pix2pix", "config": "fp32", "size": 256, "batch": 1, "median_s": 1.1,
                   "data_wait_fraction": 0.01, "loader_workers": 2}],
@@ -215,7 +216,8 @@ def test_derived_numbers_and_best_configuration():
     assert batch4["flops_per_step"] == 200e9 and batch4["flops_by_network"]["D"]["backward"] == 60e9
     assert derive.best_config(results["step"], "pix2pix") == "bf16"
     targets = derive.evaluate_targets(results)
-    assert [t["met"] for t in targets] == [True, True, True, False]  # 2.0x >= 1.5x; compile 0.8 <= 1.05; 1% < 5%; 0.8 < 0.9
+    # 2.0x >= 1.5x; compile 0.8 <= 1.05; 1% < 5%; 0.8 < 0.9
+    assert [t["met"] for t in targets] == [True, True, True, False]
     results["step"][2]["median_s"] = 1.06  # compiled 6% slower than fp32: beyond the probe's tolerance
     assert [t["met"] for t in derive.evaluate_targets(results)][1] is False
 
@@ -250,7 +252,8 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     proc = run_script_process([sys.executable, str(ROOT / "dev" / "benchmark.py"), "--quick", "--out", str(out)],
                               ROOT, dict(os.environ), timeout=3600)
     runtime = time.perf_counter() - started
-    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-5000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-5000:]}"
+                                  f"\nSTDERR:\n{proc.stderr[-5000:]}")
     print(f"benchmark --quick took {runtime:.0f} s")
     return {"out": out, "stdout": proc.stdout, "runtime": runtime,
             "report": json.loads((out / "benchmark.json").read_text()),

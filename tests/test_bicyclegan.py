@@ -306,7 +306,8 @@ def test_translate_py_translates_with_the_codes_of_a_file(trained, input_image, 
     codes = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]])
     np.savetxt(tmp_path / "codes.txt", codes)
     assert load_script("scripts/translate.py").main([str(input_image), "--checkpoint", str(trained), "--output",
-                                                     str(tmp_path / "out"), "--codes", str(tmp_path / "codes.txt")]) == 0
+                                                     str(tmp_path / "out"),
+                                                     "--codes", str(tmp_path / "codes.txt")]) == 0
     expected = Translator.load(trained, device="cpu").translate(np.asarray(Image.open(input_image)), codes=codes)
     for k, image in enumerate(expected):
         assert np.array_equal(read(tmp_path / "out" / f"a_sample{k}.png"), image.astype(int))
@@ -362,4 +363,5 @@ def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, 
     assert (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes() == before
     assert f"its output {tmp_path / 'out' / 'sub' / 'a_sample0.png'} would overwrite the input" in result.stdout
     assert not (tmp_path / "out" / "sub" / "a_sample1.png").exists()
-    assert (tmp_path / "out" / "sub" / "b_sample0.png").exists() and (tmp_path / "out" / "sub" / "b_sample1.png").exists()
+    assert (tmp_path / "out" / "sub" / "b_sample0.png").exists() \
+        and (tmp_path / "out" / "sub" / "b_sample1.png").exists()

@@ -30,7 +30,8 @@ CYCLE_NETS = ("G_A", "G_B", "D_A", "D_B")
 
 
 def ok(result) -> None:
-    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}"
+                                    f"\nstderr:\n{result.stderr[-4000:]}")
 
 
 def load_weights(run_dir: Path, nets, epoch: str = "latest") -> dict[str, dict[str, torch.Tensor]]:
@@ -388,7 +389,8 @@ def test_template_model_trains_on_aligned_data(paired_root, tmp_path, capsys):
     ok(run_in_process("train.py", "--dataroot", str(paired_root), "--name", "template", "--model", "template",
                       *FAST_FLAGS, *SMALL, "--print_freq", "1", "--checkpoints_dir", str(tmp_path), capsys=capsys))
     assert (tmp_path / "template" / "latest_net_G.pth").is_file()
-    assert re.search(r"^\(epoch: 1, iters: 4, .*\) G: [\d.]+", (tmp_path / "template" / "loss_log.txt").read_text(), re.M)
+    loss_log = (tmp_path / "template" / "loss_log.txt").read_text()
+    assert re.search(r"^\(epoch: 1, iters: 4, .*\) G: [\d.]+", loss_log, re.M)
 
 
 # ---------------------------------------------------------------------------------- deprecated flags

@@ -276,7 +276,8 @@ def test_the_kubernetes_example_runs_train_py_under_elastic_torchrun_with_checkp
     opt = TrainOptions().parse(train_args)  # every flag is one of ours, with a valid value
     assert opt.auto_resume and opt.display_id <= 0  # restarted pods continue; no visdom server there
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in pod["volumes"] if "persistentVolumeClaim" in v}
     checkpoint_volume = next(name for name, claim_name in claims.items() if claim_name == claim["metadata"]["name"])
     assert mounts[checkpoint_volume] == opt.checkpoints_dir
     assert opt.dataroot.startswith(mounts["datasets"])

@@ -206,7 +206,8 @@ def test_aligned_btoa_gives_input_nc_to_right_half(aligned_root):
 
 def test_unaligned_a_comes_from_phase_a_folder_in_both_directions(unaligned_root):
     for direction in ("AtoB", "BtoA"):
-        sample = create_dataset(make_opt(unaligned_root, dataset_mode="unaligned", direction=direction), seed=0).dataset[0]
+        sample = create_dataset(make_opt(unaligned_root, dataset_mode="unaligned", direction=direction),
+                                seed=0).dataset[0]
         assert "trainA" in sample["A_paths"] and mean_rgb(sample["A"]) == [1.0, -1.0, -1.0]
         assert "trainB" in sample["B_paths"] and mean_rgb(sample["B"]) == [-1.0, -1.0, 1.0]
 
@@ -267,7 +268,8 @@ def test_worker_count_does_not_change_batches(tmp_path):
     gradient_dataset(tmp_path)
     results = []
     for workers in (0, 2):
-        loader = create_dataset(make_opt(tmp_path, dataset_mode="template", preprocess="crop", num_threads=workers), seed=7)
+        loader = create_dataset(make_opt(tmp_path, dataset_mode="template", preprocess="crop", num_threads=workers),
+                                seed=7)
         loader.set_epoch(5)
         results.append([(b["A_paths"], b["A"]) for b in loader])
     for (paths0, a0), (paths2, a2) in zip(*results):
@@ -404,7 +406,8 @@ def test_data_range_script_leaves_out_non_finite_values_and_names_their_file(tmp
     np.save(tmp_path / "train" / "b.npy", np.array([[np.nan, 5.0], [-np.inf, 1.0]], np.float32))
     assert load_script("scripts/data_range.py").main(["--dataroot", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "--data_range -2 5" in out and f"1 image(s) hold NaN or infinite values, e.g. {tmp_path / 'train' / 'b.npy'}" in out
+    assert "--data_range -2 5" in out \
+        and f"1 image(s) hold NaN or infinite values, e.g. {tmp_path / 'train' / 'b.npy'}" in out
 
 
 def test_links_that_lead_nowhere_are_described_as_links_not_as_missing(tmp_path):

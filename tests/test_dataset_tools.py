@@ -107,7 +107,8 @@ def test_each_tools_output_trains_for_an_epoch(tmp_path, capsys):
     name = sorted(os.listdir(data / "train"))[0]
     aligned = np.asarray(Image.open(data / "train" / name))
     i = int(Path(name).stem)
-    assert aligned.shape == (32, 64, 3) and tuple(aligned[5, 5]) == color_of(i, "A") and tuple(aligned[5, 37]) == color_of(i, "B")
+    assert aligned.shape == (32, 64, 3) and tuple(aligned[5, 5]) == color_of(i, "A") \
+        and tuple(aligned[5, 37]) == color_of(i, "B")
 
     ok(train(capsys, tmp_path / "c" / "AB", "pix2pix", tmp_path / "ck1"))  # combined A|B
     ok(train(capsys, data, "cycle_gan", tmp_path / "ck2"))                 # split trainA/trainB
@@ -207,8 +208,10 @@ def server(tmp_path_factory):
     (root / "cyclegan" / "datasets" / "facades.zip").write_bytes(b"PK\x03\x04 truncated")  # damaged
     (root / "pix2pix" / "datasets").mkdir(parents=True)
     solid(src / "facades" / "train" / "0.png", (4, 5, 6), size=(16, 8))
-    subprocess.run(["tar", "-czf", str(root / "pix2pix" / "datasets" / "facades.tar.gz"), "-C", str(src), "facades"], check=True)
-    for kind, name in (("cyclegan/pretrained_models", "horse2zebra"), ("pix2pix/models-pytorch", "facades_label2photo")):
+    subprocess.run(["tar", "-czf", str(root / "pix2pix" / "datasets" / "facades.tar.gz"), "-C", str(src), "facades"],
+                   check=True)
+    for kind, name in (("cyclegan/pretrained_models", "horse2zebra"),
+                       ("pix2pix/models-pytorch", "facades_label2photo")):
         (root / kind).mkdir(parents=True)
         torch.save({"w": torch.zeros(2)}, root / kind / f"{name}.pth")
     (root / "cyclegan" / "pretrained_models" / "zebra2horse.pth").write_text("<html>not found</html>")
@@ -271,8 +274,9 @@ def test_download_scripts_explain_what_to_do_when_offline(tmp_path):
 
 
 @pytest.mark.parametrize("script, names", [
-    ("scripts/download_cyclegan_dataset.sh", "apple2orange summer2winter_yosemite horse2zebra monet2photo cezanne2photo "
-     "ukiyoe2photo vangogh2photo maps facades iphone2dslr_flower mini mini_pix2pix mini_colorization ae_photos"),
+    ("scripts/download_cyclegan_dataset.sh", "apple2orange summer2winter_yosemite horse2zebra monet2photo "
+     "cezanne2photo ukiyoe2photo vangogh2photo maps facades iphone2dslr_flower mini mini_pix2pix mini_colorization "
+     "ae_photos"),
     ("scripts/download_pix2pix_dataset.sh", "night2day edges2handbags edges2shoes facades maps"),
     ("scripts/download_cyclegan_model.sh", "apple2orange orange2apple summer2winter_yosemite winter2summer_yosemite "
      "horse2zebra zebra2horse monet2photo style_monet style_cezanne style_ukiyoe style_vangogh sat2map map2sat "

@@ -129,8 +129,9 @@ def test_cli(tmp_path: Path) -> None:
 
 def test_the_scenes_demo_is_unpaired_in_training_and_paired_where_it_is_scored(tmp_path: Path) -> None:
     scenes = demo.make_scenes_demo(tmp_path, 32, 0, 6, 4)
-    assert {split: len(list((scenes / split).glob("*.png"))) for split in ("trainA", "trainB", "testA", "testB", "test")} \
-        == {"trainA": 6, "trainB": 6, "testA": 4, "testB": 4, "test": 4}
+    counts = {split: len(list((scenes / split).glob("*.png")))
+              for split in ("trainA", "trainB", "testA", "testB", "test")}
+    assert counts == {"trainA": 6, "trainB": 6, "testA": 4, "testB": 4, "test": 4}
     label_colors = {tuple(c) for c in demo.LABEL_COLORS.astype(np.uint8)}
     for i in range(4):  # each held-out pair: its label map and the render of that same scene
         pair = np.asarray(Image.open(scenes / "test" / f"{i:04d}.png"))

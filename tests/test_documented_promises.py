@@ -68,7 +68,8 @@ PROMISES = [
      ["tests/test_networks_3d.py::test_cuts_2d_antialiasing_is_refused_for_3d_networks_with_the_flags_to_pass"]),
     (VOLUMES, "so no seams show where windows meet",
      ["tests/test_windows.py::test_windows_leave_no_seams_where_they_meet_on_a_smooth_volume"]),
-    (VOLUMES, "For a network whose output\nvoxel depends on its input voxel alone, the windows give exactly the whole pass",
+    (VOLUMES, "For a network whose output\nvoxel depends on its input voxel alone, "
+              "the windows give exactly the whole pass",
      ["tests/test_windows.py::test_windows_over_a_volume_of_any_size_equal_one_pass_for_a_pointwise_network"]),
     (VOLUMES, "A volume smaller than a\nwindow is padded by replication",
      ["tests/test_windows.py::test_a_volume_smaller_than_the_window_is_translated_in_one_pass"]),
@@ -129,13 +130,15 @@ PROMISES = [
      [f"{HERE}::test_each_documented_combination_builds_its_networks_and_trains_a_step"]),
     (BICYCLEGAN, "one D for both halves; D judges (A, B) pairs",
      [f"{HERE}::test_each_documented_combination_builds_its_networks_and_trains_a_step",
-      f"{CORPUS}bicycle_gan --use_same_D --lambda_GAN 0 is refused when parsed and training without --use_same_D works"]),
+      f"{CORPUS}bicycle_gan --use_same_D --lambda_GAN 0 is refused when parsed "
+      "and training without --use_same_D works"]),
     (BICYCLEGAN, "`basic` (transposed convolutions) or `bilinear` (resize, reflection pad, 3x3 conv)",
      [f"{HERE}::test_each_documented_combination_builds_its_networks_and_trains_a_step",
       f"{CORPUS}bicycle_gan --upsample bilinear, as its docs say, is accepted"]),
     (BICYCLEGAN, "per process, even: the first half is encoded, the second random",
      [f"{CORPUS}bicycle_gan --batch_size 3 is refused when parsed and --batch_size 4 trains",
-      f"{CORPUS}bicycle_gan on 3 images with --batch_size 4 is refused before training naming the sizes and --batch_size 2"]),
+      f"{CORPUS}bicycle_gan on 3 images with --batch_size 4 is refused before training "
+      "naming the sizes and --batch_size 2"]),
     (BICYCLEGAN, "averages G and E, the networks used at inference",
      ["tests/test_bicyclegan.py::test_checkpoints_hold_its_four_networks_the_averages_of_g_and_e_and_the_best_validated_ones"]),
     (BICYCLEGAN, "exact resume\n(`--continue_train`, the code stream included)",

@@ -172,7 +172,8 @@ def pix_checkpoint(tmp_path_factory):
 
 @pytest.mark.slow
 def test_test_py_eval_metrics_and_evaluate_py_on_its_files_give_the_same_numbers(pix_checkpoint, paired_root, tmp_path,
-                                                                                 inception_torch_home, monkeypatch, capsys):
+                                                                                 inception_torch_home, monkeypatch,
+                                                                                 capsys):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     monkeypatch.setenv(OFFLINE_ENV, "1")
     result = run_in_process("test.py", "--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir",
@@ -201,7 +202,8 @@ def test_test_py_without_inception_weights_skips_fid_but_refuses_fid_reference(p
                                                                                monkeypatch, capsys):
     for name, value in {"TORCH_HOME": str(tmp_path / "torch"), WEIGHTS_ENV: "", OFFLINE_ENV: "1"}.items():
         monkeypatch.setenv(name, value)
-    common = ["--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir", str(pix_checkpoint), "--eval_metrics"]
+    common = ["--dataroot", str(paired_root), "--name", "p", *PIX, "--checkpoints_dir", str(pix_checkpoint),
+              "--eval_metrics"]
     skipped = run_in_process("test.py", *common, "--results_dir", str(tmp_path / "a"), capsys=capsys)
     asked = run_in_process("test.py", *common, "--results_dir", str(tmp_path / "b"), "--fid_reference",
                            str(paired_root / "test"), capsys=capsys)

@@ -60,8 +60,8 @@ def exports(tmp_path_factory):
         folder = root / netG
         folder.mkdir()
         torch.save(make_generator(netG, norm).state_dict(), folder / "latest_net_G.pth")
-        result = run_in_process("scripts/export.py", "--weights", str(folder / "latest_net_G.pth"), "--netG", netG, "--norm", norm,
-                                   "--ngf", "8", "--no_dropout", "--export_dir", str(folder / "out"),
+        result = run_in_process("scripts/export.py", "--weights", str(folder / "latest_net_G.pth"), "--netG", netG,
+                                   "--norm", norm, "--ngf", "8", "--no_dropout", "--export_dir", str(folder / "out"),
                                    "--check_sizes", ",".join(f"{h}x{w}" for h, w in sizes))
         found[netG] = (folder / "out", result)
     return found

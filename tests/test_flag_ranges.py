@@ -47,7 +47,8 @@ def option_parsers():
     from options.train_options import TrainOptions
 
     for options in (TrainOptions(), TestOptions()):
-        variants = [["--model", name] for name in models.builtin_model_names() if not (options.isTrain and name == "test")]
+        variants = [["--model", name] for name in models.builtin_model_names()
+                    if not (options.isTrain and name == "test")]
         variants += [["--dataset_mode", name] for name in data.builtin_dataset_names()]
         variants += [["--netG", name] for name in networks.generators()]
         variants += [["--netD", name] for name in networks.discriminators()]

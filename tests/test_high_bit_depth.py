@@ -138,7 +138,8 @@ def test_8bit_rgb_images_still_take_the_reference_path_bit_for_bit(tmp_path):
     params = get_params(opt, (31, 23), random.Random(3))
     (picture,) = load_for_network(str(tmp_path / "x.png"), [DomainSpec(3, "--input_nc")])
     assert isinstance(picture, Image.Image)
-    assert torch.equal(get_transform(opt, params)(picture), get_transform(opt, params)(load_image(str(tmp_path / "x.png"))))
+    assert torch.equal(get_transform(opt, params)(picture),
+                       get_transform(opt, params)(load_image(str(tmp_path / "x.png"))))
 
 
 # ---------------------------------------------------------------------------------- datasets
@@ -196,7 +197,8 @@ def float_bands_root(root: Path) -> Path:
         (root / f"{phase}B").mkdir(parents=True)
         for i in range(2):
             bands = (rng.random((32, 32, 6)) * 100 - 50).astype(np.float32)
-            tifffile.imwrite(root / f"{phase}A" / f"{i:04d}.tif", bands, photometric="minisblack", planarconfig="contig")
+            tifffile.imwrite(root / f"{phase}A" / f"{i:04d}.tif", bands, photometric="minisblack",
+                             planarconfig="contig")
             np.save(root / f"{phase}B" / f"{i:04d}.npy", bands[:, :, :2] * 0.5)
     return root
 
@@ -227,7 +229,8 @@ def test_4band_cyclegan_trains_tests_and_exports_matching_pytorch(tmp_path, caps
     for folder in ("trainA", "trainB", "testA", "testB"):
         (tmp_path / "data" / folder).mkdir(parents=True)
         for i in range(2):
-            write_image(str(tmp_path / "data" / folder / f"{i}.tif"), rng.integers(0, 65536, (32, 32, 4), dtype=np.uint16))
+            write_image(str(tmp_path / "data" / folder / f"{i}.tif"),
+                        rng.integers(0, 65536, (32, 32, 4), dtype=np.uint16))
     flags = ["--dataroot", str(tmp_path / "data"), "--name", "c4", "--model", "cycle_gan", "--input_nc", "4",
              "--output_nc", "4", *SMALL, "--checkpoints_dir", str(tmp_path / "ck")]
     ok(run_in_process("train.py", *flags, *FAST_FLAGS, "--n_epochs", "1", "--n_epochs_decay", "0", "--max_dataset_size",

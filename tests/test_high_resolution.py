@@ -51,7 +51,8 @@ def runs(train, paired_root, unpaired_root, tmp_path_factory) -> Path:
              "pix2pix_batch4": (paired_root, PIX2PIX, ["--batch_size", "4"]),
              "pix2pix_accum": (paired_root, PIX2PIX, ["--batch_size", "2", "--accum_steps", "2"]),
              "pix2pix_l1_batch4": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"], ["--batch_size", "4"]),
-             "pix2pix_l1_accum": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"], ["--batch_size", "2", "--accum_steps", "2"]),
+             "pix2pix_l1_accum": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"],
+                                  ["--batch_size", "2", "--accum_steps", "2"]),
              "pix2pix_checkpointed": (paired_root, PIX2PIX, ["--batch_size", "4", "--checkpoint_activations"])}
     for name, (root, model, extra) in plans.items():
         assert train.main(args(root, ckpt, name, *model, *EQUIVALENCE, *extra)) == 0, name
@@ -119,7 +120,8 @@ def test_a_model_without_accumulation_phases_is_refused_and_a_changed_accum_step
         opt = type("Opt", (), {"model": "mypackage.my_model"})()
 
     check_accumulation(Unsplit(), 1)
-    with pytest.raises(UserError, match=r"--accum_steps 2: --model mypackage.my_model .*accumulation_phases.*--accum_steps 1"):
+    with pytest.raises(UserError,
+                       match=r"--accum_steps 2: --model mypackage.my_model .*accumulation_phases.*--accum_steps 1"):
         check_accumulation(Unsplit(), 2)
     from options.train_options import TrainOptions
     classes = TrainOptions().build_parser(["--dataroot", "x"]).resume_classes()
@@ -251,7 +253,8 @@ def test_the_multiscale_loss_is_the_mean_over_scales_for_every_gan_mode_and_side
                 got = MultiscaleGANLoss(single)(predictions, real, for_discriminator)
                 assert torch.allclose(got, expected), (mode, real, for_discriminator)
     hinge = MultiscaleGANLoss(GANLoss("hinge"))
-    assert torch.allclose(hinge(predictions, True, for_discriminator=False), -(predictions[0].mean() + predictions[1].mean()) / 2)
+    assert torch.allclose(hinge(predictions, True, for_discriminator=False),
+                          -(predictions[0].mean() + predictions[1].mean()) / 2)
 
 
 def test_each_scale_judges_the_image_halved_once_more_and_one_scale_is_the_plain_patchgan():

@@ -68,7 +68,8 @@ def score_pairs(outputs: torch.Tensor, targets: torch.Tensor, batches=(2, 1)) ->
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_paired_metrics_are_means_over_images_of_each_images_l1_psnr_and_ssim(channels):
     targets = smooth_images(0, channels=channels)
-    outputs = (targets + torch.tensor([0.05, 0.2, 0.5])[:, None, None, None] * smooth_images(1, channels=channels)).clamp(-1, 1)
+    outputs = (targets + torch.tensor([0.05, 0.2, 0.5])[:, None, None, None]
+               * smooth_images(1, channels=channels)).clamp(-1, 1)
     scores = score_pairs(outputs, targets).compute()
     mse = ((outputs.double() - targets.double()) ** 2).mean(dim=(1, 2, 3))
     per_image_psnr = 10 * torch.log10(4.0 / mse)  # data range 2: the [-1, 1] scale
@@ -270,16 +271,19 @@ def test_an_unreachable_download_gives_up_at_once_and_leaves_no_file(empty_torch
 
 
 @pytest.mark.slow
-def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_are_tiled(inception_torch_home, monkeypatch,
-                                                                                         tmp_path):
+def test_fid_is_torchmetrics_fid_on_torch_fidelitys_inception_and_gray_images_are_tiled(inception_torch_home,
+                                                                                         monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))
     real, fake = smooth_images(5, channels=1, size=(32, 32)), smooth_images(6, channels=1, size=(32, 32))
-    metrics = TranslationMetrics({"G": ("fake_G", "real_G"), "M": ("fake_M", "real_M")}, paired=False, distribution=True)
-    metrics.update({"fake_G": fake, "real_G": real, "fake_M": smooth_images(7, channels=4), "real_M": smooth_images(8, channels=4)})
+    metrics = TranslationMetrics({"G": ("fake_G", "real_G"), "M": ("fake_M", "real_M")}, paired=False,
+                                 distribution=True)
+    metrics.update({"fake_G": fake, "real_G": real,
+                    "fake_M": smooth_images(7, channels=4), "real_M": smooth_images(8, channels=4)})
     scores = metrics.compute()
     # torchmetrics' own pipeline on the RGB-tiled 8-bit images: its FID with torch-fidelity's network and resizing
     from torchmetrics.image.fid import FrechetInceptionDistance
-    reference = FrechetInceptionDistance(feature=2048, feature_extractor_weights_path=inception.find_inception_weights(),
+    reference = FrechetInceptionDistance(feature=2048,
+                                         feature_extractor_weights_path=inception.find_inception_weights(),
                                          antialias=False)
     reference.update(to_uint8(real.expand(-1, 3, -1, -1)), real=True)
     reference.update(to_uint8(fake.expand(-1, 3, -1, -1)), real=False)
@@ -346,7 +350,8 @@ def test_two_processes_with_uneven_shares_compute_the_metrics_of_one_process(inc
     load_script("tests/metrics_ddp_script.py").main(str(tmp_path / "one.json"))  # one process: this one
     ok(ranks("tests/metrics_ddp_script.py", str(tmp_path / "two.json")))
     one, two = (json.loads((tmp_path / name).read_text()) for name in ("one.json", "two.json"))
-    assert set(one["metrics"]) == {"L1_B", "PSNR_B", "SSIM_B", "FID_B", "KID_B", "KID_B_std", "L1_A", "PSNR_A", "SSIM_A"}
+    assert set(one["metrics"]) == {"L1_B", "PSNR_B", "SSIM_B", "FID_B", "KID_B", "KID_B_std",
+                                   "L1_A", "PSNR_A", "SSIM_A"}
     assert one["counts"] == two["counts"] == {"B": {"paired": 5, "outputs": 5, "reference": 5}}
     for part in ("metrics", "lonely"):
         assert one[part].keys() == two[part].keys()

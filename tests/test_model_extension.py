@@ -116,8 +116,8 @@ def test_the_translator_loads_the_run_folder_and_matches_the_trained_generator(t
 
 def test_export_writes_the_models_generator(trained, tmp_path):
     result = run_script("scripts/export.py", "--name", trained.name, "--checkpoints_dir", str(trained.parent),
-                        "--model", MODEL, "--ngf", "4", "--export_dir", str(tmp_path), "--formats", "torchscript", "--device", "cpu",
-                        env=ENV)
+                        "--model", MODEL, "--ngf", "4", "--export_dir", str(tmp_path), "--formats", "torchscript",
+                        "--device", "cpu", env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     scripted = torch.jit.load(str(tmp_path / "latest_net_G.pt"))
     with torch.no_grad(), torch.jit.optimized_execution(False):
@@ -136,7 +136,8 @@ def test_a_model_reading_an_entry_the_dataset_lacks_is_refused_in_one_paragraph_
         "        self.mask = input['mask']\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     code = train.main(["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path), "--name", "mask",
-                       "--model", "user_models.reads_mask_model", "--netG", "resnet_6blocks", *TINY[2:], *TRAINING, "--n_epochs", "1", "--n_epochs_decay", "0"])
+                       "--model", "user_models.reads_mask_model", "--netG", "resnet_6blocks", *TINY[2:], *TRAINING,
+                       "--n_epochs", "1", "--n_epochs_decay", "0"])
     assert code == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert all(text in line for text in ("ReadsMaskModel", "'mask'", "AlignedDataset", "'A', 'B', 'A_paths'",

@@ -421,7 +421,8 @@ def test_test_model_applies_the_moving_average_as_epoch_latest_ema(tmp_path):
 def test_ema_decay_outside_zero_to_one_is_a_user_error(capsys):
     with pytest.raises(SystemExit) as stop:  # refused by the option parser (util/flag_types.py), exit 2
         build("pix2pix", "--netG", "resnet_6blocks", "--ema_decay", "1.5")
-    assert stop.value.code == 2 and "error: argument --ema_decay: must be a number >= 0 and < 1" in capsys.readouterr().err
+    assert stop.value.code == 2 \
+        and "error: argument --ema_decay: must be a number >= 0 and < 1" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the registry: a new model is one file
@@ -474,7 +475,8 @@ def test_a_network_without_a_declared_role_is_refused_naming_it(tmp_path, monkey
     with pytest.raises(UserError) as refused:
         m.setup(opt, first_batch=pair(S))
     message = str(refused.value)
-    assert "ProjectedModel" in message and "network(s) F" in message and "generator, encoder, discriminator, head" in message
+    assert "ProjectedModel" in message and "network(s) F" in message \
+        and "generator, encoder, discriminator, head" in message
     assert not (tmp_path / "exp").exists() or not list((tmp_path / "exp").glob("*.pth"))
 
 

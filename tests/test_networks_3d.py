@@ -34,7 +34,8 @@ def volume(*sides: int, channels: int = 1, batch: int = 2) -> torch.Tensor:
 # ---------------------------------------------------------------- sizes
 @pytest.mark.parametrize("netG,sides", [
     ("resnet_6blocks_3d", (16, 24, 32)), ("resnet_9blocks_3d", (8, 12, 20)),
-    ("unet_8_3d", (32, 32, 24)), ("unet_16_3d", (16, 48, 32)), ("unet_32_3d", (32, 64, 32)), ("unet_64_3d", (64, 64, 64)),
+    ("unet_8_3d", (32, 32, 24)), ("unet_16_3d", (16, 48, 32)),
+    ("unet_32_3d", (32, 64, 32)), ("unet_64_3d", (64, 64, 64)),
 ])
 @pytest.mark.parametrize("upsample", ["transpose", "resize"])
 def test_3d_generators_keep_the_volume_size_of_sizes_their_rule_takes_deterministically(netG, sides, upsample):

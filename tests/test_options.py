@@ -449,8 +449,9 @@ def test_save_options_at_test_time_writes_test_opt(tmp_path):
     assert (tmp_path / "run2" / "test_opt.txt").exists()
 
 
-@pytest.mark.parametrize("name, suggested", [("", "experiment_name"), (".", "experiment_name"), ("..", "experiment_name"),
-                                             ("runs/facades", "runs_facades"), ("/tmp/x", "tmp_x")])
+@pytest.mark.parametrize("name, suggested", [("", "experiment_name"), (".", "experiment_name"),
+                                             ("..", "experiment_name"), ("runs/facades", "runs_facades"),
+                                             ("/tmp/x", "tmp_x")])
 def test_a_run_name_that_is_not_one_folder_name_is_refused_naming_it(capsys, tmp_path, name, suggested):
     """--name '' would write the run into --checkpoints_dir itself; '..' or a path somewhere else."""
     for options in (TrainOptions, TestOptions):

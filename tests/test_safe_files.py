@@ -49,8 +49,9 @@ def test_the_refusal_names_the_output_the_input_and_the_fix(tree):
         refuse_output_over_inputs(str(tree / "toA"), "--out X", [("--in", str(tree / "D" / "B")),
                                                                   ("--other", str(tree / "D" / "A"))], "Do Y.")
     message = str(refused.value)
-    assert message.startswith("--out X (through a symbolic link: ") and f"is the input folder --other {tree / 'D' / 'A'}" \
-        in message and "nothing was written" in message and message.endswith("Do Y.")
+    assert message.startswith("--out X (through a symbolic link: ") \
+        and f"is the input folder --other {tree / 'D' / 'A'}" in message \
+        and "nothing was written" in message and message.endswith("Do Y.")
     refuse_output_over_inputs(str(tree / "E"), "--out E", [("--in", str(tree / "D"))])  # apart: no error
 
 

@@ -46,7 +46,8 @@ def unsb_generator_layout(input_nc: int, output_nc: int, ngf: int, blocks: int =
     for block in range(blocks):  # conv_block: pad, conv, norm; conv_fin: relu, pad, conv, norm
         prefix = f"model_res.{block}."
         layout.update({prefix + "conv_block.1.weight": (dim, dim, 3, 3), prefix + "conv_block.1.bias": (dim,),
-                       prefix + "adaptive.style_net.weight": (dim * 2, width), prefix + "adaptive.style_net.bias": (dim * 2,),
+                       prefix + "adaptive.style_net.weight": (dim * 2, width),
+                       prefix + "adaptive.style_net.bias": (dim * 2,),
                        prefix + "conv_fin.2.weight": (dim, dim, 3, 3), prefix + "conv_fin.2.bias": (dim,),
                        prefix + "Dense_time.weight": (dim, width), prefix + "Dense_time.bias": (dim,),
                        prefix + "style.weight": (dim * 2, width), prefix + "style.bias": (dim * 2,)})
@@ -56,7 +57,8 @@ def unsb_generator_layout(input_nc: int, output_nc: int, ngf: int, blocks: int =
         layout[f"model_upsample.{index + 1}.weight"] = (ngf * mult // 2, ngf * mult, 3, 3)
         layout[f"model_upsample.{index + 1}.bias"] = (ngf * mult // 2,)
         index += 4
-    layout[f"model_upsample.{index + 1}.weight"], layout[f"model_upsample.{index + 1}.bias"] = (output_nc, ngf, 7, 7), (output_nc,)
+    layout[f"model_upsample.{index + 1}.weight"] = (output_nc, ngf, 7, 7)
+    layout[f"model_upsample.{index + 1}.bias"] = (output_nc,)
     for k in (1, 3, 5, 7):  # PixelNorm, then 4 x (Linear, LeakyReLU)
         layout[f"z_transform.{k}.weight"], layout[f"z_transform.{k}.bias"] = (width, width), (width,)
     layout["time_embed.0.weight"], layout["time_embed.0.bias"] = (width, ngf), (width,)

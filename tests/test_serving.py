@@ -372,7 +372,8 @@ def test_one_bad_upload_in_a_batch_costs_only_its_own_request(runs, tmp_path):
 
     async def send_all(url: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=120) as client:
-            return await asyncio.gather(*(client.post(f"{url}/translate", content=path.read_bytes()) for path in floats))
+            return await asyncio.gather(*(client.post(f"{url}/translate", content=path.read_bytes())
+                                          for path in floats))
 
     with served(runs["cycle_gan"], max_batch=4, batch_timeout_ms=300) as url:
         answers = asyncio.run(send_all(url))
@@ -450,8 +451,8 @@ def test_the_serve_command_refuses_a_bad_flag_or_checkpoint_in_one_paragraph(run
 # ------------------------------------------------------------------------------------------ the page
 CHROMIUM = "/usr/bin/chromium"
 # As the machine notes say: without the background-networking flags Chromium keeps trying hosts it cannot reach.
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")

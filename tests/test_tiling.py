@@ -1,5 +1,5 @@
-"""Images of any size at test time (models/inference/application.py, models/inference/windows.py): padding to the generator's
-multiple and back, tiled translation (the windowing routine volumes use too) that equals whole-image
+"""Images of any size at test time (models/inference/application.py, models/inference/windows.py): padding to the
+generator's multiple and back, tiled translation (the windowing routine volumes use too) that equals whole-image
 translation for batch-norm (eval) and no-norm resnets, no visible seams for instance norm, and
 test.py's --preprocess none / --tile on real files."""
 from __future__ import annotations
@@ -118,7 +118,8 @@ def test_any_size_returns_the_input_size_and_equals_the_padded_translation(netG,
     with torch.no_grad():
         y = adapter(x)
         multiple, minimum = networks.size_rule(netG).multiple, networks.size_rule(netG).minimum
-        (top, bottom), (left, right) = split_padding(size[0], multiple, minimum), split_padding(size[1], multiple, minimum)
+        top, bottom = split_padding(size[0], multiple, minimum)
+        left, right = split_padding(size[1], multiple, minimum)
         expected = net(reflect_pad(x, top, bottom, left, right))[..., top:top + size[0], left:left + size[1]]
     assert y.shape == x.shape
     assert torch.equal(y, expected)
@@ -167,7 +168,8 @@ def test_check_tiling_refuses_sizes_the_generator_cannot_take():
     check_tiling("resnet_9blocks", 512, 64)
     check_tiling("unet_256", 512, 64)
     for netG, tile, overlap, flag in [("resnet_9blocks", 510, 64, "--tile 510"), ("unet_256", 384, 64, "--tile 384"),
-                                      ("resnet_9blocks", 512, 300, "--tile_overlap 300"), ("resnet_6blocks", -1, 0, "--tile -1")]:
+                                      ("resnet_9blocks", 512, 300, "--tile_overlap 300"),
+                                      ("resnet_6blocks", -1, 0, "--tile -1")]:
         with pytest.raises(UserError, match=flag):
             check_tiling(netG, tile, overlap)
 
@@ -214,8 +216,8 @@ def test_test_py_refuses_a_tile_size_the_generator_cannot_take(resnet_checkpoint
     spec.loader.exec_module(script)
     (tmp_path / "data").mkdir()
     Image.new("RGB", (32, 32)).save(tmp_path / "data" / "a.png")
-    status = script.main(["--dataroot", str(tmp_path / "data"), "--name", "r", "--model", "test", "--netG", "resnet_6blocks",
-                          "--checkpoints_dir", str(resnet_checkpoint), "--results_dir", str(tmp_path / "out"),
-                          "--device", "cpu", "--tile", "50"])
+    status = script.main(["--dataroot", str(tmp_path / "data"), "--name", "r", "--model", "test",
+                          "--netG", "resnet_6blocks", "--checkpoints_dir", str(resnet_checkpoint),
+                          "--results_dir", str(tmp_path / "out"), "--device", "cpu", "--tile", "50"])
     assert status == 2
     assert "--tile 50" in capsys.readouterr().err

@@ -117,7 +117,8 @@ def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paire
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     files = sorted(p.name for p in whole.glob("*.pth") if p.name.startswith(("latest_", "best_")) or "_ema_" in p.name)
     assert {"best_net_G.pth", "best_ema_net_G.pth", "latest_ema_net_G.pth", "latest_train_state.pth"} <= set(files)
-    assert files == sorted(p.name for p in cut.glob("*.pth") if p.name.startswith(("latest_", "best_")) or "_ema_" in p.name)
+    assert files == sorted(p.name for p in cut.glob("*.pth")
+                           if p.name.startswith(("latest_", "best_")) or "_ema_" in p.name)
     for name in files:
         a, b = torch.load(whole / name, weights_only=True), torch.load(cut / name, weights_only=True)
         assert_same(a, b, name)

@@ -120,7 +120,8 @@ def test_skip_bad_images_refuses_when_nothing_is_readable(tmp_path):
 def test_header_check_stops_at_its_time_budget_and_says_so(tmp_path, capsys):
     paths = pairs(tmp_path, 3)
     paths[0].write_bytes(b"")
-    check_image_files(make_opt(tmp_path), size_rule('resnet_6blocks'), budget_s=-1.0)  # nothing checked: left to load time
+    # nothing checked: left to load time
+    check_image_files(make_opt(tmp_path), size_rule('resnet_6blocks'), budget_s=-1.0)
     assert "checked the headers of 0 of 3 images" in capsys.readouterr().out
 
 

@@ -38,11 +38,13 @@ SMALL = ["--model", "pix2pix", "--direction", "BtoA", "--netG", "resnet_6blocks"
 LOSS_NAMES = ["G_GAN", "G_L1", "D_real", "D_fake"]  # pix2pix, in its order
 LOSS_LINE = re.compile(r"^\(epoch: (\d+), iters: (\d+), time: [\d.]+, data: [\d.]+\) (.*)$")
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install -y chromium)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None,
+                                    reason="no chromium binary on PATH (Debian: apt-get install -y chromium)")
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}"
+                                    f"\nstderr:\n{result.stderr[-4000:]}")
     return result
 
 
@@ -464,9 +466,9 @@ def test_train_and_test_run_without_dominate_and_visdom_and_say_what_is_missing(
         (tmp_path / "blocked" / name).mkdir(parents=True)
         (tmp_path / "blocked" / name / "__init__.py").write_text("raise ImportError('blocked by the test')")
     env = {"PYTHONPATH": str(tmp_path / "blocked")}
-    common = ["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path / "ck"), "--name", "n", "--model", "pix2pix",
-              "--netG", "resnet_6blocks", "--load_size", "32", "--crop_size", "32", "--max_dataset_size", "4",
-              "--ngf", "8", "--ndf", "8", "--num_threads", "0"]
+    common = ["--dataroot", str(paired_root), "--checkpoints_dir", str(tmp_path / "ck"), "--name", "n",
+              "--model", "pix2pix", "--netG", "resnet_6blocks", "--load_size", "32", "--crop_size", "32",
+              "--max_dataset_size", "4", "--ngf", "8", "--ndf", "8", "--num_threads", "0"]
     trained = run_script("train.py", *common, "--n_epochs", "1", "--n_epochs_decay", "0", "--display_id", "0",
                          "--display_freq", "1", env=env)
     assert trained.returncode == 0, trained.stderr[-3000:]

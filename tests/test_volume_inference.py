@@ -61,7 +61,8 @@ def run(tmp_path_factory) -> Path:
         save_nifti(root / "data" / f"{phase}A" / "v.nii.gz", source)
         save_nifti(root / "data" / f"{phase}B" / "v.nii.gz", 1000 - source)
     train = load_script("train.py")
-    assert train.main(["--dataroot", str(root / "data"), "--name", "run", "--checkpoints_dir", str(root / "checkpoints"),
+    assert train.main(["--dataroot", str(root / "data"), "--name", "run",
+                       "--checkpoints_dir", str(root / "checkpoints"),
                        *FLAGS, "--netD", "n_layers_3d", "--n_layers_D", "1", "--ndf", "4", "--display_id", "0",
                        "--init_type", "xavier", "--init_gain", "1.0", "--n_epochs", "1", "--n_epochs_decay", "0",
                        "--patches_per_volume", "2"]) == 0
@@ -146,7 +147,8 @@ def test_a_tensor_in_network_range_gives_the_same_shape_in_network_range(transla
     torch.testing.assert_close(one, batch[1], rtol=0, atol=1e-6)  # a volume's output does not depend on its batch
     # exactly the run's generator in Gaussian-blended windows of its patch size (models/inference/windows.py)
     with torch.no_grad():
-        expected = InferenceGenerator(translator.generator, translator.size_rule, Windows.for_volumes(WINDOW, 0.5, 4))(x)
+        expected = InferenceGenerator(translator.generator, translator.size_rule,
+                                      Windows.for_volumes(WINDOW, 0.5, 4))(x)
     torch.testing.assert_close(batch, expected, rtol=0, atol=1e-6)
 
 
@@ -282,7 +284,8 @@ def test_translate_command_refuses_picture_flags_and_bad_window_flags_for_a_volu
 def test_translate_command_names_its_window_flags_for_a_picture_run(tmp_path, capsys):
     torch.save(networks.define_G(1, 1, 4, "resnet_6blocks").state_dict(), tmp_path / "latest_net_G.pth")
     Image.new("L", (16, 16)).save(tmp_path / "photo.png")
-    status, out, err = translate_command([str(tmp_path / "photo.png"), "--checkpoint", str(tmp_path / "latest_net_G.pth"),
+    status, out, err = translate_command([str(tmp_path / "photo.png"),
+                                          "--checkpoint", str(tmp_path / "latest_net_G.pth"),
                                           "--output", str(tmp_path / "out"), "--device", "cpu", "--patch_size", "8",
                                           "--window_batch", "2"], capsys)
     assert status == 2 and len(err.strip().splitlines()) == 1, err

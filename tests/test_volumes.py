@@ -87,7 +87,8 @@ def test_two_processes_train_the_same_3d_model_as_one_process_with_the_global_ba
                                                       "--batch_size", "2")) == 0
     ok(ranks("train.py", *unpaired_args(unpaired_volumes, tmp_path, "two", model, "--batch_size", "1")))
     one = weights(tmp_path / "one")
-    assert any(value.ndim == 5 for value in one["latest_net_G.pth" if model == "cut" else "latest_net_G_A.pth"].values())
+    generator_file = "latest_net_G.pth" if model == "cut" else "latest_net_G_A.pth"
+    assert any(value.ndim == 5 for value in one[generator_file].values())
     assert_trained_alike(tmp_path / "one", tmp_path / "two")
 
 
