@@ -57,7 +57,16 @@ class BaseOptions:
     isTrain: bool = False
 
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        # basic parameters
+        self._add_basic_flags(parser)
+        self._add_model_flags(parser)
+        self._add_dataset_flags(parser)
+        self._add_additional_flags(parser)
+        self._add_wandb_flags(parser)
+        self._add_distributed_flags(parser)
+        return parser
+
+    def _add_basic_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Basic parameters."""
         parser.add_argument("--dataroot", required=True, on_resume="noted",
                             help="path to images (should have subfolders trainA, trainB, valA, valB, etc)")
         parser.add_argument("--name", type=str, default="experiment_name", on_resume="silent",
@@ -93,7 +102,9 @@ class BaseOptions:
         parser.add_argument("--dtype", type=str, default="float32", choices=["float32", "float64"], on_resume="noted",
                             help="precision of weights and images; float64 is slow and meant for numerical checks "
                                  "(e.g. that DDP equals one process)")
-        # model parameters
+
+    def _add_model_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Model parameters."""
         parser.add_argument("--model", type=models.model_name, default="cycle_gan", on_resume="architecture",
                             help=f"chooses which model to use: {', '.join(models.builtin_model_names())}, or the "
                                  f"module path of your own (mypackage.my_model)")
@@ -134,7 +145,9 @@ class BaseOptions:
                                  "convolutions (the reference's; their checkpoints); resize: nearest-neighbour "
                                  "upsampling then a 3x3 convolution, which avoids checkerboard artifacts "
                                  "(docs/training_tips.md)")
-        # dataset parameters
+
+    def _add_dataset_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Dataset parameters."""
         parser.add_argument("--dataset_mode", type=data.dataset_mode_name, default="unaligned", on_resume="noted",
                             help=f"chooses how datasets are loaded: {', '.join(data.builtin_dataset_names())}, or "
                                  f"the dotted module path of your own dataset (docs/datasets.md)")
@@ -168,7 +181,9 @@ class BaseOptions:
                                  "otherwise the first 3 (2 channels: the first)")
         parser.add_argument("--display_winsize", type=image_side, default=256, on_resume="silent",
                             help="display window size for both visdom and HTML")
-        # additional parameters
+
+    def _add_additional_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Additional parameters."""
         parser.add_argument("--epoch", type=str, default="latest", on_resume="silent",
                             help="which epoch to load? set to latest to use latest cached model")
         parser.add_argument("--load_iter", type=non_negative_int, default=0, on_resume="silent",
@@ -180,19 +195,22 @@ class BaseOptions:
                             help="customized suffix: opt.name = opt.name + suffix: e.g., "
                                  "{model}_{netG}_size{load_size}")
         parser = add_inception_weights_flag(parser)  # validation, test.py --eval_metrics
-        # wandb parameters
+
+    def _add_wandb_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Wandb parameters."""
         parser.add_argument("--use_wandb", action="store_true", on_resume="silent",
                             help="if specified, then init wandb logging")
         parser.add_argument("--wandb_project_name", type=str, default="CycleGAN-and-pix2pix", on_resume="silent",
                             help="specify wandb project name")
-        # distributed parameters
+
+    def _add_distributed_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Distributed parameters."""
         parser.add_argument("--ddp_backend",type=str,default="auto",choices=["auto", "nccl", "gloo"],on_resume="silent",
                             help="communication between processes: auto is NCCL on GPUs, gloo on the CPU; gloo with "
                                  "--device cuda lets several processes share one GPU (for testing)")
         parser.add_argument("--ddp_timeout",type=Bounded(float, low=0, low_open=True, high=1e6, name="ddp_timeout"),
                             default=600.0,on_resume="silent",
                             help="seconds a process waits for its peers before the whole run is stopped with an error")
-        return parser
 
     # Flags whose value decides which other flags exist (their families', the dataset mode's), read by the
     # pre-parse; `given` tells which of them the command line names.

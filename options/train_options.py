@@ -34,7 +34,17 @@ class TrainOptions(BaseOptions):
 
     def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = super().initialize(parser)
-        # visdom and HTML visualization parameters
+        self._add_visdom_html_visualization_flags(parser)
+        self._add_further_displays_flags(parser)
+        self._add_network_saving_loading_flags(parser)
+        self._add_validation_during_training_flags(parser)
+        self._add_training_flags(parser)
+        self._add_high_resolution_flags(parser)
+        self._add_small_data_steadier_flags(parser)
+        return parser
+
+    def _add_visdom_html_visualization_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Visdom and HTML visualization parameters."""
         parser.add_argument("--display_freq", type=non_negative_int, default=400, on_resume="silent",
                             help="frequency (in images) of showing training results on screen; 0: never")
         parser.add_argument("--display_ncols", type=non_negative_int, default=4, on_resume="silent",
@@ -54,7 +64,9 @@ class TrainOptions(BaseOptions):
                             help="frequency (in images) of showing training results on console; 0: never")
         parser.add_argument("--no_html", action="store_true", on_resume="silent",
                             help="do not save intermediate training results to [opt.checkpoints_dir]/[opt.name]/web/")
-        # further displays (not in the reference): see docs/visualization.md
+
+    def _add_further_displays_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Further displays (not in the reference): see docs/visualization.md."""
         parser.add_argument("--use_tensorboard", action="store_true", on_resume="silent",
                             help="log losses, learning rate, images/s and image grids for TensorBoard to "
                                  "[opt.checkpoints_dir]/[opt.name]/tensorboard/ (needs the tensorboard package)")
@@ -67,7 +79,9 @@ class TrainOptions(BaseOptions):
         parser.add_argument("--progress_interval", type=non_negative_float, default=60.0, on_resume="silent",
                             help="seconds between plain progress lines when stdout is not a terminal (a CI log, "
                                  "nohup); 0: after every step")
-        # network saving and loading parameters
+
+    def _add_network_saving_loading_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Network saving and loading parameters."""
         parser.add_argument("--save_latest_freq", type=non_negative_int, default=5000, on_resume="silent",
                             help="frequency (in images) of saving the latest results; 0: only at the end of epochs")
         parser.add_argument("--save_epoch_freq", type=positive_int, default=5, on_resume="silent",
@@ -85,7 +99,9 @@ class TrainOptions(BaseOptions):
                             help="the starting epoch count, we save the model by <epoch_count>, "
                                  "<epoch_count>+<save_latest_freq>, ...")
         parser.add_argument("--phase", type=str, default="train", on_resume="noted", help="train, val, test, etc")
-        # validation during training (models/training/validator.py, docs/evaluation.md)
+
+    def _add_validation_during_training_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Validation during training (models/training/validator.py, docs/evaluation.md)."""
         parser.add_argument("--val_freq", type=non_negative_int, default=0, on_resume="silent",
                             help="validate every N epochs and at the last one: metrics of the held-out split into "
                                  "val_log.txt and metrics.jsonl; 0: no validation")
@@ -100,7 +116,9 @@ class TrainOptions(BaseOptions):
                             help="keep best_net_*.pth (test.py --epoch best) and best.json for the epoch with the "
                                  "best value of this validation metric, e.g. L1, PSNR, SSIM, FID_B (with --ema_decay "
                                  "also best_ema_net_*.pth)")
-        # training parameters
+
+    def _add_training_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Training parameters."""
         parser.add_argument("--n_epochs", type=non_negative_int, default=100, on_resume="reapplied",
                             help="number of epochs with the initial learning rate")
         parser.add_argument("--niter", dest="n_epochs", type=non_negative_int, default=100, on_resume="reapplied",
@@ -138,7 +156,9 @@ class TrainOptions(BaseOptions):
                                  "0: off")
         parser.add_argument("--lr_decay_iters", type=positive_int, default=50, on_resume="reapplied",
                             help="multiply by a gamma every lr_decay_iters iterations")
-        # high resolution (docs/high_resolution.md)
+
+    def _add_high_resolution_flags(self, parser: argparse.ArgumentParser) -> None:
+        """High resolution (docs/high_resolution.md)."""
         parser.add_argument("--accum_steps",type=Bounded(int, low=1, high=1024, name="accum_steps"),default=1,
                             on_resume="noted",
                             help="gradient accumulation: one optimizer step per this many batches of --batch_size, "
@@ -153,7 +173,9 @@ class TrainOptions(BaseOptions):
                             help="activation checkpointing: the generators' residual blocks and U-Net levels "
                                  "recompute their activations in the backward pass instead of keeping them, for less "
                                  "memory at high resolution (a step takes longer; same results)")
-        # small data and steadier training (models/losses/diff_augment.py, docs/training_tips.md)
+
+    def _add_small_data_steadier_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Small data and steadier training (models/losses/diff_augment.py, docs/training_tips.md)."""
         parser.add_argument("--diff_augment", type=augment_policy, default="", metavar="POLICY", on_resume="noted",
                             help="differentiable augmentation of every discriminator input, real and fake alike "
                                  "(DiffAugment): comma-separated color, translation, cutout, e.g. "
@@ -171,7 +193,6 @@ class TrainOptions(BaseOptions):
                             help="spectral normalisation of every convolution of the discriminators (PyTorch's "
                                  "parametrization); their checkpoints then hold weight.original and the power "
                                  "iteration's _u, _v")
-        return parser
 
     def add_selected_flags(self, parser: argparse.ArgumentParser, known: argparse.Namespace,
                            given: set[str]) -> argparse.ArgumentParser:
