@@ -41,6 +41,7 @@ from util.evaluation.metrics_report import (
     paired_summary,
     volume_units,
 )
+from util.host_memory import keep_freed_memory
 from util.safe_files import atomic_write_json
 from util.seeding import choose_kernels, seed_everything
 from util.util import parse_display_channels
@@ -217,6 +218,7 @@ def start_and_test(opt) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
+    keep_freed_memory()  # a step's freed activations are reused, not faulted in again page by page
     opt = TestOptions().parse(argv)
     choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     try:

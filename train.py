@@ -32,6 +32,7 @@ from util import distributed
 from util.console import print0, setup_logging
 from util.display.visualizer import NullVisualizer, Visualizer, make_visualizer
 from util.errors import UserError, exit_with_status, exits_on_user_error
+from util.host_memory import keep_freed_memory
 from util.position import Position
 from util.seeding import choose_kernels, seed_everything
 
@@ -272,6 +273,7 @@ def start_and_train(opt: argparse.Namespace, locks: list[RunLock]) -> int:
 @distributed.record_errors  # under torchrun, a crash in any rank is reported once, with its traceback
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
+    keep_freed_memory()  # a step's freed activations are reused, not faulted in again page by page
     opt = TrainOptions().parse(argv)
     choose_kernels(opt.deterministic, opt.preprocess)  # before any CUDA work
     locks: list[RunLock] = []

@@ -42,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # stderr of the moment, which pytest captures (shown for a failing test only) and tests read.
     from util.console import setup_logging
     setup_logging()
+    # As train.py and test.py do: the in-process trainings reuse freed memory instead of faulting it in.
+    from util.host_memory import keep_freed_memory
+    keep_freed_memory()
     config.addinivalue_line("markers", "slow: multi-process or end-to-end test (still run in CI)")
     config.addinivalue_line("markers", "benchmark: timing run of minutes, deselected unless asked for "
                                        "(pytest -m benchmark)")
