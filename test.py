@@ -107,6 +107,8 @@ def translate_all(opt, model, nets: NetworkViews, dataset, web_dir: str, metrics
     image_dir = os.path.join(web_dir, "images")
     full_precision_dir = os.path.join(web_dir, FULL_PRECISION_FOLDER)
     domains = model.visual_domains(opt)  # which input files' format each visual is written in
+    # --results_layout original: also images/<folder>/<name>.png, where CUT's and UNSB's evaluation commands look
+    folders = model.result_folders if opt.results_layout == "original" else None
     rows = []
     for index, data in zip(dataset.sampler.indices[::opt.batch_size], dataset):
         if check_sizes:
@@ -123,7 +125,8 @@ def translate_all(opt, model, nets: NetworkViews, dataset, web_dir: str, metrics
         else:
             write_full_precision(full_precision_dir, visuals, data, opt, domains)
         metrics.update(visuals)
-        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels)))
+        rows.append((index, *save_result_images(image_dir, visuals, img_path, opt.aspect_ratio, display_channels,
+                                                folders)))
     return rows
 
 

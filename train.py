@@ -19,7 +19,7 @@ from torch.utils.data import default_collate
 
 from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
-from models import create_model, find_model_using_name, networks
+from models import builds_network, create_model, find_model_using_name, networks
 from models.base_model import BaseModel
 from models.training.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
 from models.training.checkpointer import Checkpointer, StartPoint
@@ -135,11 +135,16 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     check_epochs_left(opt, start, run_dir)
     seed_everything(start.seed)  # the same initial weights on every rank
     size_rule = networks.size_rule(opt.netG, opt)  # the image sizes the generator takes
-    dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule)  # a sampler per rank
+    # a sampler per rank; CUT's and UNSB's decay epochs load at --crop_size (their models say so)
+    recipe = find_model_using_name(opt.model).loads_at_crop_size_in_decay and opt.n_epochs_decay > 0
+    in_decay = opt.n_epochs + 1 if recipe else None
+    dataset = create_dataset(opt, start.seed, ctx, size_rule=size_rule, crop_size_from=in_decay)
     check_epoch_has_steps(opt, ctx, len(dataset.dataset))  # before anything is built from it
     first_sample = dataset.first_sample()
     first = first_sample["A"]
-    networks.check_image_size(opt, *first.shape[1:])  # what the generator and discriminator families take
+    # what the generator and discriminator families take: a discriminator the run builds (none with pix2pix's
+    # --lambda_GAN 0; the model's other networks it checks itself, at its first batch)
+    networks.check_image_size(opt, *first.shape[1:], discriminator=builds_network(opt, "netD"))
     model = create_model(opt, ctx, start.seed)  # networks, losses, optimizers
     check_accumulation(model, opt.accum_steps)  # --accum_steps needs the model's phases
     # the model may build data-dependent parts from the first batch; then schedulers, loading

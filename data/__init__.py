@@ -18,8 +18,8 @@ from typing import Any
 
 import torch.utils.data
 
-from data.base_dataset import BaseDataset
-from data.input_checks import check_dataset_root
+from data.base_dataset import BaseDataset, options_at_crop_size
+from data.input_checks import check_dataset_root, check_image_files
 from data.registry import (
     built_in_datasets,
     builtin_dataset_names,
@@ -155,7 +155,7 @@ class SkipBadImages(torch.utils.data.Dataset):
 
 
 def create_dataset(opt: argparse.Namespace, seed: int = 0, ctx: DistContext | None = None, limit: int | None = None,
-                   size_rule=None) -> DatasetLoader:
+                   size_rule=None, crop_size_from: int | None = None) -> DatasetLoader:
     """Check the dataset folder, build the `--dataset_mode` dataset and its loader.
 
     `seed` fixes the shuffle and all augmentations (0 for the reference's callers, who pass only `opt`);
@@ -163,18 +163,30 @@ def create_dataset(opt: argparse.Namespace, seed: int = 0, ctx: DistContext | No
     was) selects this process's share for distributed training, and a CUDA device enables pinned memory.
     At inference (`opt.isTrain` false) the ranks share the first `limit` samples, each once.
     `size_rule` (the generator's `networks.SizeRule`) refuses image sizes the generator cannot take.
+    From epoch `crop_size_from` on, images load at --crop_size (`BaseDataset.load_at_crop_size_from`).
     Raises `UserError` for problems with the dataset folder or flags.
     """
     ctx = ctx or current_context()
-    return DatasetLoader(opt, _checked_dataset(opt, seed, size_rule), seed, rank=ctx.rank,
+    return DatasetLoader(opt, _checked_dataset(opt, seed, size_rule, crop_size_from), seed, rank=ctx.rank,
                          world_size=ctx.world_size, device_type=ctx.device.type, limit=limit)
 
 
-def _checked_dataset(opt: argparse.Namespace, seed: int, size_rule=None) -> BaseDataset:
+def _checked_dataset(opt: argparse.Namespace, seed: int, size_rule=None,
+                     crop_size_from: int | None = None) -> BaseDataset:
     dataset_class = find_dataset_using_name(opt.dataset_mode)
     check_dataset_root(opt, size_rule)
+    if crop_size_from is not None and "scale_width" in opt.preprocess:
+        # the width those epochs scale to is --crop_size: each image's height then must suit the generator too
+        try:
+            check_image_files(options_at_crop_size(opt), size_rule)
+        except UserError as err:
+            raise UserError(f"from epoch {crop_size_from} on (the decay epochs of --model {opt.model}, CUT's and "
+                            f"UNSB's recipe) images load at --crop_size {opt.crop_size}, read below as --load_size: "
+                            f"{err}") from None
     dataset = dataset_class(opt)
     dataset.set_seed(seed)
+    if crop_size_from is not None:
+        dataset.load_at_crop_size_from(crop_size_from)
     return dataset
 
 

@@ -27,6 +27,7 @@ from data.image_io import ValueRange, match_channels, to_network
 from data.layout import FileGroup, RequiredFolder
 from util.errors import UserError
 from util.flag_types import finite_float
+from util.frozen_options import FrozenOptions
 
 BICUBIC = Image.Resampling.BICUBIC
 
@@ -42,6 +43,11 @@ class BaseDataset(data.Dataset, abc.ABC):
     loader calls `set_epoch` before each epoch. The DataLoader's workers persist across epochs;
     they learn the epoch from the training sampler's (epoch, index) keys (data/samplers.py), so a
     worker sets its copy's epoch before loading a sample.
+
+    `self.opt` is the options in effect for the epoch: those parsed or, from the epoch given to
+    `load_at_crop_size_from` on (CUT's and UNSB's decay epochs), a copy of them with --load_size set
+    to --crop_size, so that whatever a dataset passes to `get_params`/`get_transform` loads whole
+    images at --crop_size (no random crop) without the dataset knowing.
     """
 
     # Whether each sample's B is the true counterpart of its A (scored with L1/PSNR/SSIM) rather
@@ -55,12 +61,18 @@ class BaseDataset(data.Dataset, abc.ABC):
     # The picture modes a volume mode stands in for (aligned_volume: ("aligned",)): a run of one of them
     # whose folders hold volumes is told to use this mode instead.
     stands_in_for: tuple[str, ...] = ()
+    # Whether --second_input makes each item carry a second, independent image of the model's input domain
+    # ("A2", or "B2" with --direction BtoA), which UNSB (--model sb) trains on: the options refuse --model sb
+    # with a mode that does not.
+    gives_second_input: bool = False
 
     def __init__(self, opt: argparse.Namespace) -> None:
         self.opt = opt
         self.root = opt.dataroot
         self.seed = 0
         self.epoch = 0
+        self.parsed_opt = opt  # what `opt` is outside the epochs that load at --crop_size
+        self.crop_size_from: int | None = None  # the first epoch that loads at --crop_size (None: none)
 
     @staticmethod
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
@@ -84,8 +96,19 @@ class BaseDataset(data.Dataset, abc.ABC):
         self.seed = int(seed)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch, so each epoch draws new (but reproducible) augmentations."""
+        """Set the epoch, so each epoch draws new (but reproducible) augmentations, and the options
+        it loads with (`load_at_crop_size_from`)."""
         self.epoch = int(epoch)
+        at_crop_size = self.crop_size_from is not None and self.epoch >= self.crop_size_from
+        self.opt = options_at_crop_size(self.parsed_opt) if at_crop_size else self.parsed_opt
+
+    def load_at_crop_size_from(self, epoch: int | None) -> None:
+        """From `epoch` on (None: never), images load at --crop_size instead of --load_size: resized
+        whole to the crop (or, with scale_width, to its width), so no random crop is left. CUT's and
+        UNSB's recipe for their decay epochs (`BaseModel.loads_at_crop_size_in_decay`; train.py says
+        which epoch). Set once, before the loader's workers start: they inherit it."""
+        self.crop_size_from = epoch
+        self.set_epoch(self.epoch)
 
     def sample_rng(self, index: int) -> random.Random:
         """A fresh generator determined only by (seed, epoch, index)."""
@@ -100,6 +123,15 @@ class BaseDataset(data.Dataset, abc.ABC):
     @abc.abstractmethod
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The sample at `index` as a dict (tensors plus '*_paths' strings)."""
+
+
+def options_at_crop_size(opt: argparse.Namespace) -> argparse.Namespace:
+    """`opt` (left as it is: options are read-only) copied with --load_size = --crop_size."""
+    if opt.load_size == opt.crop_size:
+        return opt
+    if isinstance(opt, FrozenOptions):
+        return opt.replaced(load_size=opt.crop_size)
+    return argparse.Namespace(**{**vars(opt), "load_size": opt.crop_size})  # the reference's callers' plain opt
 
 
 def check_preprocess(opt: argparse.Namespace) -> None:

@@ -5,6 +5,8 @@ Public interface (no `opt`: plain values, usable from scripts and the inference 
     probe_image(path) -> ImageInfo            size, channel count, dtype and alpha from the header only (at
                                               most MAX_IMAGE_VALUES values, checked before any is allocated)
     read_image(path) -> np.ndarray            H x W x C in the file's own dtype: uint8, uint16 or float32
+    read_image_as_shown(path), probe_image_as_shown(path)   the same, turned upright as viewers show it (the
+                                              EXIF orientation, `exif_orientation`, applied by `as_shown`)
     write_image(path, array)                  by extension: .png (8/16-bit), .tif/.tiff (any dtype and
                                               band count), .npy; other extensions 8-bit through PIL
     output_extension(ext, dtype, channels)    `ext`, or .tif where that format cannot hold such images
@@ -399,6 +401,58 @@ def read_image(path: str) -> np.ndarray:
                         f"package ({err}); pip install imagecodecs.") from err
     except Exception as err:  # a damaged file can make the readers raise almost anything
         raise unreadable(path, err) from err
+
+
+# ------------------------------------------------------------------------------------------ orientation
+# EXIF's Orientation tag (also TIFF's): how a viewer turns the stored pixels to show the picture upright; a
+# phone stores a portrait photo as a landscape one with orientation 6 (turn 90 degrees clockwise).
+EXIF_ORIENTATION = 0x0112
+# Each orientation's turn of an H x W x C array, as PIL.ImageOps.exif_transpose turns an image.
+_SHOWN = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1], 5: lambda a: a.swapaxes(0, 1),
+          6: lambda a: np.rot90(a, -1), 7: lambda a: np.rot90(a, -1)[::-1], 8: lambda a: np.rot90(a, 1)}
+
+
+def exif_orientation(source: str | Image.Image) -> int:
+    """The EXIF orientation (1 to 8) of an image file or of an image PIL has opened; 1 (upright as stored)
+    where there is none, or none can be read (a format without it, as .npy; damaged metadata)."""
+    try:
+        if isinstance(source, Image.Image):
+            value = source.getexif().get(EXIF_ORIENTATION, 1)
+        elif _extension(source) in NUMPY_EXTENSIONS:
+            return 1
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # damaged metadata: read as stored, the pixels are what count
+                with Image.open(source) as img:
+                    if img.format == "PNG" and "exif" not in img.info:
+                        return 1  # no eXIf chunk before the pixels: PIL would decode them all to look behind them
+                    value = img.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception as err:  # PIL cannot open it (a TIFF tifffile reads) or its EXIF: as stored
+        logger.debug("no EXIF orientation read from %s (%s: %s)", source, type(err).__name__, err)
+        return 1
+    return value if value in _SHOWN else 1
+
+
+def as_shown(array: np.ndarray, orientation: int) -> np.ndarray:
+    """An H x W x C array (any dtype, any channels) turned as a viewer shows an image of EXIF `orientation`:
+    what PIL.ImageOps.exif_transpose does to an image PIL holds."""
+    turn = _SHOWN.get(orientation)
+    return array if turn is None else np.ascontiguousarray(turn(array))
+
+
+def read_image_as_shown(path: str) -> np.ndarray:
+    """`read_image(path)` turned upright as image viewers show it (its EXIF orientation applied): what
+    translation reads a user's photo as. (Datasets read pixels as stored, as the reference does.)"""
+    return as_shown(read_image(path), exif_orientation(path))
+
+
+def probe_image_as_shown(path: str) -> ImageInfo:
+    """`probe_image(path)` of the image as shown (`read_image_as_shown`): width and height swapped where its
+    EXIF orientation turns it by a quarter (5 to 8)."""
+    info = probe_image(path)
+    if exif_orientation(path) < 5:
+        return info
+    return ImageInfo(info.height, info.width, info.channels, info.dtype, info.alpha)
 
 
 # ------------------------------------------------------------------------------------------ writing

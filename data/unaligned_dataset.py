@@ -25,6 +25,8 @@ class UnalignedDataset(BaseDataset):
     `sample_rng(index)` with crops and flips of its own: "A2" (or "B2" with --direction BtoA).
     """
 
+    gives_second_input = True  # with --second_input
+
     @staticmethod
     def modify_commandline_options(parser: argparse.ArgumentParser, is_train: bool) -> argparse.ArgumentParser:
         parser.add_argument("--second_input", action="store_true", on_resume="noted",

@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", default="0,1", help="comma-separated numbers of busy processes to measure beside")
     parser.add_argument("--policies", default="default,PASSIVE", help="OMP_WAIT_POLICY values (default: unset)")
     parser.add_argument("--out", type=Path, help="folder for contention.json")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true",
+                        help="measure one cell (--size, --threads, --steps) in this process and print it as JSON: how "
+                             "the benchmark runs each cell in a fresh process")
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(measure(args.size, args.threads, args.steps)))

@@ -146,9 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unsb", type=Path, help="UNSB's code, extracted (and .cuda() patched to the device)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/unsb_cmp"))
     parser.add_argument("--images", type=int, default=4)
-    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
+    # the two halves of one comparison, each in a process of its own (this script runs them itself)
+    parser.add_argument("--record", type=Path, metavar="FILE",
+                        help="run UNSB's test.py (the path and arguments after --) recording every normal draw into "
+                             "FILE")
+    parser.add_argument("--replay", type=Path, metavar="FILE",
+                        help="run our test.py (the arguments after --), each image's walk fed the draws FILE recorded")
+    parser.add_argument("--steps", type=int, default=3, help="with --replay: the steps of the bridge (T)")
     args, rest = parser.parse_known_args(argv)
     rest = rest[1:] if rest[:1] == ["--"] else rest
     if args.record:

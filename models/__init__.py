@@ -15,6 +15,8 @@ import functools
 import inspect
 import textwrap
 
+from data import spatial_dims
+from models import networks
 from models.base_model import BaseModel
 from util.console import print0
 from util.distributed import DistContext, current_context
@@ -67,6 +69,77 @@ def create_model(opt, ctx: DistContext | None = None, seed: int = 0) -> BaseMode
     model = model_class(opt, ctx, seed=seed) if takes_seed else model_class(opt, ctx)
     print0(f"model [{type(model).__name__}] was created")
     return model
+
+
+# ---------------------------------------------------------------------------- networks a model can run
+# What a model that declares no `network_calls` is checked for: only that its networks have the data's number
+# of spatial dimensions (a model of one's own keeps the behaviour it had before models declared their calls).
+_DIMENSIONS_ONLY = {"netG": networks.NetworkCall(networks.GENERATOR),
+                    "netD": networks.NetworkCall(networks.DISCRIMINATOR)}
+
+
+def builds_network(opt, flag: str) -> bool:
+    """Whether training with the options `opt` builds the network `flag` ("netD", ...) names: not where the
+    model's `built_with_weight` says that a weight of 0 leaves it out (pix2pix --lambda_GAN 0: no D)."""
+    weight = find_model_using_name(opt.model).built_with_weight.get(flag)
+    return weight is None or getattr(opt, weight) > 0
+
+
+def network_refusal(opt, calls: bool = True) -> tuple[str, str] | None:
+    """(the flag, one paragraph) for the first network the parsed options name that cannot run in their
+    --model: a family of another number of spatial dimensions than the data's, or (with `calls`) one the
+    model cannot call as it calls that flag's network (its `network_calls`: what it gives beside the image,
+    whether it reads the layers' outputs). Each paragraph names the models the network runs in and the
+    built-in choices that run here. At test time only generators and encoders are asked (nothing else is
+    built). Without `calls`, for what applies a generator itself (scripts/export.py), dimensions only."""
+    model_class = find_model_using_name(opt.model)
+    dims = spatial_dims(opt)
+    for flag, call in (model_class.network_calls or _DIMENSIONS_ONLY).items():
+        if not hasattr(opt, flag) or (not opt.isTrain and call.role not in (networks.GENERATOR, networks.ENCODER)):
+            continue
+        if opt.isTrain and not builds_network(opt, flag):  # a network these flags leave out is not judged
+            continue
+        name, family = getattr(opt, flag), networks.family_of(getattr(opt, flag), call.role)
+        declared = calls and flag in model_class.network_calls
+        fitting = call.fitting_names(opt, dims) if declared else \
+            [other for other in networks.builtin_names(call.role)
+             if networks.family_of(other, call.role).size_rule(opt).dims == dims]
+        if family.size_rule(opt).dims != dims:
+            kind = "volumes (3-D)" if dims == 3 else f"{dims}-D images"
+            choose = f"choose a {dims}-D {call.role}: {', '.join(fitting)}" if fitting else \
+                f"no built-in {dims}-D {call.role} runs in --model {opt.model}"
+            return flag, (f"--{flag} {name} is a {family.size_rule(opt).dims}-D network, but --dataset_mode "
+                          f"{opt.dataset_mode} gives {kind}; {choose} "
+                          f"(docs/{'volumes' if dims == 3 else 'datasets'}.md)")
+        why = call.refusal(family, opt, f"--model {opt.model}") if declared else None
+        if why:
+            takers = [model if flag in flags else f"{model} (as --{' or --'.join(flags)})"  # e.g. UNSB's --netE
+                      for model, flags in _models_calling(family, opt, other_than=model_class).items()]
+            runs_in = f"--{flag} {name} runs in --model {_one_of(takers)}" if takers else \
+                f"no built-in model can call --{flag} {name} as these flags build it"
+            choices = f"choose --{flag} {_one_of(fitting)}, or" if fitting else "no built-in one fits: write"
+            return flag, (f"--{flag} {name} {why}; {runs_in}. With --model {opt.model} {choices} a family of your "
+                          f"own that it can call (docs/extending.md, \"A network family\").")
+    return None
+
+
+def _models_calling(family: networks.NetworkFamily, opt, other_than: type[BaseModel]) -> dict[str, list[str]]:
+    """The built-in models (those that train, for training options) that can call `family`'s network, as
+    `opt` builds it, each with its flags (without "--") that take it."""
+    found = {}
+    for name, model_class in builtin_models().items():
+        trains = model_class.optimize_parameters is not BaseModel.optimize_parameters
+        if model_class is other_than or (opt.isTrain and not trains):
+            continue
+        flags = [flag for flag, call in model_class.network_calls.items()
+                 if call.role == family.role and call.refusal(family, opt) is None]
+        if flags:
+            found[name] = flags
+    return found
+
+
+def _one_of(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 # ---------------------------------------------------------------------------- the contract's checks

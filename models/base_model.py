@@ -29,20 +29,10 @@ It
     (e.g. a projection head sized by the generator's features, and its optimizer): `setup` calls
     it before it makes the schedulers and loads weights or a training state, so what it adds is
     scheduled, resumed and synchronised like the rest;
-  - declares once, on the class, what the code around it must know (nothing elsewhere lists
-    models or visual names):
-      `network_roles`     what each network of `model_names` does: generator, encoder (used at
-                          inference beside the generators; both are EMA-averaged), discriminator,
-                          or head (trained for a loss only); a network without one is refused;
-      `sample_visuals`    for a model whose generator takes a latent code (`latent_size()`,
-                          `set_latent(codes)`): the visuals each code makes (test.py --n_samples);
-      `visual_sides`      the domain of each visual ({"fake_B": "B", ...}, A = the input side),
-                          for test.py's full-precision outputs (`visual_domains(opt)`);
-      `translators`       the generator that translates in the trained direction and, if any,
-                          the one back (("G_A", "G_B")), for the Translator, scripts/translate.py
-                          and scripts/export.py (`translator_refusal`: why the Translator cannot);
-      `scored_pairs(paired)`  which (output, target) visuals validation and test.py score;
-      `input_visual`      the visual holding the input, for test.py's do-nothing baseline.
+  - declares once, on the class, what the code around it must know (nothing elsewhere lists models or
+    visual names): the "facts a model declares" below, each with what it means (docs/extending.md has
+    them in a table), e.g. `network_roles` (generator, encoder, discriminator or head for each network),
+    `network_calls` (what it gives each flag's network, checked at parse time), `translators`.
 Checkpoints are one plain state_dict per network (`<epoch>_net_<name>.pth`, the reference's format).
 """
 from __future__ import annotations
@@ -87,6 +77,8 @@ class BaseModel(ModelState, ABC):
     # What each network in `model_names` does (ROLES): e.g. {"G": "generator", "D": "discriminator"}.
     # EMA, --D_spectral, tiling and export ask it; an instance may refine it from its options.
     network_roles: ClassVar[Mapping[str, str]] = {}
+    # flag ("netG") -> how it calls that network (models.network_refusal checks the family); {}: only dimensions
+    network_calls: ClassVar[Mapping[str, networks.NetworkCall]] = {}
     # The networks that translate: the first in the direction the run trained in, the second (if
     # any) back, from output_nc to input_nc channels. An instance may refine it from its options.
     translators: ClassVar[tuple[str, ...]] = ("G",)
@@ -95,6 +87,12 @@ class BaseModel(ModelState, ABC):
     translator_refusal: ClassVar[str] = ""
     # The visual holding the model's input, scored against the target as the do-nothing baseline.
     input_visual: ClassVar[str | None] = None
+    # test.py --results_layout original: the folder of a visual whose original names it otherwise (default: its name)
+    result_folders: ClassVar[Mapping[str, str]] = {}
+    # The training flags weighing every loss the generator learns from: all 0 would train nothing, so the options
+    # refuse it, suggesting the first. A model with a loss no flag weighs (CycleGAN's adversarial one): none.
+    loss_weights: ClassVar[tuple[str, ...]] = ()
+    built_with_weight: ClassVar[Mapping[str, str]] = {}  # network flag -> the weight whose 0 leaves it out, unchecked
     # --accum_steps: the methods that make one training step, in order, each over every micro-batch
     # before the next begins (models/training/accumulation.py); none: the model cannot accumulate.
     accumulation_phases: ClassVar[tuple[str, ...]] = ()
@@ -105,6 +103,8 @@ class BaseModel(ModelState, ABC):
     skips_incomplete_batches: ClassVar[bool] = False
     # test.py runs the generators in eval mode only with --eval (the reference's); True: always (UNSB's test).
     evaluates_in_eval_mode: ClassVar[bool] = False
+    # True: the decay epochs (after --n_epochs) load training images whole at --crop_size (CUT's, UNSB's recipe)
+    loads_at_crop_size_in_decay: ClassVar[bool] = False
 
     @classmethod
     def check_flags(cls, opt) -> tuple[str, str] | None:

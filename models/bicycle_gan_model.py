@@ -52,9 +52,16 @@ class BicycleGANModel(BaseModel):
     visual_sides = {"real_A": "A", "real_B": "B", "fake_B": "B", "real_A_encoded": "A", "real_B_encoded": "B",
                     "fake_B_encoded": "B", "fake_B_random": "B"}
     network_roles = {"G": "generator", "E": "encoder", "D": "discriminator", "D2": "discriminator"}
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR, (networks.LATENT_CODE,)),  # G(A, z)
+                     "netE": networks.NetworkCall(networks.ENCODER),  # E(B): the code
+                     "netD": networks.NetworkCall(networks.DISCRIMINATOR),
+                     "netD2": networks.NetworkCall(networks.DISCRIMINATOR)}
     translators = ("G",)
     accumulation_phases = ("optimize_parameters",)  # G and E step before D, on outputs made before either step
     input_visual = "real_A"
+    # G learns from these; --lambda_kl alone trains E only (E's codes towards N(0, I))
+    loss_weights = ("lambda_L1", "lambda_GAN", "lambda_GAN2", "lambda_z")
+    built_with_weight = {"netD": "lambda_GAN", "netD2": "lambda_GAN2"}  # a weight of 0 leaves D or D2 out
     sample_visuals = ("fake_B",)  # test.py --n_samples: fake_B_random0, 1, ...
     skips_incomplete_batches = True  # an encoded and a random half of --batch_size each: as in BicycleGAN's code
 
@@ -320,10 +327,10 @@ def refusal(opt) -> tuple[str, str] | None:
     if opt.where_add == "middle":
         return "where_add", ("--where_add middle: BicycleGAN's code lists it but builds no such generator; choose "
                              "--where_add all (its default: the code joins every level) or input.")
-    if networks.family_of(opt.netG, networks.GENERATOR).latent_size(opt) != opt.nz:
-        return "netG", (f"--netG {opt.netG} takes no latent code of --nz {opt.nz} numbers, and BicycleGAN's "
-                        f"generator must (G(A, z)); use --netG unet_256 or unet_128, or a family of your own whose "
-                        f"latent_size is --nz.")
+    code = networks.family_of(opt.netG, networks.GENERATOR).latent_size(opt)  # 0: refused by `network_calls`
+    if 0 < code != opt.nz:
+        return "netG", (f"--netG {opt.netG} takes a latent code of {code} numbers, and BicycleGAN's generator is "
+                        f"given --nz {opt.nz} (G(A, z)); pass --nz {code}, or a generator whose latent_size is --nz.")
     if not opt.isTrain:
         return None
     if opt.batch_size % 2:
@@ -335,4 +342,8 @@ def refusal(opt) -> tuple[str, str] | None:
                               "encoded half's, and a GAN weight of 0 leaves D out, so nothing would judge the random "
                               "half; drop --use_same_D (D2 then judges the random half) or give --lambda_GAN a "
                               "weight above 0 (its default is 1).")
+    if opt.lambda_GAN == 0 and opt.lambda_GAN2 == 0 and opt.diff_augment:  # (--ada_target is refused without it)
+        return "diff_augment", (f"--diff_augment {opt.diff_augment} augments the discriminators' inputs, and "
+                                f"--lambda_GAN 0 with --lambda_GAN2 0 builds neither D nor D2: drop --diff_augment"
+                                f"{' and --ada_target' * (opt.ada_target > 0)}, or give D a weight: --lambda_GAN 1.")
     return None

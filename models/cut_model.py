@@ -113,9 +113,13 @@ class CUTModel(BaseModel):
 
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B", "idt_B": "B"}
     network_roles = {"G": "generator", "F": "head", "D": "discriminator"}  # netF: PatchNCE's projection
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR, features=True),  # PatchNCE reads its layers
+                     "netD": networks.NetworkCall(networks.DISCRIMINATOR)}
     translators = ("G",)  # one way only, as trained
     input_visual = "real_A"
+    loss_weights: tuple[str, ...] = ("lambda_GAN", "lambda_NCE")
     random_streams: tuple[str, ...] = ("patch_rng",)  # torch.Generator attributes saved for an exact resume
+    loads_at_crop_size_in_decay = True  # as CUT's (and UNSB's) unaligned dataset: no random crop once lr decays
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:
@@ -176,7 +180,10 @@ class CUTModel(BaseModel):
                                        f"of {opt.pretrained_name} into {opt.checkpoints_dir}/{opt.name}/ and pass "
                                        f"--continue_train --epoch <epoch> --epoch_count N (fresh optimizers and "
                                        f"schedule), without --pretrained_name (docs/resume.md)")
-        return None
+        # PatchNCE's needs, known from the flags alone: refused when parsed, before anything is written
+        refused = (("nce_layers", patchnce.layer_refusal(opt, parse_layers(opt.nce_layers))),
+                   ("output_nc", patchnce.channel_refusal(opt)))
+        return next(((flag, why) for flag, why in refused if why), None)
 
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx)
@@ -189,9 +196,8 @@ class CUTModel(BaseModel):
         self.netG = networks.build_generator(opt, opt.input_nc, opt.output_nc).to(self.device)
         if not self.isTrain:
             return
-        if opt.nce_idt and opt.input_nc != opt.output_nc:
-            raise UserError(f"--nce_idt passes B images through G, so it needs --input_nc == --output_nc (got "
-                            f"{opt.input_nc} and {opt.output_nc}); pass --nce_idt False.")
+        if patchnce.channel_refusal(opt):  # the options refuse it first: here for a model built from Python
+            raise UserError(patchnce.channel_refusal(opt))
         discriminator_norm = opt.normD or opt.norm
         if distributed.is_distributed() and discriminator_norm in ("batch", "syncbatch") and opt.norm != "syncbatch":
             raise UserError(f"--normD {opt.normD}: under DDP batch norm must be synchronised across processes, which "
@@ -336,14 +342,9 @@ def check_generator(opt, nce_layers: tuple[int, ...]) -> None:
     """PatchNCE reads the generator's layers (`forward(x, layers, encode_only=True)`): refuse a
     generator family that cannot give them, and layer numbers it lacks."""
     count = networks.family_of(opt.netG).feature_layers(opt)
-    if count == 0:
-        readable = [name for name in networks.generators() if networks.family_of(name).feature_layers(opt)]
+    if count == 0:  # (the options refuse it first, by `network_calls`: here for a model built from Python)
+        readable = CUTModel.network_calls["netG"].fitting_names(opt, networks.family_of(opt.netG).size_rule(opt).dims)
         raise UserError(f"--model cut reads features from the layers of its generator (--nce_layers), which "
                         f"--netG {opt.netG} does not give; use --netG {' or '.join(readable)} (CUT's is the first).")
-    if not opt.isTrain:
-        return
-    if max(nce_layers) >= count:
-        raise UserError(f"--nce_layers {','.join(map(str, nce_layers))}: --netG {opt.netG} "
-                        f"{'without' if opt.no_antialias else 'with'} antialiasing has layers 0 to {count - 1} only; "
-                        f"choose layers below {count} (CUT's default 0,4,8,12,16 reads the input, both "
-                        f"downsamplings and two residual blocks).")
+    if patchnce.layer_refusal(opt, nce_layers):
+        raise UserError(patchnce.layer_refusal(opt, nce_layers))

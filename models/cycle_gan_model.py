@@ -27,6 +27,9 @@ class CycleGANModel(BaseModel):
     visual_sides = {"real_A": "A", "fake_B": "B", "rec_A": "A", "idt_B": "A",
                     "real_B": "B", "fake_A": "A", "rec_B": "B", "idt_A": "B"}
     network_roles = {"G_A": "generator", "G_B": "generator", "D_A": "discriminator", "D_B": "discriminator"}
+    # --netG builds both generators, --netD both discriminators; each called on images alone
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR),
+                     "netD": networks.NetworkCall(networks.DISCRIMINATOR)}
     translators = ("G_A", "G_B")  # G_A translates as trained, G_B back
     input_visual = "real_A"
     # --accum_steps (models/training/accumulation.py): one phase. Every loss of the step uses the weights
@@ -41,6 +44,15 @@ class CycleGANModel(BaseModel):
         if paired:
             return {"": ("fake_B", "real_B")}
         return {"B": ("fake_B", "real_B"), "A": ("fake_A", "real_A")}
+
+    @classmethod
+    def check_flags(cls, opt) -> tuple[str, str] | None:
+        """The identity loss with images of two channel counts: known from the flags, refused when parsed."""
+        if opt.isTrain and opt.lambda_identity > 0.0 and opt.input_nc != opt.output_nc:
+            return "lambda_identity", (f"the identity loss (--lambda_identity {opt.lambda_identity:g}) compares G_A(B) "
+                                       f"with B, so it needs --input_nc == --output_nc (got {opt.input_nc} and "
+                                       f"{opt.output_nc}); pass --lambda_identity 0.")
+        return None
 
     @staticmethod
     def modify_commandline_options(parser, is_train: bool = True):
@@ -79,9 +91,9 @@ class CycleGANModel(BaseModel):
         if self.isTrain:
             self.netD_A = discriminator(opt.output_nc)
             self.netD_B = discriminator(opt.input_nc)
-            if opt.lambda_identity > 0.0 and opt.input_nc != opt.output_nc:
-                raise UserError(f"the identity loss compares G_A(B) with B, so it needs --input_nc == --output_nc "
-                                f"(got {opt.input_nc} and {opt.output_nc}); pass --lambda_identity 0.")
+            refused = self.check_flags(opt)  # the options refuse it first: here for a model built from Python
+            if refused:
+                raise UserError(refused[1])
             self.fake_A_pool = ImagePool(opt.pool_size, seed=seed * 2 + 1)
             self.fake_B_pool = ImagePool(opt.pool_size, seed=seed * 2 + 2)
             # --netD multiscale predicts one grid per scale: the loss is their mean (models/losses/multiscale.py)

@@ -6,9 +6,11 @@ scalers, moving averages, the compile choice and the epoch's losses). A part of 
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 from torch import nn
 
+from models import networks
 from models.networks import checkpoint_files
 from models.training import schedules
 from models.training.training_state import STATE_SUFFIX
@@ -52,7 +54,8 @@ class ModelState:
             try:
                 net.load_state_dict(saved_networks[name])
             except RuntimeError as err:
-                raise UserError(checkpoint_files.mismatch_message(where, err, self.opt, self.save_dir)) from None
+                raise UserError(checkpoint_files.mismatch_message(where, err, self.opt, self.save_dir,
+                                                                  runs_recorded=self.runs_recorded_networks)) from None
         for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
             # how Adam is computed (foreach, built by make_adam) is this run's, not the saved state's: a state
             # saved before foreach was chosen continues bit-identically with it, in fewer operators
@@ -94,5 +97,23 @@ class ModelState:
         """Load `<epoch>_net_<name>.pth` into each network, with a clear message on mismatch."""
         for name, net in self.named_networks().items():
             path = os.path.join(self.save_dir, f"{epoch}_net_{name}.pth")
-            checkpoint_files.read_network(path, net, self.device, self.opt, self.save_dir)
+            checkpoint_files.read_network(path, net, self.device, self.opt, self.save_dir,
+                                          runs_recorded=self.runs_recorded_networks)
             print0(f"loaded the model from {path}")
+
+    def runs_recorded_networks(self, recorded: Mapping[str, Any]) -> bool:
+        """Whether this model can call the networks a run's architecture.json `recorded` names as it calls
+        them (its `network_calls`; at test time its generators' and encoders'): when it cannot, a checkpoint
+        that does not fit names the --model the run was trained with beside its flags."""
+        flags = networks.with_flags(self.opt, **recorded)
+        for flag, call in self.network_calls.items():
+            if not hasattr(flags, flag) or (not self.isTrain and call.role not in (networks.GENERATOR,
+                                                                                   networks.ENCODER)):
+                continue
+            try:
+                family = networks.family_of(getattr(flags, flag), call.role)
+            except UserError:  # a family of one's own that cannot be found now: nothing to say about it
+                continue
+            if call.refusal(family, flags):
+                return False
+        return True

@@ -23,8 +23,12 @@ class Pix2PixModel(BaseModel):
 
     visual_sides = {"real_A": "A", "fake_B": "B", "real_B": "B"}
     network_roles = {"G": "generator", "D": "discriminator"}
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR),  # G(A)
+                     "netD": networks.NetworkCall(networks.DISCRIMINATOR)}  # D(A, B) as one image of both
     translators = ("G",)  # one way only: the trained direction
     input_visual = "real_A"
+    loss_weights = ("lambda_L1", "lambda_GAN")  # --lambda_feat needs --lambda_GAN above 0 (check_flags)
+    built_with_weight = {"netD": "lambda_GAN"}  # no discriminator with --lambda_GAN 0 (`judged`)
     # --accum_steps (models/training/accumulation.py): G's loss judges with the D stepped before it, so D's
     # gradients are gathered over every micro-batch and D steps before G's pass begins.
     accumulation_phases = ("accumulate_D", "accumulate_G")
@@ -57,8 +61,11 @@ class Pix2PixModel(BaseModel):
         for flag, value, acts_on in (("lambda_feat", opt.lambda_feat > 0, "matches the discriminator's features"),
                                      ("diff_augment", bool(opt.diff_augment), "augments the discriminator's inputs")):
             if value:
+                # --ada_target tunes --diff_augment: dropping one without the other would be refused next
+                also = " and --ada_target" if flag == "diff_augment" and opt.ada_target > 0 else ""
                 return flag, (f"--{flag} {getattr(opt, flag)} {acts_on}, and --lambda_GAN 0 builds no "
-                              f"discriminator: drop --{flag}, or give D a weight, e.g. --lambda_GAN 1 (the default).")
+                              f"discriminator: drop --{flag}{also}, or give D a weight, e.g. --lambda_GAN 1 (the "
+                              f"default).")
         return None
 
     def __init__(self, opt, ctx):

@@ -68,9 +68,16 @@ class SBModel(CUTModel):
 
     visual_sides = {"real_A": "A", "real_A_noisy": "A", "fake_B": "B", "real_B": "B", "idt_B": "B"}
     network_roles = {"G": "generator", "F": "head", "D": "discriminator", "E": "discriminator"}
+    # every network is told the step's time index; G also takes a fresh random code at each step
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR, (networks.TIME_INDEX, networks.STEP_CODE),
+                                                  features=True),
+                     "netD": networks.NetworkCall(networks.DISCRIMINATOR, (networks.TIME_INDEX,)),
+                     "netE": networks.NetworkCall(networks.DISCRIMINATOR, (networks.TIME_INDEX,))}
     skips_incomplete_batches = True  # the SB loss's log-sum-exp needs every rank's share of the batch
     random_streams = ("patch_rng", "bridge_rng")  # saved for an exact resume (CUTModel's shared_training_state)
     evaluates_in_eval_mode = True  # test.py runs G in eval mode with or without --eval, as UNSB's test does
+    result_folders = {"real_A": "real"}  # UNSB's test.py: images/real/ beside images/fake_<step>/
+    loss_weights = ("lambda_GAN", "lambda_NCE", "lambda_SB")
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:
@@ -118,13 +125,15 @@ class SBModel(CUTModel):
         if opt.n_mlp != resnet_cond.MAPPING_LAYERS:
             return ("n_mlp", f"the generator's mapping network has {resnet_cond.MAPPING_LAYERS} layers after its "
                              f"first, as UNSB's default; pass --n_mlp {resnet_cond.MAPPING_LAYERS} or leave it out")
-        for flag, role in (("netG", networks.GENERATOR), ("netD", networks.DISCRIMINATOR),
-                           ("netE", networks.DISCRIMINATOR)):
-            family = networks.family_of(getattr(opt, flag), role)
-            if not family.time_conditioned(opt):
-                return (flag, f"--model sb steps its networks through time: --{flag} must take a time index, "
-                              f"e.g. --{flag} {resnet_cond.DEFAULT if flag == 'netG' else patchgan_cond.DEFAULT}")
-        return None
+        if opt.input_nc != opt.output_nc and opt.num_timesteps > 1:  # training and test.py walk the bridge
+            return ("output_nc", f"the bridge mixes each step's output (--output_nc {opt.output_nc} channels) into "
+                                 f"the state it walks from the input (--input_nc {opt.input_nc}), so --model sb with "
+                                 f"--num_timesteps {opt.num_timesteps} needs --input_nc == --output_nc; pass "
+                                 f"--output_nc {opt.input_nc} (images of 1 and 3 channels load converted to the count "
+                                 f"asked for)")
+        if opt.isTrain and not data.find_dataset_using_name(opt.dataset_mode).gives_second_input:
+            return ("dataset_mode", second_input_refusal(opt))
+        return None  # networks that take no time index: refused by `network_calls` (the options ask it)
 
     def __init__(self, opt, ctx, seed: int = 0):
         super().__init__(opt, ctx, seed)
@@ -172,10 +181,8 @@ class SBModel(CUTModel):
                                    local * distributed.world_size())
 
     def optimize_parameters(self, step: TrainingStep) -> None:
-        if self.real_A2 is None:
-            raise UserError(f"--model sb trains on a second, independent input image per sample (A2), which "
-                            f"--dataset_mode {self.opt.dataset_mode} does not load; use --dataset_mode unaligned "
-                            f"(it loads one with --second_input, which --model sb sets).")
+        if self.real_A2 is None:  # (train.py has checked the first batch: here for a model driven from Python)
+            raise UserError(f"{second_input_refusal(self.opt)}.")
         nets = step.nets
         flipped = bool(torch.rand((), generator=self.patch_rng) < 0.5) if self.opt.flip_equivariance else False
         t, source = self.draw()
@@ -259,6 +266,18 @@ class SBModel(CUTModel):
         return nets.G(x, zero, self.nce_code[:x.shape[0]], self.nce_layers, encode_only=True)
 
     def data_dependent_initialize(self, first_batch: dict) -> None:
-        """netF's MLPs sized by G's features (CUT's), read with a zero code."""
+        """netF's MLPs sized by G's features (CUT's), read with a zero code. A dataset of one's own that
+        declares `gives_second_input` but whose first batch has none is refused here, before anything is
+        written."""
+        if self.real_A2 is None:  # `setup` has passed the first batch to set_input
+            raise UserError(f"{second_input_refusal(self.opt)} (its first batch holds {', '.join(first_batch)}).")
         self.nce_code = torch.zeros(1, self.code_width, device=self.device, dtype=self.dtype)
         super().data_dependent_initialize(first_batch)
+
+
+def second_input_refusal(opt) -> str:
+    """Why --dataset_mode cannot train --model sb: its items carry no second input image."""
+    side = "A2" if opt.direction == "AtoB" else "B2"
+    return (f"--model sb trains on a second, independent input image per sample ({side}), which --dataset_mode "
+            f"{opt.dataset_mode} does not load; use --dataset_mode unaligned (it loads one with --second_input, "
+            f"which --model sb sets)")

@@ -38,8 +38,12 @@ from util.flag_types import non_negative_float
 class TemplateModel(BaseModel):
     visual_sides = {"data_A": "A", "data_B": "B", "output": "B"}
     network_roles = {"G": "generator"}  # what each network does (base_model.ROLES)
+    # how it calls the network each flag names: --netG's on the image alone (the options refuse a family
+    # that takes more, e.g. a time index, before anything runs)
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR)}
     translators = ("G",)  # netG translates A -> B
     input_visual = "data_A"
+    loss_weights = ("lambda_regression",)  # its one loss: with --lambda_regression 0, G would learn nothing
 
     @classmethod
     def scored_pairs(cls, paired: bool) -> dict[str, tuple[str, str | None]]:

@@ -15,6 +15,7 @@ from util.checkpoint_io import load_state_dict_file
 class TestModel(BaseModel):
     visual_sides = {"real": "A", "fake": "B"}
     translators = ("G",)  # each instance: ("G" + --model_suffix,), the network it loads
+    network_calls = {"netG": networks.NetworkCall(networks.GENERATOR)}  # G(real): the image alone
 
     @classmethod
     def visual_domains(cls, opt) -> dict[str, str]:

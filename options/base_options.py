@@ -290,7 +290,7 @@ class BaseOptions:
     def _default_to_volume_networks(parser: argparse.ArgumentParser, given: set[str]) -> None:
         """Volumes: a network the user did not name (not in `given`) is the 3-D one standing in for the
         model's 2-D default (pix2pix's unet_256 -> unet_64_3d, resnet_9blocks -> resnet_9blocks_3d, basic
-        -> basic_3d); one the user named is theirs, and `_check_network_dims` refuses a 2-D one."""
+        -> basic_3d); one the user named is theirs, and `models.network_refusal` refuses a 2-D one."""
         for flag, role in (("netG", networks.GENERATOR), ("netD", networks.DISCRIMINATOR)):
             counterpart = networks.volume_counterpart(parser.get_default(flag), role)
             if counterpart is not None and flag not in given:
@@ -319,11 +319,11 @@ class BaseOptions:
                          f"{opt.amp} for speed, or --dtype float64 for precision")
         if opt.gpu_ids is not None:
             opt.device = self._device_from_gpu_ids(parser, opt.gpu_ids, opt.device)
-        refused = models.find_model_using_name(opt.model).check_flags(opt)
+        refused = models.find_model_using_name(opt.model).check_flags(opt) or self._loss_weight_refusal(parser, opt)
         if refused:  # what the model cannot work with, before anything runs (and before its networks are judged)
             flag, why = refused
             parser.error(f"argument --{flag}: {why}")
-        self._check_network_dims(parser, opt)
+        self.check_networks(parser, opt)
         try:  # each MIN below its MAX, 2 or 4 numbers: known now, not when the first image is read
             parse_data_range(opt.data_range)
         except UserError as err:
@@ -338,21 +338,21 @@ class BaseOptions:
         object.__setattr__(opt, "_flag_classes", {**parser.resume_classes(), "isTrain": SILENT})
         return opt.freeze()
 
-    def _check_network_dims(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
-        """The networks must have as many spatial dimensions as the data: 3-D families for volumes."""
-        dims = data.spatial_dims(opt)
-        roles = [networks.GENERATOR, networks.DISCRIMINATOR] if self.isTrain else [networks.GENERATOR]
-        for role, flag in zip(roles, ("netG", "netD")):
-            name = getattr(opt, flag)
-            family = networks.family_of(name, role)
-            if family.size_rule(opt).dims == dims:
-                continue
-            fitting = [other for other in networks.builtin_names(role)
-                       if networks.family_of(other, role).size_rule(opt).dims == dims]
-            kind = "volumes (3-D)" if dims == 3 else f"{dims}-D images"
-            parser.error(f"argument --{flag}: --{flag} {name} is a {family.size_rule(opt).dims}-D network, but "
-                         f"--dataset_mode {opt.dataset_mode} gives {kind}; choose a {dims}-D {role}: "
-                         f"{', '.join(fitting)} (docs/{'volumes' if dims == 3 else 'datasets'}.md)")
+    def _loss_weight_refusal(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> tuple[str, str] | None:
+        """(the first weight, why) when training would weigh every loss the generator learns from by 0 (the
+        model's `loss_weights`): the run would go to its end in silence and save an untrained generator."""
+        weights = models.find_model_using_name(opt.model).loss_weights
+        if not self.isTrain or not weights or not all(hasattr(opt, name) for name in weights):
+            return None
+        if any(getattr(opt, name) > 0 for name in weights):
+            return None
+        given = [f"--{name} 0" for name in weights]
+        named = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+        first = weights[0]
+        return first, (f"{named}: every loss the generator of --model {opt.model} learns from would weigh 0, so it "
+                       f"would learn nothing (training would run to its end and save an untrained generator); give "
+                       f"{'it' if len(given) == 1 else 'one of them'} a weight above 0, e.g. --{first} "
+                       f"{parser.get_default(first):g} (its default)")
 
     def _check_volume_flags(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Volumes are cut into --patch_size patches, never resized or cropped as pictures are: refuse
@@ -371,6 +371,14 @@ class BaseOptions:
                            f"cropping pictures; volumes are cut into --patch_size patches instead, so "
                            f"{'it does' if one else 'they do'} nothing with --dataset_mode {opt.dataset_mode} "
                            f"(docs/volumes.md).")
+
+    def check_networks(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
+        """Refuse (parser.error) a network of other dimensions than the data's, or one the --model cannot
+        call as it calls that flag's (`models.network_refusal`): before its first step would fail."""
+        refused = models.network_refusal(opt)
+        if refused:
+            flag, why = refused
+            parser.error(f"argument --{flag}: {why}")
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt: FrozenOptions) -> None:
         """Refuse (parser.error) flags whose values are fine alone but not together; subclasses add theirs."""

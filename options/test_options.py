@@ -9,6 +9,7 @@ from options.base_options import BaseOptions, unwritable_folder_reason
 from options.inference_flags import add_tile_flags
 from util.errors import UserError
 from util.flag_types import MAX_SAMPLES, Bounded, positive_int
+from util.html import RESULT_LAYOUTS
 from util.safe_files import refuse_output_over_inputs
 
 
@@ -20,6 +21,10 @@ class TestOptions(BaseOptions):
         # test.py continues no run: its own flags are "silent" (util/resume_flags.py)
         parser.add_argument("--results_dir", type=str, default="./results/", on_resume="silent",
                             help="saves results here.")
+        parser.add_argument("--results_layout", type=str, default="ours", choices=RESULT_LAYOUTS, on_resume="silent",
+                            help="ours: images/<image>_<visual>.png; original: also images/<visual>/<image>.png, one "
+                                 "folder per visual as CUT's and UNSB's test.py write them (UNSB's images/real/, "
+                                 "images/fake_<step>/), for their evaluation commands (pytorch-fid over a folder)")
         parser.add_argument("--aspect_ratio",type=Bounded(float, low=0.01, high=100, name="aspect_ratio"),default=1.0,
                             on_resume="silent",
                             help="aspect ratio of result images")

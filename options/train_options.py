@@ -5,8 +5,11 @@ import argparse
 import os
 
 import data
+import models
 from models import networks
 from models.losses.diff_augment import augment_policy
+from models.training.accumulation import accumulation_refusal
+from models.training.validator import save_best_refusal
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
@@ -231,6 +234,19 @@ class TrainOptions(BaseOptions):
         "ada_kimg": ("--ada_target", lambda opt: opt.ada_target > 0, "sets how fast ADA adapts its probability"),
     }
 
+    @staticmethod
+    def _augment_advice(opt) -> str:
+        """How --ada_target without --diff_augment is fixed in this run: add --diff_augment where the run would
+        take it, else drop --ada_target (volumes, or a model that builds no discriminator, refuse it)."""
+        policy = "color,translation,cutout"
+        if data.spatial_dims(opt) == 3:
+            return (f", and volumes take none (its transforms are 2-D; --dataset_mode {opt.dataset_mode} gives "
+                    f"volumes): drop --ada_target")
+        refused = models.find_model_using_name(opt.model).check_flags(networks.with_flags(opt, diff_augment=policy))
+        if refused:  # the model's own words, up to its advice (which is about --diff_augment, not asked for here)
+            return f", and this run cannot take it ({refused[1].split(':')[0]}): drop --ada_target"
+        return f"; add --diff_augment {policy} (for example) or drop --ada_target"
+
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         last_epoch = opt.n_epochs + opt.n_epochs_decay
         if last_epoch == 0:
@@ -240,6 +256,11 @@ class TrainOptions(BaseOptions):
             parser.error(f"argument --epoch_count: --epoch_count {opt.epoch_count} is past the last epoch "
                          f"(--n_epochs {opt.n_epochs} + --n_epochs_decay {opt.n_epochs_decay} = {last_epoch}), so "
                          f"nothing would be trained; raise --n_epochs or lower --epoch_count")
+        if save_best_refusal(opt):
+            parser.error(f"argument --save_best: {save_best_refusal(opt)}")
+        unsplit = accumulation_refusal(models.find_model_using_name(opt.model), opt.model, opt.accum_steps)
+        if unsplit:
+            parser.error(f"argument --accum_steps: {unsplit}")
         if not data.find_dataset_using_name(opt.dataset_mode).has_targets:
             parser.error(f"argument --dataset_mode: {opt.dataset_mode} reads input images without targets, which "
                          f"test.py translates; training needs image pairs (--dataset_mode aligned) or two domains "
@@ -247,8 +268,7 @@ class TrainOptions(BaseOptions):
         self.check_high_resolution(parser, opt)
         if opt.ada_target > 0 and not opt.diff_augment:
             parser.error(f"argument --ada_target: --ada_target {opt.ada_target:g} adapts the probability of "
-                         f"--diff_augment's transforms, but --diff_augment is off; add --diff_augment "
-                         f"color,translation,cutout (for example) or drop --ada_target")
+                         f"--diff_augment's transforms, but --diff_augment is off{self._augment_advice(opt)}")
         run_dir = os.path.join(opt.checkpoints_dir, opt.name)
         reason = unwritable_folder_reason(run_dir)
         if reason:
@@ -269,12 +289,15 @@ class TrainOptions(BaseOptions):
         or where the --netD family says they cannot work."""
         discriminator = networks.family_of(opt.netD, networks.DISCRIMINATOR)
         if opt.num_D != parser.get_default("num_D") and "num_D" not in discriminator.shape_flags:
+            call = models.find_model_using_name(opt.model).network_calls.get("netD")  # those --model can call
             with_scales = [name for name in networks.discriminators()
-                           if "num_D" in networks.family_of(name, networks.DISCRIMINATOR).shape_flags]
-            parser.error(f"argument --num_D: --num_D {opt.num_D} sets the number of scales of --netD "
-                         f"{' or '.join(with_scales)}, but this command has --netD {opt.netD}; add --netD "
-                         f"{with_scales[0]} or leave --num_D out")
-        refusal = discriminator.check_flags(opt)
+                           if "num_D" in networks.family_of(name, networks.DISCRIMINATOR).shape_flags
+                           and (call is None or call.refusal(networks.family_of(name, call.role), opt) is None)]
+            add = f"add --netD {with_scales[0]} or" if with_scales else f"--model {opt.model} can call none:"
+            parser.error(f"argument --num_D: --num_D {opt.num_D} sets the number of scales of a discriminator with "
+                         f"scales{' (--netD ' + ' or '.join(with_scales) + ')' if with_scales else ''}, but this "
+                         f"command has --netD {opt.netD}; {add} leave --num_D out")
+        refusal = discriminator.check_flags(opt) if models.builds_network(opt, "netD") else None  # a D it builds
         if refusal:
             flag, why = refusal
             parser.error(f"argument --{flag}: {why}")

@@ -14,15 +14,23 @@ task=pix2pix
 if [ $# -ge 1 ] && [ "$1" != "--seed" ]; then task=$1; shift; fi
 case "$task" in
   pix2pix|cyclegan|cut|sb|bicyclegan|volumes) ;;
-  *) echo "demo.sh: unknown demo '$task'. $usage (pix2pix is the default)" >&2; exit 2 ;;
+  *) echo "error: demo.sh: unknown demo '$task'. $usage (pix2pix is the default)" >&2; exit 2 ;;
 esac
 seed=0
+max_seed=4294967295  # train.py's --seed takes 0 to 2**32 - 1 (util/flag_types.py, MAX_SEED)
 if [ $# -ge 1 ]; then
   if [ "$1" != "--seed" ] || [ $# -ne 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
-    echo "demo.sh: after the demo's name only '--seed N' (N a whole number) is understood, got: $*. $usage" >&2
+    echo "error: demo.sh: after the demo's name only '--seed N' (N a whole number) is understood, got: $*. $usage" >&2
     exit 2
   fi
-  seed=$2
+  seed=${2#"${2%%[!0]*}"}  # without leading zeros (bash would read 010 as octal)
+  seed=${seed:-0}
+  # at most 10 digits before comparing: bash's integers have 64 bits
+  if [ ${#seed} -gt 10 ] || [ "$seed" -gt $max_seed ]; then
+    echo "error: demo.sh: --seed $2 is out of train.py's range 0 to $max_seed; pass --seed N with N in that" \
+      "range, e.g. --seed 1. $usage" >&2
+    exit 2
+  fi
 fi
 suffix=$([ "$seed" = 0 ] || echo "_seed$seed")
 bash scripts/setup.sh

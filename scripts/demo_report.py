@@ -2,6 +2,8 @@
 
     python scripts/demo_report.py --seed 0 <the test.py flags of the run>
 
+It takes test.py's flags and its own, --texture_window and --compare (`--help` lists them all).
+
 Prints the mean L1 (in the network's [-1, 1] units) and PSNR on the test split (volumes: whole volumes in
 sliding windows, as test.py translates them, with MAE in the target's units) of:
   identity   the input itself (what a model that changes nothing would score),
@@ -26,6 +28,7 @@ Writes the table as JSON beside the results page and exits non-zero if training 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -51,8 +54,10 @@ from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
+from util.util import why_missing  # noqa: E402
 
 MAX_TEXTURE_WINDOW = 4096  # --texture_window: pixels per side
+TEXTURE_WINDOW = Bounded(int, low=0, high=MAX_TEXTURE_WINDOW, name="texture_window")
 
 
 def best_epoch(opt) -> dict | None:
@@ -147,6 +152,10 @@ def compare(paths: list[str]) -> int:
         raise UserError(f"--compare takes two demo_report.json files (the run with many answers, then the other), "
                         f"not {len(paths)} argument(s): {' '.join(paths) or 'none'}.")
     many_path, one_path = paths
+    for path in paths:
+        if not os.path.isfile(path):
+            raise UserError(f"--compare {path} {why_missing(path)}; pass the demo_report.json files that reports "
+                            f"with --n_samples 2 or more wrote (results/<name>/<phase>_<epoch>/demo_report.json).")
     rerun = "Run scripts/demo_report.py --n_samples N again to rewrite it."
     tables = [read_json_object(path, rerun) for path in paths]
     for path, table in zip(paths, tables):
@@ -164,26 +173,51 @@ def compare(paths: list[str]) -> int:
     return 0 if more else 1
 
 
-def texture_window_flag(argv: list[str]) -> tuple[int, list[str]]:
-    """`--texture_window N` (this script's own flag; the rest are test.py's) and the other arguments."""
-    parser = OneParagraphParser(add_help=False)
-    parser.add_argument("--texture_window", type=Bounded(int, low=1, high=MAX_TEXTURE_WINDOW, name="texture_window"),
-                        default=0)
+def add_compare_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--compare", nargs=2, metavar=("MANY.json", "ONE.json"), default=None, on_resume="silent",
+                        help="instead of a report: whether the trained samples of the run whose demo_report.json is "
+                             "first are more diverse than those of the second (no other flag)")
+    return parser
+
+
+class ReportOptions(TestOptions):
+    """test.py's flags (the run's command line picks the same checkpoint and test images) and this script's."""
+
+    def initialize(self, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser = super().initialize(parser)
+        parser.add_argument("--texture_window", type=TEXTURE_WINDOW, default=0, on_resume="silent",
+                            help="also score coarse_L1 and texture_L1 over N x N squares, which then decide the "
+                                 "verdict (an unpaired model whose fine texture no model can know); 0: pixel L1")
+        return add_compare_flag(parser)
+
+    def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
+        super().check_combinations(parser, opt)
+        if opt.texture_window and spatial_dims(opt) == 3:
+            parser.error(f"argument --texture_window: --texture_window {opt.texture_window} compares squares of "
+                         f"pictures; --dataset_mode {opt.dataset_mode} gives volumes, which it does not score: leave "
+                         f"--texture_window out")
+
+
+def compared_files(argv: list[str]) -> list[str] | None:
+    """The two files of `--compare MANY.json ONE.json`, wherever it stands, or None without it; a parse
+    error (exit 2) when other arguments come with it, which it would not read."""
+    parser = add_compare_flag(OneParagraphParser(add_help=False))
     known, rest = parser.parse_known_args(argv)
-    return known.texture_window, rest
+    if known.compare is not None and rest:
+        parser.error(f"argument --compare: --compare compares two demo_report.json files and reads no other "
+                     f"argument, but {' '.join(rest)} came with it; pass --compare MANY.json ONE.json alone")
+    return known.compare
 
 
 @exits_on_user_error()
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--compare"]:
-        return compare(argv[1:])
-    texture_window, rest = texture_window_flag(argv)
-    opt = TestOptions().parse(rest)
-    if texture_window and spatial_dims(opt) == 3:
-        raise UserError(f"--texture_window {texture_window} compares squares of pictures; --dataset_mode "
-                        f"{opt.dataset_mode} gives volumes, which it does not score: leave --texture_window out.")
+    paths = None if {"-h", "--help"} & set(argv) else compared_files(argv)  # --help: every flag, ReportOptions'
+    if paths is not None:
+        return compare(paths)
+    opt = ReportOptions().parse(argv)
+    texture_window = opt.texture_window
     best = best_epoch(opt)
     table = report(opt, best, texture_window)
     # Where a texture is the translation, its distances decide (pixel L1 cannot tell a stripe's phase).

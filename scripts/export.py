@@ -54,8 +54,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import data  # noqa: E402
-from models import builtin_model_names, create_model, networks  # noqa: E402
-from models.inference import saved_generator
+from models import builtin_model_names, create_model, network_refusal, networks  # noqa: E402
+from models.inference import run_options, saved_generator
 from models.inference.application import LatentPadToMultiple, PadToMultiple, StepPadToMultiple, export_min_size  # noqa: E402
 from models.inference.windows import check_window  # noqa: E402
 from models.losses import bridge  # noqa: E402
@@ -119,6 +119,14 @@ class ExportOptions(TestOptions):
         if data.spatial_dims(known) == 3:
             parser.set_defaults(patch_size=None)  # None: the run's own (`window_size`)
         return parser
+
+    def check_networks(self, parser: argparse.ArgumentParser, opt) -> None:
+        """A generator of the data's dimensions; whatever --model says, as export calls the generator as its
+        family says (a UNSB generator with its step and code, `StepPadToMultiple`), never the model."""
+        refused = network_refusal(opt, calls=False)
+        if refused:
+            flag, why = refused
+            parser.error(f"argument --{flag}: {why}")
 
     def check_combinations(self, parser: argparse.ArgumentParser, opt) -> None:
         """Refuse, before anything is loaded or written, check sizes below what --netG exports take (or any,
@@ -200,7 +208,7 @@ def window_size(opt) -> tuple[int, ...]:
     with (the train_opt.json beside the weights); checked against --netG."""
     folder = os.path.dirname(os.path.abspath(opt.weights)) if opt.weights \
         else os.path.join(opt.checkpoints_dir, opt.name)
-    window = opt.patch_size or saved_generator.read_trained_options(folder).get("patch_size")
+    window = opt.patch_size or run_options.read_trained_options(folder).get("patch_size")
     if not window:
         raise UserError(f"--netG {opt.netG} is a volume generator, exported for windows of the --patch_size it "
                         f"trained on, but no train_opt.json in {folder} says which; pass --patch_size D,H,W.")

@@ -55,6 +55,7 @@ from util.flag_types import (  # noqa: E402
     OneParagraphParser,
     channel_count,
     network_width,
+    non_negative_float,
     sample_count,
     seed_value,
 )
@@ -88,11 +89,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     many.add_argument("--reference", default=None, metavar="IMAGE",
                       help="an image of the output domain: every translation takes its look (its code from the "
                            "encoder saved with the generator)")
-    steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): the noise of its steps "
-                                               "is drawn from --seed")
+    steps = parser.add_argument_group("steps", "for a Schrödinger-bridge run (--model sb): noise drawn from --seed")
     steps.add_argument("--num_timesteps", type=NUM_TIMESTEPS, default=None,
                        help="steps of the bridge walked (NFE); default: the run's own --num_timesteps (its "
-                            "train_opt.json)")
+                            "train_opt.json, or the train_opt.txt of UNSB's code)")
+    steps.add_argument("--tau", type=non_negative_float, default=None,
+                       help="the bridge's entropy (noise between steps); default: the run's own --tau, as above")
     volumes = parser.add_argument_group("volumes", "for a model trained on volumes (a 3-D generator): whole volumes "
                                                    "are translated in blended sliding windows")
     add_window_flags(volumes, from_run=True)
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
                                      eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                     num_timesteps=args.num_timesteps, **window, **args.architecture)
+                                     num_timesteps=args.num_timesteps, tau=args.tau, **window, **args.architecture)
     except UserError as err:  # the window of a picture run: named by this script's flags
         if given and str(err).startswith(" and ".join(given) + ":"):
             flags = " and ".join(f"--{name}" for name in given)

@@ -12,7 +12,9 @@ from bad_flag_combinations import FLAG_COMBINATION_CASES
 from bad_flags_and_paths import FLAG_AND_PATH_CASES
 from bad_hires import HIRES_CASES
 from bad_images import IMAGE_CASES
+from bad_refusals import REFUSAL_CASES
 from bad_resume_flags import RESUME_FLAG_CASES
+from bad_silence import SILENCE_CASES
 from bad_sizes import SIZE_CASES
 from bad_tools_overwrite import TOOL_OVERWRITE_CASES
 from bad_visdom_server import VISDOM_SERVER_CASES
@@ -33,6 +35,8 @@ CASES = [
     *VOLUME_CASES,
     *SIZE_CASES,
     *FLAG_COMBINATION_CASES,
+    *SILENCE_CASES,
+    *REFUSAL_CASES,
 ]
 
 

@@ -142,6 +142,7 @@ FLAG_AND_PATH_CASES = [
     flag_case("--aspect_ratio", "0", script="test.py"),
     flag_case("--load_iter", "-1", script="test.py"),
     flag_case("--tile", "-5", script="test.py"),
+    flag_case("--results_layout", "folders", names=("ours", "original"), script="test.py"),
     Case("--gpu_ids 0 without a GPU is refused naming --gpu_ids, not --device", b_gpu_ids_without_cuda, 2),
     # paths
     Case("--checkpoints_dir under a regular file is refused naming it", b_checkpoints_dir_under_a_file, 2,

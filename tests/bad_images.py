@@ -123,6 +123,15 @@ def b_mixed_sizes_in_a_batch(work):
                  stderr_has=(paths[0], paths[2], "--batch_size 2", "32x32", "48x48"))
 
 
+def b_scale_width_heights_unfit_for_the_decay_epochs(work):
+    """CUT's decay epochs scale each image to the width --crop_size 40: a 48x64 half then reaches the generator
+    as 40x53, which its multiples of 4 do not take (at --load_size 48 it is 48x64, which they do)."""
+    paths = aligned(work / "data" / "train", 2, make=lambda i: Image.fromarray(random_pixels(i, 64, 96)))
+    return Setup(run_args(work, "--model", "cut", "--dataset_mode", "aligned", "--preprocess", "scale_width",
+                          "--load_size", "48", "--crop_size", "40", "--n_epochs_decay", "1"),
+                 stderr_has=(paths[0], "decay epochs", "--crop_size 40", "40x53"), stdout_lacks=("model [",))
+
+
 def b_odd_width(work):
     paths = aligned(work / "data" / "train", 3)
     Image.fromarray(random_pixels(5, 32, 63)).save(paths[1])
@@ -250,6 +259,8 @@ IMAGE_CASES = [
     Case("differently sized images with --preprocess none and --batch_size 2 are refused naming both",
          b_mixed_sizes_in_a_batch, 2),
     Case("odd-width aligned image is refused naming it and how to re-save it", b_odd_width, 2),
+    Case("scale_width to --crop_size in cut's decay epochs is refused before training where an image would not fit",
+         b_scale_width_heights_unfit_for_the_decay_epochs, 2),
     # channel counts and bit depths are converted, not refused
     Case("rgba png proceeds", b_rgba, 0),
     Case("16-bit png proceeds", b_16bit, 0),

@@ -187,6 +187,39 @@ def sb_args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
     return ["--dataroot", str(root), "--checkpoints_dir", str(ckpt), "--name", name, *SB_TINY, *extra]
 
 
+# ----------------------------------------------------------------------------- how the loader gave a run its images
+# 64 px images loaded at --load_size 64 and cropped to 32, or (CUT's and UNSB's decay epochs) resized whole to 32;
+# each epoch's first input shown on the training page (HTML on, a display every step)
+CROP_OR_WHOLE = ["--load_size", "64", "--crop_size", "32", "--serial_batches", "--no_flip", "--n_epochs", "2",
+                 "--n_epochs_decay", "1", "--display_freq", "1"]
+
+
+def ramps(root: Path, count: int) -> list[np.ndarray]:
+    """`count` 64 x 64 images in each of root/trainA and root/trainB: red and green ramps (4 levels a pixel) and a
+    blue level of their own, so a 32 x 32 crop of one (slope 4) and one resized whole to 32 px (slope 8) never
+    look alike; returns the trainA images."""
+    y, x = np.mgrid[0:64, 0:64]
+    images = [np.stack([4 * x, 4 * y, np.full_like(x, 20 + 40 * k)], -1).astype(np.uint8) for k in range(count)]
+    for side in ("trainA", "trainB"):
+        (root / side).mkdir(parents=True)
+        for k, image in enumerate(images):
+            Image.fromarray(image).save(root / side / f"{k}.png")
+    return images
+
+
+def how_loaded(run_dir: Path, epoch: int, sources: list[np.ndarray]) -> str:
+    """How the input (real_A) of `epoch`'s first step, as the run's training page shows it, was made from one of
+    `sources`: "whole" (resized whole to its size), "crop" (cut out of it at its own size) or "neither"."""
+    shown = np.asarray(Image.open(run_dir / "web" / "images" / f"epoch{epoch:03d}_real_A.png").convert("RGB"), int)
+    size = shown.shape[0]
+    if any(np.abs(np.asarray(Image.fromarray(source).resize((size, size), Image.Resampling.BICUBIC), int)
+                  - shown).max() <= 1 for source in sources):
+        return "whole"
+    crops = (source[top:top + size, left:left + size] for source in sources
+             for top in range(source.shape[0] - size + 1) for left in range(source.shape[1] - size + 1))
+    return "crop" if any(np.abs(crop.astype(int) - shown).max() <= 1 for crop in crops) else "neither"
+
+
 # ----------------------------------------------------------------------------- models trained step by step here
 # The flags of the fast path: each must train what the plain path trains (tests/test_fast_path.py).
 EVERY_SPEED_FLAG = ["--amp", "bf16", "--channels_last", "--compile", "--fused_adam"]

@@ -337,3 +337,44 @@ def test_a_training_step_reaches_the_optimizer_through_a_few_modules_going_down(
     for chain in chains:
         assert len(chain) == len(set(chain)) <= MOST_MODULES_TO_THE_OPTIMIZER, chain
         assert chain[:2] == ["train", "models.training.engine"] and chain[-1] == "models.training.step", chain
+
+
+MOST_MODULES_TO_THE_GENERATOR = 6  # Translator.translate -> ... -> the generator's forward
+
+
+def test_a_translation_reaches_the_generator_through_a_few_modules_going_down():
+    """An image handed to `Translator.translate` in tiles (the longest way), followed with a profiler: when the
+    generator's forward runs, the product modules on the call stack are few, begin with the Translator, and
+    each appears once (inputs are decoded and encoded by calls that return, not by calling the Translator back)."""
+    import sys
+
+    import numpy as np
+    import torch
+
+    from models import networks
+    from models.translator import Translator
+
+    torch.manual_seed(0)
+    generator = networks.define_G(3, 3, 4, "resnet_6blocks", "instance")
+    translator = Translator.from_generator(generator, "resnet_6blocks", 3, 3, device="cpu")
+    chains = []
+
+    def on_call(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "forward" and frame.f_locals.get("self") is generator:
+            modules = []
+            while frame is not None:
+                name = frame.f_globals.get("__name__", "")
+                if name.split(".")[0] in LAYERS and (not modules or modules[-1] != name):
+                    modules.append(name)
+                frame = frame.f_back
+            chains.append(list(reversed(modules)))
+
+    sys.setprofile(on_call)
+    try:
+        out = translator.translate(np.zeros((40, 36, 3), np.uint8), tile=32, tile_overlap=8)
+    finally:
+        sys.setprofile(None)
+    assert out.shape == (40, 36, 3) and chains
+    for chain in chains:
+        assert len(chain) == len(set(chain)) <= MOST_MODULES_TO_THE_GENERATOR, chain
+        assert chain[0] == "models.inference.translator" and chain[-1].startswith("models.networks."), chain

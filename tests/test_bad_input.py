@@ -24,7 +24,9 @@ and that the fix its refusal suggests be run and succeed (`Setup.suggestion`).
 from __future__ import annotations
 
 import pickle
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,7 @@ from PIL import Image
 
 from bad_corpus import CASES
 from bad_input_kit import PIX, SMALL, Case, execute, snapshot
-from conftest import FAST_FLAGS, run_in_process, run_script
+from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 from helpers import Payload
 
 
@@ -241,6 +243,43 @@ def test_an_epoch_without_a_step_is_judged_by_each_processs_share_under_any_laun
     train.check_epoch_has_steps(bicycle, DistContext(), 4)  # one process takes all 4
     pix2pix = TrainOptions().parse([*common, "--model", "pix2pix", "--batch_size", "4"])
     train.check_epoch_has_steps(pix2pix, two, 1)  # an incomplete batch is trained on
+
+
+# ================================================================================== the demo's arguments
+def demo_sh(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, bool]:
+    """`bash scripts/demo.sh args` run as a copy beside a scripts/setup.sh that only notes that it ran (and
+    fails, ending the demo there): its result, and whether it went on to install."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(ROOT / "scripts" / "demo.sh", scripts / "demo.sh")
+    installed = tmp_path / "installed"
+    (scripts / "setup.sh").write_text(f"touch '{installed}'\nexit 3\n")
+    result = subprocess.run(["bash", str(scripts / "demo.sh"), *args], capture_output=True, text=True, timeout=60)
+    return result, installed.exists()
+
+
+@pytest.mark.parametrize("args, names", [
+    (["sb", "--seed", "4294967296"], ("--seed 4294967296", "0 to 4294967295")),  # the issue's: one past train.py's
+    (["cut", "--seed", "99999999999999999999999"], ("0 to 4294967295",)),  # past what bash's integers hold
+    (["--seed", "-1"], ("--seed N",)),
+    (["pix2pix", "--seed"], ("--seed N",)),
+    (["cyclegan", "--epochs", "3"], ("--seed N",)),
+    (["pix2pixhd"], ("unknown demo 'pix2pixhd'",)),
+])
+def test_demo_sh_refuses_arguments_before_installing_anything(args, names, tmp_path):
+    """The demo installs, makes its dataset and trains for minutes: a seed train.py would refuse, or any
+    other argument it cannot take, is refused first, in one paragraph, exit status 2."""
+    result, installed = demo_sh(tmp_path, *args)
+    assert_user_error(result, *names)
+    assert not installed
+
+
+def test_demo_sh_takes_every_seed_train_py_takes(tmp_path):
+    """The largest seed train.py takes (util/flag_types.py) goes on to the installation."""
+    from util.flag_types import MAX_SEED
+
+    result, installed = demo_sh(tmp_path, "sb", "--seed", str(MAX_SEED))
+    assert installed and result.returncode == 3, result.stderr
 
 
 # ================================================================================== NIfTI under a picture mode

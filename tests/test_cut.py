@@ -17,9 +17,9 @@ import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
+from helpers import CROP_OR_WHOLE, cycle_gan, how_loaded, interrupt_when_logged, ok, ramps, run_two_ranks, train_command
 from helpers import CUT_TINY as TINY
 from helpers import cut_args as args
-from helpers import interrupt_when_logged, ok, run_two_ranks, train_command
 from helpers_weights import assert_identical, assert_trained_alike, final_weights
 
 pytestmark = pytest.mark.slow
@@ -189,6 +189,24 @@ def test_a_checkpoint_in_cuts_layout_loads_in_test_py_and_the_translator(trained
     assert np.abs(translated.astype(int) - outputs["cut"][0]).max() <= 1
 
 
+def test_test_py_with_the_originals_layout_writes_the_folders_cuts_fid_command_reads(trained, unpaired_root,
+                                                                                     test_script, tmp_path):
+    """CUT's README scores a run with `python -m pytorch_fid <testB> results/<name>/test_latest/images/fake_B/`:
+    --results_layout original writes images/<visual>/<image>.png for every visual, as CUT's test.py does, beside
+    our own images/<image>_<visual>.png, which they equal."""
+    assert test_script.main(["--dataroot", str(unpaired_root), "--name", "cut", "--checkpoints_dir",
+                             str(trained.parent), "--results_dir", str(tmp_path), "--model", "cut", "--ngf", "4",
+                             "--load_size", "32", "--crop_size", "32", "--num_test", "2",
+                             "--results_layout", "original"]) == 0
+    images = tmp_path / "cut" / "test_latest" / "images"
+    listed = {folder.name: sorted(path.name for path in folder.glob("*.png"))  # pytorch-fid's listing of a folder
+              for folder in images.iterdir() if folder.is_dir()}
+    names = [path.name for path in sorted((unpaired_root / "testA").glob("*.png"))[:2]]  # named by the input
+    assert listed == {"real_A": names, "fake_B": names, "real_B": names}
+    for name in names:
+        assert (images / "fake_B" / name).read_bytes() == (images / name.replace(".png", "_fake_B.png")).read_bytes()
+
+
 def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(train, unpaired_root, tmp_path):
     """FastCUT (flip coin) with the identity NCE and negatives from the whole global batch: 2 x 1 == 1 x 2
     in float64; and a 2-process run killed (SIGKILL to a worker of a real torchrun, which then ends the
@@ -210,14 +228,28 @@ def test_two_processes_train_as_one_with_double_batch_and_resume_bit_identical(t
 
 def test_a_killed_run_continued_ends_bit_identical_to_the_uninterrupted_one(train, unpaired_root, tmp_path, capsys):
     """The run killed is a process of its own (SIGKILL); the uninterrupted and the continued runs are
-    run here, on one thread as the killed process, so the arithmetic is the same."""
+    run here, on one thread as the killed process, so the arithmetic is the same. It is killed in the decay
+    epoch, which (--load_size 36) loads whole images at --crop_size: the continued run must too."""
     flags = [*TWO_EPOCHS, "--max_dataset_size", "2", "--print_freq", "1", "--save_latest_freq", "2",
-             "--CUT_mode", "FastCUT", "--nce_idt"]
+             "--CUT_mode", "FastCUT", "--nce_idt", "--load_size", "36"]
     assert train.main(args(unpaired_root, tmp_path, "whole", *flags)) == 0
     killed = args(unpaired_root, tmp_path, "killed", *flags)
     interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 1,")
     assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed"))
+
+
+@pytest.mark.parametrize("model, loaded", [("cut", ["crop", "crop", "whole"]), ("cycle_gan", ["crop", "crop", "crop"])])
+def test_cut_loads_whole_images_at_crop_size_once_the_learning_rate_decays_and_cyclegan_keeps_cropping(
+        train, tmp_path, model, loaded):
+    """CUT's recipe (its unaligned dataset: `load_size = crop_size` once the epoch passes --n_epochs): the decay
+    epochs resize each image whole to --crop_size; before them, and in CycleGAN's every epoch, a random crop of
+    the image at --load_size."""
+    sources = ramps(tmp_path / "data", 1)
+    make = args if model == "cut" else cycle_gan
+    flags = [flag for flag in make(tmp_path / "data", tmp_path, model) if flag != "--no_html"]  # the page shows it
+    assert train.main([*flags, "--ngf", "4", "--ndf", "4", *CROP_OR_WHOLE]) == 0
+    assert [how_loaded(tmp_path / model, epoch, sources) for epoch in (1, 2, 3)] == loaded
 
 
 def test_one_channel_cut_trains_and_tests(train, test_script, unpaired_root, tmp_path):

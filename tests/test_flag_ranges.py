@@ -59,7 +59,7 @@ def option_parsers():
 SCRIPTS = ["scripts/translate.py", "scripts/export.py", "scripts/evaluate.py", "scripts/make_demo_dataset.py",
            "scripts/render_html.py", "scripts/visdom_server.py", "scripts/split_dataset.py",
            "scripts/combine_A_and_B.py", "scripts/make_dataset_aligned.py", "scripts/prepare_cityscapes_dataset.py",
-           "scripts/data_range.py", "scripts/plot_losses.py"]  # demo_report.py: test.py's flags
+           "scripts/data_range.py", "scripts/plot_losses.py", "scripts/demo_report.py"]  # demo_report: test.py's too
 
 
 def script_parser(script: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:

@@ -72,7 +72,7 @@ def test_cut_builds_its_antialiased_discriminator_and_a_generator_that_gives_its
 
 
 def test_a_generator_family_declares_whether_it_gives_features_and_cut_refuses_one_that_does_not():
-    flags = SimpleNamespace(no_antialias=False, no_antialias_up=False, isTrain=True, netG="unet_128")
+    flags = SimpleNamespace(no_antialias=False, no_antialias_up=False, isTrain=True, netG="unet_128", ngf=4)
     assert networks.family_of("resnet_9blocks").feature_layers(flags) == 32  # with CUT's blur layers (28 without)
     assert networks.family_of("unet_256").feature_layers(flags) == 0
     with pytest.raises(UserError, match="--netG resnet_9blocks or resnet_6blocks"):

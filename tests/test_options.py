@@ -9,6 +9,7 @@ import inspect
 import io
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 
@@ -121,7 +122,9 @@ def _check_default_and_type(options_cls, parse, flag, default, kind, sample, che
 
 @pytest.mark.parametrize("flag,default,kind,sample", BASE_FLAGS, ids=[f[0] for f in BASE_FLAGS])
 def test_base_flag_has_reference_default_and_type(flag, default, kind, sample):
-    _check_default_and_type(TrainOptions, parse_train, flag, default, kind, sample)
+    # the default model's identity loss needs as many output channels as input ones (refused when parsed)
+    other = {"input_nc": ["--output_nc", sample], "output_nc": ["--input_nc", sample]}.get(flag, [])
+    _check_default_and_type(TrainOptions, lambda *argv: parse_train(*other, *argv), flag, default, kind, sample)
     # test.py accepts the same flag; the reference forces a few of them for testing (see below).
     _check_default_and_type(TestOptions, parse_test, flag, default, kind, sample,
                             check_default=flag not in TEST_TIME_DEFAULTS)
@@ -276,9 +279,10 @@ ENTRY_POINTS = ["train.py", "test.py", *(f"{folder}/{path.name}" for folder in (
                                         if "\ndef main(" in path.read_text())]
 
 
-def parsers_that_parse(build: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> list[argparse.ArgumentParser]:
+def parsers_that_parse(build: Callable[[], object], monkeypatch: pytest.MonkeyPatch,
+                       printed: io.StringIO | None = None) -> list[argparse.ArgumentParser]:
     """Every ArgumentParser that reads a command line while `build()` runs (argparse's `parse_args` reads
-    through `parse_known_args`); --help's exit ends `build()`."""
+    through `parse_known_args`); --help's exit ends `build()`. What it prints goes to `printed`."""
     seen: list[argparse.ArgumentParser] = []
     parse_known_args = argparse.ArgumentParser.parse_known_args
 
@@ -286,20 +290,56 @@ def parsers_that_parse(build: Callable[[], object], monkeypatch: pytest.MonkeyPa
         seen.append(parser)
         return parse_known_args(parser, args, namespace)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", recording)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    with contextlib.redirect_stdout(printed or io.StringIO()), contextlib.suppress(SystemExit):
         build()
     return seen
 
 
-@pytest.mark.parametrize("script", ENTRY_POINTS)
-def test_every_parser_of_every_program_takes_whole_flag_names_only(script, monkeypatch):
-    """`--help` runs each program's parsers (the model's probe and the pre-parse of train.py and test.py
-    included); none accepts an abbreviation, which would change meaning as flags are added."""
+def help_and_parsers(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[str, list[argparse.ArgumentParser]]:
+    """What `script args --help` prints (its main run in this process: an in-process parse), and every parser
+    that read the command line on the way (the model's probe and the pre-parse of train.py and test.py too)."""
     main = load_script(script).main
-    monkeypatch.setattr(sys, "argv", [script, "--help"])  # a main that reads sys.argv itself
-    argv = [["--help"]] if inspect.signature(main).parameters else []
-    parsers = parsers_that_parse(lambda: main(*argv), monkeypatch)
-    assert parsers and [parser.allow_abbrev for parser in parsers] == [False] * len(parsers)
+    command = [*args, "--help"]
+    monkeypatch.setattr(sys, "argv", [script, *command])  # a main that reads sys.argv itself
+    printed = io.StringIO()
+    parsers = parsers_that_parse(lambda: main(command) if inspect.signature(main).parameters else main(), monkeypatch,
+                                 printed)
+    return printed.getvalue(), parsers
+
+
+def flags_missing_from_help(help_text: str, parsers: list[argparse.ArgumentParser]) -> list[str]:
+    """The flags some parser accepts that the help does not list where argparse lists a flag (at the start of
+    an option line: "  -h, --help", "  --epoch EPOCH"): hidden ones (help=argparse.SUPPRESS) among them.
+    (argparse keeps a parser's flags only in its `_actions`.)"""
+    accepted = dict.fromkeys(flag for parser in parsers for action in parser._actions for flag in action.option_strings)
+    return [flag for flag in accepted
+            if not re.search(rf"^ +(?:-\S+(?: \S+)*, )*{re.escape(flag)}(?=[ ,]|$)", help_text, re.M)]
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_help_of_every_program_lists_every_flag_it_accepts_and_no_parser_takes_an_abbreviation(script, monkeypatch):
+    """A user learns a program's flags from its `--help` (every refusal of a flag points there), so it lists
+    each flag any of the program's parsers accepts; and none accepts an abbreviation, which would change
+    meaning as flags are added."""
+    help_text, parsers = help_and_parsers(script, [], monkeypatch)
+    assert parsers and help_text.startswith("usage:")
+    assert flags_missing_from_help(help_text, parsers) == []
+    assert [parser.allow_abbrev for parser in parsers] == [False] * len(parsers)
+
+
+@pytest.mark.parametrize("script", ["train.py", "test.py", "scripts/export.py", "scripts/demo_report.py"])
+def test_help_after_a_model_or_dataset_mode_lists_the_flags_they_add(script, monkeypatch):
+    """The flags a model or a dataset mode adds exist once it is chosen: `train.py --model sb --help` lists
+    them, as a user would ask."""
+    selections = [["--model", name] for name in models.builtin_model_names()
+                  if not (script == "train.py" and name == "test")]  # the test model does not train
+    selections += [["--dataset_mode", name] for name in data.builtin_dataset_names()
+                   if not (script == "train.py" and not data.find_dataset_using_name(name).has_targets)]
+    for selection in selections:
+        help_text, parsers = help_and_parsers(script, selection, monkeypatch)
+        assert help_text.startswith("usage:"), selection
+        assert flags_missing_from_help(help_text, parsers) == [], selection
 
 
 @pytest.mark.parametrize("options_cls", [TrainOptions, TestOptions], ids=["train", "test"])

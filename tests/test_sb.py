@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 
 from conftest import load_script, ranks, run_in_process
+from helpers import CROP_OR_WHOLE, how_loaded, interrupt_when_logged, ok, ramps, train_command
 from helpers import SB_TINY as TINY
-from helpers import interrupt_when_logged, ok, train_command
 from helpers import sb_args as args
 from helpers_weights import assert_identical, assert_trained_alike, final_weights
 from models.inference.translator import Translator
@@ -85,7 +85,7 @@ def sb_options(*extra: str):
 
 
 def test_the_networks_have_unsbs_keys_and_shapes_and_its_weights_are_recognised():
-    opt = sb_options("--input_nc", "1", "--output_nc", "3")
+    opt = sb_options()  # the channels are build_generator's (a run refuses unequal ones: its bridge mixes them)
     generator = build_generator(opt, 1, 3)
     assert {k: tuple(v.shape) for k, v in generator.state_dict().items()} == unsb_generator_layout(1, 3, 4)
     discriminator = build_discriminator(opt, 3)
@@ -229,6 +229,28 @@ def test_sb_test_py_runs_the_generator_in_eval_mode_without_eval_as_unsbs_test(
     assert len(plain) == 2 and plain.keys() == evaluated.keys()
     for name in plain:
         assert np.array_equal(plain[name], evaluated[name]), name
+    # the running statistics show: batch norm in training mode (each image's own statistics) gives another output
+    source = sorted((unpaired_root / "testA").glob("*.png"))[0]
+    training_mode = Translator.load(batch_norm_run / "bn", device="cpu", seed=5, eval_mode=False)
+    assert np.abs(training_mode.translate(str(source)).astype(int) - plain[source.stem]).max() > 1
+
+
+def test_sb_test_py_with_the_originals_layout_writes_the_folders_unsbs_fid_command_reads(
+        batch_norm_run, unpaired_root, tmp_path, capsys):
+    """UNSB's README scores each step count k with `python -m pytorch_fid <images/fake_k> <real B>` over
+    results/<name>/test_latest/: --results_layout original writes those folders (and images/real/, its input),
+    one <image>.png each, beside our own files, which they equal."""
+    ours = sb_test_outputs(unpaired_root, batch_norm_run, tmp_path, capsys, "--num_test", "2",
+                           "--results_layout", "original")
+    images = tmp_path / "bn" / "test_latest" / "images"
+    listed = {folder.name: sorted(path.name for path in folder.glob("*.png"))  # pytorch-fid's listing of a folder
+              for folder in images.iterdir() if folder.is_dir()}
+    names = sorted(f"{name}.png" for name in ours)
+    assert len(names) == 2
+    assert listed == {folder: names for folder in ("real", "fake_1", "fake_2", "fake_3", "fake_B", "real_B")}
+    for name, fake in ours.items():
+        assert np.array_equal(np.asarray(Image.open(images / "fake_3" / f"{name}.png"), dtype=int), fake)
+        assert (images / "real" / f"{name}.png").read_bytes() == (images / f"{name}_real_A.png").read_bytes()
 
 
 def test_sb_every_test_image_walks_its_own_noise_the_same_whatever_else_is_in_the_run(
@@ -255,9 +277,10 @@ def test_two_processes_train_as_one_with_double_batch_and_a_killed_run_continues
         train, unpaired_root, tmp_path, capsys):
     """2 x 1 == 1 x 2 in float64 (the step, noise and codes per image of the global batch, the SB loss's
     log-sum-exp over all of it), FastCUT's flip coin and the identity NCE on; and a run killed and
-    continued ends as the whole one."""
+    continued ends as the whole one. --load_size 36: epoch 1 crops, epoch 2 (the decay) loads whole at 32, in every
+    process and in the continued half of epoch 2 too."""
     flags = ["--dtype", "float64", *TWO_EPOCHS, "--serial_batches", "--no_flip", "--max_dataset_size", "4",
-             "--mode", "fastcut", "--nce_idt", "--print_freq", "1", "--save_latest_freq", "2"]
+             "--mode", "fastcut", "--nce_idt", "--print_freq", "1", "--save_latest_freq", "2", "--load_size", "36"]
     assert train.main(args(unpaired_root, tmp_path, "one", "--batch_size", "2", *flags)) == 0
     ok(ranks("train.py", *args(unpaired_root, tmp_path, "two", *flags)))
     assert_trained_alike(tmp_path / "one", tmp_path / "two")
@@ -266,6 +289,130 @@ def test_two_processes_train_as_one_with_double_batch_and_a_killed_run_continues
     interrupt_when_logged(train_command(killed), tmp_path / "killed" / "loss_log.txt", "(epoch: 2, iters: 2,")
     assert "resuming from" in run_in_process("train.py", *killed, "--continue_train", capsys=capsys).stdout
     assert_identical(final_weights(tmp_path / "one"), final_weights(tmp_path / "killed"))
+
+
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_sb_loads_whole_images_at_crop_size_from_the_first_decay_epoch_in_one_process_and_two(
+        train, tmp_path, processes):
+    """UNSB's recipe (its unaligned dataset's, as CUT's): the epochs after --n_epochs resize each image whole to
+    --crop_size, the ones before crop it at --load_size; with one process and with two (each rank loads its own
+    share; rank 0's page shows its first input)."""
+    sources = ramps(tmp_path / "data", 2)
+    flags = [flag for flag in args(tmp_path / "data", tmp_path, "sb", *CROP_OR_WHOLE) if flag != "--no_html"]
+    if processes == 1:
+        assert train.main(flags) == 0
+    else:
+        ok(ranks("train.py", *flags))
+    assert [how_loaded(tmp_path / "sb", epoch, sources) for epoch in (1, 2, 3)] == ["crop", "crop", "whole"]
+
+
+# ----------------------------------------------------------------------------- run folders of UNSB's code
+def write_unsb_run(run, *flags: str, options: dict[str, tuple[str, str | None]] | None = None) -> None:
+    """A run folder as UNSB's train.py leaves it: latest_net_G.pth with its keys (saved from its wrapped
+    network: 'module.' before each) and no architecture.json, and train_opt.txt as its print_options writes it
+    (each `name: value` right-aligned to 25 and padded to 30, then a tab and `[default: ...]` where it differs,
+    between two rulers); `options` name -> (value, default or None). Weights far from the N(0, 0.02) start, so
+    that another noise or dropout shows in 8-bit outputs."""
+    generator = build_generator(sb_options("--init_type", "xavier", "--init_gain", "1.0", *flags), 3, 3)
+    run.mkdir(parents=True)
+    torch.save({"module." + key: value for key, value in generator.state_dict().items()}, run / "latest_net_G.pth")
+    write_unsb_options(run, options or {})
+
+
+def write_unsb_options(run, options: dict[str, tuple[str, str | None]]) -> None:
+    """run/train_opt.txt as UNSB's print_options writes it (write_unsb_run)."""
+    lines = ["----------------- Options ---------------"]
+    for name, (value, default) in sorted(options.items()):
+        lines.append(f"{name:>25}: {value:<30}" + (f"\t[default: {default}]" if default is not None else ""))
+    (run / "train_opt.txt").write_text("\n".join([*lines, "----------------- End -------------------"]) + "\n")
+
+
+# what UNSB's train_opt.txt says of a run trained with `--ngf 4 --no_dropout False --num_timesteps 3 --tau 0.05`
+UNSB_OPTIONS = {"gpu_ids": ("0", None), "model": ("sb", None), "mode": ("sb", None),
+                "name": ("h2z_SB", "experiment_name"), "nce_layers": ("0,4,8,12,16", None), "ngf": ("4", "64"),
+                "no_dropout": ("False", "True"), "num_timesteps": ("3", "5"), "tau": ("0.05", "0.01"),
+                "lambda_SB": ("1.0", "0.1")}
+
+
+def test_a_unsb_checkpoint_trained_with_dropout_loads_in_test_py_and_gives_the_translators_output(
+        unpaired_root, tmp_path, capsys):
+    """UNSB's `--no_dropout False` puts a dropout layer in each residual block (its keys shift from conv_fin.2 to
+    conv_fin.3); test.py builds it when told so, as UNSB's test.py, and otherwise names the flag; test.py (without
+    --eval) translates in eval mode as UNSB's test, and the Translator reads the steps and tau of the run's
+    train_opt.txt: both give the same walk for a seed."""
+    run = tmp_path / "ckpt" / "h2z_SB"
+    write_unsb_run(run, "--no_dropout", "False", options=UNSB_OPTIONS)
+    layout = {key.replace(".conv_fin.2.", ".conv_fin.3."): shape
+              for key, shape in unsb_generator_layout(3, 3, 4).items()}
+    saved = torch.load(run / "latest_net_G.pth")
+    assert {key.removeprefix("module."): tuple(value.shape) for key, value in saved.items()} == layout
+    command = ["--dataroot", str(unpaired_root), "--name", "h2z_SB", "--checkpoints_dir", str(tmp_path / "ckpt"),
+               "--results_dir", str(tmp_path / "results"), "--model", "sb", "--ngf", "4", "--load_size", "32",
+               "--crop_size", "32", "--num_test", "1", "--num_timesteps", "3", "--tau", "0.05", "--seed", "5"]
+    refused = run_in_process("test.py", *command, capsys=capsys)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "built with --no_dropout False; pass that" in errors[0]
+    assert not (tmp_path / "results").exists()  # refused before writing anything
+    result = run_in_process("test.py", *command, "--no_dropout", "False", capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    source = sorted((unpaired_root / "testA").glob("*.png"))[0]
+    written = np.asarray(Image.open(tmp_path / "results" / "h2z_SB" / "test_latest" / "images" /
+                                    f"{source.stem}_fake_B.png"), dtype=int)
+    translator = Translator.load(run, device="cpu", seed=5)
+    assert translator.bridge == (3, 0.05, 16)  # the run's --num_timesteps and --tau, from its train_opt.txt
+    assert np.abs(translator.translate(str(source)).astype(int) - written).max() <= 1  # test.py's own rounding
+    # dropout on (training mode) gives another output: test.py's equal one is eval mode's, without --eval
+    dropping = Translator.load(run, device="cpu", seed=5, eval_mode=False)
+    assert np.abs(dropping.translate(str(source)).astype(int) - written).max() > 1
+
+
+def test_the_translator_reads_the_steps_and_tau_of_a_train_opt_txt_by_their_flags_types_and_refuses_by_name(
+        unpaired_root, tmp_path, capsys):
+    """A folder trained by UNSB's code has train_opt.txt and no train_opt.json: its --num_timesteps and --tau are
+    the walk's; the text is untrusted (parsed by the flags' types, a bad value refused naming the file and line);
+    without them the Translator refuses, naming what it looked for, rather than walk defaults, and the keywords
+    (scripts/translate.py's flags) it names work."""
+    run = tmp_path / "unsb"
+    options = {**UNSB_OPTIONS, "no_dropout": ("True", None), "num_timesteps": ("2", "5"), "tau": ("0.2", "0.01")}
+    write_unsb_run(run, options=options)
+    assert Translator.load(run, device="cpu").bridge == (2, 0.2, 16)
+    assert Translator.load(run, device="cpu", num_timesteps=4, tau=0.0).bridge == (4, 0.0, 16)  # keywords win
+    for name, bad in [("tau", "__import__('os').remove('x')"), ("tau", "-0.5"), ("num_timesteps", "0"),
+                      ("num_timesteps", "2.5")]:
+        write_unsb_options(run, {**options, name: (bad, None)})
+        line = 2 + sorted(options).index(name)  # after the ruler, in print_options' sorted order
+        with pytest.raises(UserError, match=rf"train_opt.txt, line {line} \(`{name}: .*--{name} there is not one"):
+            Translator.load(run, device="cpu")
+    (run / "train_opt.txt").write_text("----------------- Options ---------------\n"
+                                       "                      ngf: 4\n----------------- End -------------------\n")
+    with pytest.raises(UserError, match=r"train_opt.txt has no `num_timesteps:` or `tau:` line.*num_timesteps=N, "
+                                        r"tau=T to Translator.load"):
+        Translator.load(run, device="cpu")
+    (run / "train_opt.txt").unlink()
+    with pytest.raises(UserError, match="no train_opt.json or train_opt.txt lies beside"):
+        Translator.load(run, device="cpu")
+    given = Translator.load(run, device="cpu", num_timesteps=3, tau=0.3, seed=5)
+    assert given.bridge == (3, 0.3, 16)
+    source = sorted((unpaired_root / "testA").glob("*.png"))[0]
+    result = run_in_process("scripts/translate.py", str(source), "--checkpoint", str(run), "--output",
+                            str(tmp_path / "out"), "--num_timesteps", "3", "--tau", "0.3", "--seed", "5", "--device",
+                            "cpu", capsys=capsys)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "out" / source.name)), given.translate(str(source)))
+
+
+def test_a_run_of_ours_that_lost_its_train_opt_json_reads_the_same_options_from_its_train_opt_txt(tmp_path):
+    """train.py writes both files; the text one, in the originals' format, says the same to the Translator."""
+    from options.base_options import save_options
+
+    write_unsb_run(tmp_path / "ours")
+    save_options(TrainOptions().parse(["--dataroot", "unused", "--name", "ours", "--checkpoints_dir", str(tmp_path),
+                                       *TINY, "--num_timesteps", "2", "--tau", "0.2", "--data_range", "0", "2"]))
+    from_json = Translator.load(tmp_path / "ours", device="cpu")
+    (tmp_path / "ours" / "train_opt.json").unlink()
+    from_text = Translator.load(tmp_path / "ours", device="cpu")
+    assert from_text.bridge == from_json.bridge == (2, 0.2, 16)
+    assert from_text.loaded.input_range == from_json.loaded.input_range == (0.0, 2.0)
 
 
 # ----------------------------------------------------------------------------- command lines and errors

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import io
 import os
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -16,18 +18,19 @@ import threading
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
-from conftest import ROOT, load_script
+from conftest import ROOT, load_script, run_in_process
 from data.image_io import read_image, write_image
 from helpers import SERVED_FAMILIES, SERVED_INIT, photo, png_bytes, save_run
-from models.inference.serving.app import ServerSettings, create_app, load_model
+from models.inference.serving.app import ServedModel, ServerSettings, create_app, load_model
 from models.inference.serving.uploads import Limits
 from models.inference.translator import Translator
 
@@ -74,9 +77,11 @@ def assert_translated_alike(served_output: np.ndarray, alone: np.ndarray) -> Non
 
 
 @contextlib.contextmanager
-def served(run: Path, **settings):
-    """The app of `run` served by uvicorn in a thread on a free port of 127.0.0.1; yields its URL."""
-    app = create_app(load_model(str(run), ["cpu"]), ServerSettings(LIMITS, **settings))
+def served(run: Path | ServedModel, **settings):
+    """The app of `run` (a run folder, or a model loaded already) served by uvicorn in a thread on a free port
+    of 127.0.0.1; yields its URL."""
+    model = run if isinstance(run, ServedModel) else load_model(str(run), ["cpu"])
+    app = create_app(model, ServerSettings(LIMITS, **settings))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -243,6 +248,8 @@ BAD = {
     "pickle_named_png": (lambda: __import__("pickle").dumps({"a": 1}), {"x-filename": "photo.png"}, 415,
                          "not a file this server reads"),
     "nifti_huge_header_to_a_picture_model": (nifti_with_huge_header, {}, 415, "translates pictures"),
+    # a gzip stream is a .nii.gz only if a NIfTI header is what it holds: a gzipped PNG is named as what it is
+    "gzipped_png": (lambda: gzip.compress(png_bytes(photo(1))), {}, 415, "gzip-compressed, but what it holds is not"),
     "json_body": (lambda: b'{"image": "x"}', {"content-type": "application/json"}, 415, "not a file"),
     "empty_body": (lambda: b"", {}, 400, "no file"),
     "too_many_bytes": (lambda: b"\x89PNG\r\n\x1a\n" + b"\x00" * (3 << 20), {}, 413, "more than this server's"),
@@ -391,6 +398,218 @@ def test_a_path_in_the_client_file_name_only_names_the_download(runs, tmp_path):
                             timeout=60)
     assert answer.status_code == 200
     assert answer.headers["content-disposition"] == 'attachment; filename="passwd.png"'
+
+
+# ------------------------------------------------------------------------------------------ options
+def post(url: str, body: bytes = b"", params: object = None, texts: dict | None = None,
+         files: dict | None = None) -> tuple[int, str]:
+    """(status, the refusal's one line, or "" when answered) of POST /translate: `body` as the request's body, or
+    as the form file 'file' beside `texts` and `files` when either is given."""
+    if texts is None and files is None:
+        answer = httpx.post(f"{url}/translate", params=params, content=body, timeout=60)
+    else:
+        parts = {**({"file": ("photo.png", body)} if body else {}), **(files or {})}
+        answer = httpx.post(f"{url}/translate", params=params, data=texts or {}, files=parts, timeout=60)
+    return answer.status_code, answer.json()["error"] if answer.status_code != 200 else ""
+
+
+PICTURE = png_bytes(photo(1))
+# What a client sends that /translate does not take, and the words its refusal must hold: a name it does not
+# know (misspelt, in another case, in the form), a value nobody reads, a form file of another name, an option
+# twice, and names and values of 10,000 characters, which are quoted cut.
+UNTAKEN = {
+    "misspelt_in_the_query": ({"directon": "BtoA"}, None, None, ("'directon'", "did you mean direction",
+                                                                  "takes direction, response")),
+    "another_case_in_the_query": ({"Direction": "BtoA"}, None, None, ("'Direction'", "did you mean direction")),
+    "misspelt_in_the_form": ({}, {"directon": "BtoA"}, None, ("'directon' in the form",)),
+    "a_form_file_of_another_name": ({}, {}, {"image": ("b.png", PICTURE)}, ("'image'", "as 'file'")),
+    "the_file_as_a_query_option": ({"file": "photo.png"}, None, None, ("'file' in the query is a file",)),
+    "a_response_nobody_reads": ({"response": "xml"}, None, None, ("response='xml'", "response=json")),
+    "an_option_twice_in_the_query": ([("direction", "AtoB"), ("direction", "BtoA")], None, None, ("given 2 times",)),
+    "an_option_in_query_and_form": ({"direction": "AtoB"}, {"direction": "BtoA"}, None, ("given 2 times",)),
+    "a_10000_character_name": ({"o" * 10_000: "1"}, None, None, ("'" + "o" * 100 + "'... (cut: 10000 characters)",)),
+    "a_10000_character_value": ({"direction": "B" * 10_000}, None, None, ("direction='BBB", "(cut: 10000 characters)",
+                                                                            "translates AtoB or BtoA")),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTAKEN))
+def test_an_option_the_server_does_not_take_is_refused_naming_it_in_a_short_line(cycle_gan_server, case):
+    query, texts, files, words = UNTAKEN[case]
+    served_before = httpx.get(f"{cycle_gan_server}/health").json()["served"]
+    status, reason = post(cycle_gan_server, PICTURE, query, texts, files)
+    assert status == 400 and all(word in reason for word in words), (status, reason)
+    assert "\n" not in reason and len(reason) <= 300, reason  # short, whatever the client sent
+    assert httpx.get(f"{cycle_gan_server}/health").json()["served"] == served_before  # refused, not translated
+
+
+def documented_statuses() -> list[tuple[int, str]]:
+    """(status, case) of each row of docs/serving.md's table of errors; a row's case is its words up to its
+    first note (in parentheses, or after a colon or semicolon)."""
+    text = (ROOT / "docs" / "serving.md").read_text()
+    table = text.split("| status | when |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines():
+        status, when = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        rows.append((int(status), re.split(r" \(|: |; ", when, maxsplit=1)[0]))
+    return rows
+
+
+def stalled_client(url: str) -> socket.socket:
+    """A client that sends the head of an upload of 5000 bytes and 4 of them, then nothing."""
+    host, port = url.removeprefix("http://").split(":")
+    client = socket.create_connection((host, int(port)))
+    client.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000\r\n\r\n\x89PNG")
+    return client
+
+
+def answer_on(client: socket.socket) -> tuple[int, str]:
+    """(status, error) of the answer a raw client gets, closing it."""
+    client.settimeout(30)
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):  # the head, then the JSON body
+        received = client.recv(4096)
+        if not received:
+            break
+        answer += received
+    client.close()
+    head, _, body = answer.decode(errors="replace").partition("\r\n\r\n")
+    return int(head.split()[1]), __import__("json").loads(body)["error"]
+
+
+def in_server(url: str, count: int) -> None:
+    """Wait until `count` requests are in the server (GET /health)."""
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{url}/health").json()["requests_in_server"] != count:
+        assert time.monotonic() < deadline, f"never {count} requests in the server"
+        time.sleep(0.02)
+
+
+def a_full_server(url: str) -> tuple[int, str]:
+    """A request while `--queue_size` (2) stalled clients hold every place."""
+    holders = [stalled_client(url), stalled_client(url)]
+    in_server(url, 2)
+    answer = post(url, PICTURE)
+    for holder in holders:
+        holder.close()
+    in_server(url, 0)
+    return answer
+
+
+def picture_file(tmp: Path, values: np.ndarray) -> bytes:
+    write_image(str(tmp / "upload.tif"), values)
+    return (tmp / "upload.tif").read_bytes()
+
+
+def nan_floats() -> np.ndarray:
+    values = np.random.default_rng(0).random((24, 24, 3)).astype(np.float32)
+    values[3, 4, 0] = np.nan
+    return values
+
+
+# Requests of each case docs/serving.md's table lists, sent to a CycleGAN ("cycle"), a volume model and a UNSB
+# server; every one must be answered the status of its row. `tmp` is a scratch folder.
+STATUS_CASES: dict[str, Callable[[dict[str, str], Path], list[tuple[int, str]]]] = {
+    "no file": lambda at, tmp: [post(at["cycle"]), post(at["cycle"], files={"reference": ("a.png", PICTURE)})],
+    "a damaged or truncated file": lambda at, tmp: [post(at["cycle"], PICTURE[:200])],
+    "an option out of its range": lambda at, tmp: [post(at["sb"], PICTURE, {"steps": "0"}),
+                                                   post(at["sb"], PICTURE, {"steps": "101"}),
+                                                   post(at["sb"], PICTURE, {"seed": str(2 ** 32)})],
+    "an option not the model's": lambda at, tmp: [post(at["cycle"], PICTURE, {"steps": "3"}),
+                                                  post(at["cycle"], PICTURE, {"n_samples": "2"}),
+                                                  post(at["sb"], PICTURE, {"direction": "BtoA"})],
+    "an unknown option": lambda at, tmp: [post(at["cycle"], PICTURE, {"directon": "BtoA"}),
+                                          post(at["cycle"], PICTURE, texts={"directon": "BtoA"}),
+                                          post(at["cycle"], PICTURE, files={"image": ("b.png", PICTURE)})],
+    "an option given twice": lambda at, tmp: [post(at["cycle"], PICTURE, {"direction": "AtoB"},
+                                                   texts={"direction": "AtoB"})],
+    "the upload took longer than `--read_timeout_s` to arrive": lambda at, tmp: [
+        answer_on(stalled_client(at["cycle"]))],
+    "more bytes than `--max_upload_mb`": lambda at, tmp: [post(at["cycle"], b"\x89PNG\r\n\x1a\n" + bytes(3 << 20))],
+    "more pixels than `--max_pixels`": lambda at, tmp: [post(at["cycle"], png_header_only(1000, 1000))],
+    "more channels than the model could take": lambda at, tmp: [
+        post(at["cycle"], picture_file(tmp, np.zeros((16, 16, 5), np.uint8)))],
+    "more values than `--max_voxels`": lambda at, tmp: [post(at["volume"], nifti_bytes((65, 64, 64)))],
+    "not a format the server reads": lambda at, tmp: [post(at["cycle"], __import__("pickle").dumps({"a": 1}))],
+    "a gzip file holding no NIfTI volume": lambda at, tmp: [post(at["cycle"], gzip.compress(PICTURE)),
+                                                            post(at["volume"], gzip.compress(b"some notes"))],
+    "a picture to a volume model": lambda at, tmp: [post(at["volume"], PICTURE)],
+    "a volume to a picture model": lambda at, tmp: [
+        post(at["cycle"], nifti_bytes((4, 4, 4), bytes(256))),
+        post(at["cycle"], gzip.compress(nifti_bytes((4, 4, 4), bytes(256))))],
+    "a file the model cannot take once decoded": lambda at, tmp: [
+        post(at["cycle"], picture_file(tmp, nan_floats())),
+        post(at["cycle"], picture_file(tmp, np.zeros((16, 16, 2), np.uint8)))],
+    "the server failed on this request": lambda at, tmp: [post(at["cycle"], PICTURE, {"direction": "BtoA"})],
+    "`--queue_size` requests are in the server already": lambda at, tmp: [a_full_server(at["cycle"])],
+}
+
+
+def test_every_status_docs_serving_md_lists_is_what_the_server_answers_for_its_case(runs, tmp_path):
+    rows = documented_statuses()
+    # each documented case has its requests here, and no case is tested that the docs do not list
+    assert sorted(case for _, case in rows) == sorted(STATUS_CASES), rows
+    cycle = load_model(str(runs["cycle_gan"]), ["cpu"])
+
+    def out_of_memory(*args, **keywords):
+        raise MemoryError("the device is full")
+    cycle.replicas[0]["BtoA"].translate = out_of_memory  # the server's failure on one request, for the 500
+    with contextlib.ExitStack() as servers:
+        at = {"cycle": servers.enter_context(served(cycle, queue_size=2, read_timeout_s=0.5)),
+              "volume": servers.enter_context(served(runs["volume"])),
+              "sb": servers.enter_context(served(runs["sb"]))}
+        for status, case in rows:
+            for answered, reason in STATUS_CASES[case](at, tmp_path):
+                assert answered == status, (case, answered, reason)
+                assert reason and "\n" not in reason and "Traceback" not in reason and len(reason) <= 400, reason
+        assert post(at["cycle"], PICTURE) == (200, "")  # and it serves on
+
+
+# ------------------------------------------------------------------------------------------ photos upright
+def photo_file(pixels: np.ndarray, orientation: int, kind: str = "PNG") -> bytes:
+    """`pixels` stored in a file of `kind` with the EXIF orientation `orientation`, as a phone stores a photo
+    taken in portrait (orientation 6: the stored pixels lie on their side, viewers turn them upright)."""
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    image.save(buffer, format=kind, exif=exif)
+    return buffer.getvalue()
+
+
+def test_the_translator_reads_a_photo_of_every_exif_orientation_upright_as_viewers_show_it(runs, tmp_path):
+    translator = Translator.load(runs["cycle_gan"], device="cpu")
+    pixels = photo(7, 20, 28)
+    for orientation in range(1, 9):
+        path = tmp_path / f"turned{orientation}.png"
+        path.write_bytes(photo_file(pixels, orientation))
+        with Image.open(path) as stored:
+            shown = np.asarray(ImageOps.exif_transpose(stored))  # what every viewer shows
+            from_pil = np.asarray(translator.translate(stored))
+        want = translator.translate(shown)
+        assert want.shape[:2] == ((28, 20) if orientation >= 5 else (20, 28))
+        assert np.array_equal(translator.translate(str(path)), want), orientation
+        assert np.array_equal(from_pil, want), orientation  # a PIL image opened from the file alike
+
+
+@pytest.mark.parametrize("orientation,kind", [(6, "JPEG"), (6, "PNG"), (8, "PNG"), (3, "PNG")])
+def test_a_phone_photo_comes_back_upright_from_the_server_and_from_translate_py(runs, cycle_gan_server, orientation,
+                                                                              kind, tmp_path, capsys):
+    run = runs["cycle_gan"]
+    upload = tmp_path / "in" / f"phone.{kind.lower()}"
+    upload.parent.mkdir()
+    upload.write_bytes(photo_file(photo(4, 36, 52), orientation, kind))
+    with Image.open(upload) as stored:
+        want = Translator.load(run, device="cpu").translate(np.asarray(ImageOps.exif_transpose(stored)))
+    served_output = decoded(httpx.post(f"{cycle_gan_server}/translate", content=upload.read_bytes(), timeout=60),
+                            tmp_path)
+    assert np.array_equal(served_output, want)
+    done = run_in_process("scripts/translate.py", str(upload), "--checkpoint", str(run), "--output",
+                          str(tmp_path / "out"), "--device", "cpu", capsys=capsys)
+    assert done.returncode == 0, done.stderr
+    written = read_image(str(tmp_path / "out" / upload.name))
+    assert written.shape == want.shape  # upright; a JPEG is written lossily, a PNG exactly
+    assert kind == "JPEG" or np.array_equal(written, want)
 
 
 # ------------------------------------------------------------------------------------------ the command

@@ -23,6 +23,8 @@ except ImportError:
     dominate = None
 
 MISSING = "the HTML pages are written with the dominate package, which is not installed (`pip install dominate`)"
+# test.py --results_layout: our files only, or also the originals' folders (`save_result_images`)
+RESULT_LAYOUTS = ("ours", "original")
 
 PAGE_CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; color: #222; }
@@ -111,16 +113,23 @@ def file_stem(path: str) -> str:
 
 
 def save_result_images(image_dir: str, visuals: Mapping[str, Any], image_path: list[str],
-                       aspect_ratio: float = 1.0, display_channels: list[int] | None = None
-                       ) -> tuple[str, list[str], list[str]]:
+                       aspect_ratio: float = 1.0, display_channels: list[int] | None = None,
+                       folders: Mapping[str, str] | None = None) -> tuple[str, list[str], list[str]]:
     """Save the 8-bit preview (`util.tensor2im`) of the first image of each visual as `<name>_<label>.png`
-    in `image_dir`, `name` the first input's file name; returns (name, files, labels) for a row of a page."""
+    in `image_dir`, `name` the first input's file name; returns (name, files, labels) for a row of a page.
+    With `folders` (test.py --results_layout original) each is also saved as `<folder>/<name>.png`, one
+    folder per visual as CUT's and UNSB's test.py write them (`folders.get(label, label)`: the folder their
+    code names that visual by), so that their evaluation commands find them."""
     name = file_stem(image_path[0])
     files, labels = [], []
     for label, im_data in visuals.items():
         image_name = f"{name}_{label}.png"
-        util.save_image(util.tensor2im(im_data, channels=display_channels), os.path.join(image_dir, image_name),
-                        aspect_ratio)
+        preview = util.tensor2im(im_data, channels=display_channels)
+        util.save_image(preview, os.path.join(image_dir, image_name), aspect_ratio)
+        if folders is not None:
+            folder = os.path.join(image_dir, folders.get(label, label))
+            os.makedirs(folder, exist_ok=True)  # every rank may make it: exist_ok
+            util.save_image(preview, os.path.join(folder, f"{name}.png"), aspect_ratio)
         files.append(image_name)
         labels.append(label)
     return name, files, labels

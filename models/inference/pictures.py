@@ -23,11 +23,13 @@ from data.image_io import (
     PIL_UNREADABLE,
     ValueRange,
     array_from_pil,
+    as_shown,
+    exif_orientation,
     from_network,
     layout_hint,
     match_channels,
     probe_image,
-    read_image,
+    read_image_as_shown,
     require_finite,
     write_image,
 )
@@ -38,15 +40,23 @@ from util.errors import UserError
 ARRAY_DTYPES = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.float16, np.float32, np.float64))
 
 DataRange = tuple[float, float]
-# One call's generator: N x C x H x W in [-1, 1] -> its output in [-1, 1] (padded, tiled, its code and seed given).
-Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """An input decoded for the generator: `batch` (N x C x H x W in [-1, 1], or N x C x D x H x W for
+    volumes; N may be 0), and `encode`, which turns the generator's output for it back into the kind of
+    input it came as (an empty batch's output without the generator)."""
+
+    batch: torch.Tensor
+    encode: Callable[[torch.Tensor], Any]
 
 
 @dataclass
 class PictureTranslation:
-    """The pictures a Translator of a 2-D generator takes and gives; each call's `forward` (the generator
-    as the Translator applies it for that call) maps the decoded batch to the output. `who` names the
-    generator in messages ("the generator of <run> (<netG>, a 2-D network)")."""
+    """The pictures a Translator of a 2-D generator takes and gives: `decode` makes the generator's batch
+    of each, and the Decoded it returns makes the output of the generator's. `who` names the generator in
+    messages ("the generator of <run> (<netG>, a 2-D network)")."""
 
     who: str
     input_nc: int
@@ -54,20 +64,22 @@ class PictureTranslation:
     input_range: DataRange | None
     output_range: DataRange | None
 
-    def translate(self, image: Any, forward: Forward) -> Any:
-        """One picture (a path, PIL image, NumPy array or tensor) translated by `forward`; anything else refused."""
+    def decode(self, image: Any) -> Decoded:
+        """One picture (a path, PIL image, NumPy array or tensor) as the generator's batch, and how its output
+        goes back into the same kind; anything else refused."""
         if isinstance(image, (str, os.PathLike)) and os.fspath(image).lower().endswith(NIFTI_EXTENSIONS):
             raise self.volume_error(f"{os.fspath(image)} is a volume")
         if isinstance(image, (str, os.PathLike)):
             path = os.fspath(image)
-            return self.translate_images(read_image(path)[None], probe_image(path).alpha, f"image {path}", forward,
-                                         path=path)[0]
+            images = read_image_as_shown(path)[None]  # a phone's portrait photo upright, as every viewer shows it
+            batch = self.network_batch(images, probe_image(path).alpha, f"image {path}", path=path)
+            return Decoded(batch, lambda out: self.pictures_out(out, images.shape, images.dtype)[0])
         if isinstance(image, Image.Image):
-            return self._translate_pil(image, forward)
+            return self._decode_pil(image)
         if isinstance(image, np.ndarray):
-            return self._translate_array(image, forward)
+            return self._decode_array(image)
         if isinstance(image, torch.Tensor):
-            return self._translate_tensor(image, forward)
+            return self._decode_tensor(image)
         raise UserError(f"cannot translate a {type(image).__name__}: pass a file path, a PIL image, a NumPy array, "
                         f"a tensor, or a list of them.")
 
@@ -87,27 +99,32 @@ class PictureTranslation:
             raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}.") from None
         return list(outputs)
 
-    def translate_images(self, batch: np.ndarray, alpha: bool, what: str, forward: Forward,
-                         out_dtype: np.dtype | None = None, path: str | None = None) -> np.ndarray:
-        """N x H x W x C images as `read_image` returns them -> N x H x W x output_nc of `out_dtype`
-        (default: the input's dtype), values mapped as test.py maps a dataset's."""
-        dtype = np.dtype(out_dtype or batch.dtype)
-        if len(batch) == 0:  # an empty batch translates to an empty batch, as a tensor's does
-            return np.zeros((0, *batch.shape[1:3], self.output_nc), dtype)
-        require_finite(batch, what, "then translate it")
+    def network_batch(self, images: np.ndarray, alpha: bool, what: str, path: str | None = None) -> torch.Tensor:
+        """N x H x W x C images as `read_image` returns them -> N x input_nc x H x W in [-1, 1], mapped as
+        test.py maps a dataset's."""
+        if len(images) == 0:
+            return torch.zeros((0, self.input_nc, *images.shape[1:3]))
+        require_finite(images, what, "then translate it")
         spec = DomainSpec(self.input_nc, "input_nc", self.input_range)
-        inputs = [network_input(image, alpha, spec) for image in batch]
+        inputs = [network_input(image, alpha, spec) for image in images]
         if inputs[0] is None:
             hint = layout_hint(path, probe_image(path)) if path else ""
-            raise self._channel_error(what, batch.shape[-1], alpha, hint)
-        out = forward(torch.stack(inputs))
-        value_range = ValueRange.for_dtype(dtype, self.output_range)
-        return np.stack([from_network(image, value_range, dtype) for image in out])
+            raise self._channel_error(what, images.shape[-1], alpha, hint)
+        return torch.stack(inputs)
 
-    def _translate_pil(self, image: Image.Image, forward: Forward) -> Image.Image:
+    def pictures_out(self, out: torch.Tensor, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The generator's output for N x H x W x C images of `shape` -> N x H x W x output_nc of `dtype`,
+        mapped back as test.py's full-precision outputs."""
+        if shape[0] == 0:  # an empty batch translates to an empty batch, as a tensor's does
+            return np.zeros((0, *shape[1:3], self.output_nc), dtype)
+        value_range = ValueRange.for_dtype(np.dtype(dtype), self.output_range)
+        return np.stack([from_network(image, value_range, np.dtype(dtype)) for image in out])
+
+    def _decode_pil(self, image: Image.Image) -> Decoded:
         _require_pixels((image.height, image.width), f"a {image.width}x{image.height} PIL image", "an image")
         try:
             array, alpha = array_from_pil(image)
+            array = as_shown(array, exif_orientation(image))  # as the file it was opened from is read
         except PIL_UNREADABLE as err:
             reason = " ".join((str(err) or type(err).__name__).split())
             raise UserError(f"cannot decode the {image.format or 'given'} image: it is damaged or truncated "
@@ -117,10 +134,13 @@ class PictureTranslation:
                             f"channels); pass np.asarray(image) to get a NumPy array back.")
         # PIL holds 16-bit and float data only as one channel; colour from those comes back as 8 bits.
         out_dtype = array.dtype if self.output_nc == 1 else np.dtype(np.uint8)
-        out = self.translate_images(array[None], alpha, "the image", forward, out_dtype)[0]
-        return Image.fromarray(out[:, :, 0] if self.output_nc == 1 else out)
 
-    def _translate_array(self, array: np.ndarray, forward: Forward) -> np.ndarray:
+        def to_pil(out: torch.Tensor) -> Image.Image:
+            picture = self.pictures_out(out, array[None].shape, out_dtype)[0]
+            return Image.fromarray(picture[:, :, 0] if self.output_nc == 1 else picture)
+        return Decoded(self.network_batch(array[None], alpha, "the image"), to_pil)
+
+    def _decode_array(self, array: np.ndarray) -> Decoded:
         if array.ndim not in (2, 3, 4):
             raise UserError(f"cannot translate an array of shape {array.shape}: pass HxW, HxWxC or NxHxWxC.")
         if array.dtype not in ARRAY_DTYPES:
@@ -128,13 +148,16 @@ class PictureTranslation:
                             f"data range {describe_range(self.input_range)}).")
         _require_pixels(array.shape[-3:] if array.ndim == 4 else array.shape, f"an array of shape {array.shape}",
                         "HxW, HxWxC or NxHxWxC")
-        batch = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
-        out = self.translate_images(batch, False, "this array", forward)
-        if array.ndim == 4:
-            return out
-        return out[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else out[0]
+        images = {2: array[None, :, :, None], 3: array[None], 4: array}[array.ndim]
 
-    def _translate_tensor(self, x: torch.Tensor, forward: Forward) -> torch.Tensor:
+        def to_array(out: torch.Tensor) -> np.ndarray:
+            pictures = self.pictures_out(out, images.shape, array.dtype)
+            if array.ndim == 4:
+                return pictures
+            return pictures[0, ..., 0] if array.ndim == 2 and self.output_nc == 1 else pictures[0]
+        return Decoded(self.network_batch(images, False, "this array"), to_array)
+
+    def _decode_tensor(self, x: torch.Tensor) -> Decoded:
         if x.ndim == 5:
             raise self.volume_error(f"a tensor of shape {tuple(x.shape)} (N x C x D x H x W) is a volume")
         if not x.is_floating_point() or x.ndim not in (3, 4):
@@ -143,14 +166,17 @@ class PictureTranslation:
         _require_pixels(tuple(x.shape[-3:]), f"a tensor of shape {tuple(x.shape)}", "CxHxW or NxCxHxW")
         batch = x if x.ndim == 4 else x[None]
         if len(batch) == 0:
-            return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
+            return Decoded(batch, lambda out: x.new_zeros((0, self.output_nc, *batch.shape[2:])))
         if batch.shape[1] != self.input_nc:
             matched = [match_channels(image.float().cpu(), False, self.input_nc) for image in batch]
             if matched[0] is None:
                 raise self._channel_error("this tensor", batch.shape[1], False)
             batch = torch.stack(matched)
-        out = forward(batch).to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
-        return out if x.ndim == 4 else out[0]
+
+        def to_tensor(out: torch.Tensor) -> torch.Tensor:
+            out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
+            return out if x.ndim == 4 else out[0]
+        return Decoded(batch, to_tensor)
 
     def volume_error(self, what: str) -> UserError:
         """The refusal of a volume (`what`: e.g. "x.nii is a volume")."""

@@ -20,7 +20,7 @@ from PIL import Image
 from torch import nn
 
 from data.image_folder import DomainSpec, network_input
-from data.image_io import array_from_pil, probe_image, read_image
+from data.image_io import array_from_pil, as_shown, exif_orientation, probe_image, read_image_as_shown
 from models import find_model_using_name, networks
 from models.networks.checkpoint_files import ARCHITECTURE_FILE, read_architecture_file
 from util.checkpoint_io import load_state_dict_file
@@ -120,9 +120,11 @@ def reference_picture(reference: Any, channels: int, data_range: tuple[float, fl
     else:
         if isinstance(reference, (str, os.PathLike)):
             path = os.fspath(reference)
-            array, alpha, what = read_image(path), probe_image(path).alpha, f"reference image {path}"
+            # upright as viewers show it (its EXIF orientation), as the Translator reads the image to translate
+            array, alpha, what = read_image_as_shown(path), probe_image(path).alpha, f"reference image {path}"
         elif isinstance(reference, Image.Image):
             (array, alpha), what = array_from_pil(reference), "the reference image"
+            array = as_shown(array, exif_orientation(reference))
         elif isinstance(reference, np.ndarray) and reference.ndim in (2, 3):
             array, alpha, what = (reference if reference.ndim == 3 else reference[:, :, None]), False, "the reference"
         else:

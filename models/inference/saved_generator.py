@@ -9,12 +9,13 @@ themselves show (`infer_architecture`: generator type, ngf, channels, norm, and 
 resnets). `load_generator` builds it with `networks.define_G`, as train.py and test.py do, and
 loads the weights with a message that names the file and the architecture when they do not fit.
 What else inference needs from training, the --data_range (how data values map to the network's)
-and, for volumes, the --patch_size (the window whole volumes are translated in), comes from the
-options train.py saved beside the weights (`train_opt.json`); reference checkpoints have none.
+and, for volumes, the --patch_size (the window whole volumes are translated in), and for a
+Schrödinger-bridge run its --num_timesteps and --tau, comes from the options train.py saved beside the
+weights (`train_opt.json`), or, for a run trained by the reference's, CUT's or UNSB's code, from the
+`train_opt.txt` its train.py wrote (models/inference/run_options.py).
 """
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +26,10 @@ from torch import nn
 
 from models import builtin_models, find_model_using_name, networks
 from models.base_model import BaseModel
+from models.inference.run_options import OPTIONS_FILES, find_options_file, read_options_file
 from models.networks.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
 from util.checkpoint_io import load_state_dict_file
 from util.errors import UserError
-from util.safe_files import read_json_object
 from util.util import why_missing
 
 # What every generator's architecture names, under the names of the flags (and of Translator.load's
@@ -61,7 +62,7 @@ class GeneratorCheckpoint:
     `direction` it translates in terms of the dataset's domains ("AtoB": domain A -> domain B), the
     numbers of the --data_range its run trained with, the --patch_size (D, H, W) of a volume run's
     training patches, and the --num_timesteps and --tau of a Schrödinger-bridge run (--model sb) (each
-    None when not given or not known)."""
+    None when not given or not known); `options_file` is the file they were read from (None: none there)."""
 
     path: str
     architecture: dict
@@ -70,6 +71,27 @@ class GeneratorCheckpoint:
     patch_size: tuple[int, ...] | None = None
     num_timesteps: int | None = None
     tau: float | None = None
+    options_file: str | None = None
+
+    def bridge(self, num_timesteps: int | None, tau: float | None) -> tuple[int | None, float | None]:
+        """The steps and tau a time-conditioned generator (--model sb) walks: `num_timesteps` and `tau` where
+        given, else its run's; a UserError naming where it looked when one is known from neither (never a
+        default the run may not have trained with). Other generators get what is given (which they refuse)."""
+        arch = SimpleNamespace(**self.architecture)
+        if not networks.family_of(arch.netG).time_conditioned(arch):
+            return num_timesteps, tau
+        steps = self.num_timesteps if num_timesteps is None else num_timesteps
+        tau = self.tau if tau is None else tau
+        missing = [name for name, value in (("num_timesteps", steps), ("tau", tau)) if value is None]
+        if missing:
+            where = (f"{self.options_file} has no {' or '.join(f'`{name}:`' for name in missing)} line"
+                     if self.options_file else f"no {' or '.join(OPTIONS_FILES)} lies beside {self.path}")
+            raise UserError(f"{self.path} holds a Schrödinger-bridge generator (--netG {arch.netG}, --model sb), which "
+                            f"walks the --num_timesteps steps with the noise --tau its run trained with, but {where}, "
+                            f"so its {' and '.join(missing)} are not known. Pass them: num_timesteps=N, tau=T to "
+                            f"Translator.load (scripts/translate.py: --num_timesteps N --tau T; UNSB's defaults are 5 "
+                            f"and 0.01), or put the train_opt.txt its training wrote beside the weights.")
+        return steps, tau
 
 
 def describe_architecture(arch: dict) -> str:
@@ -140,6 +162,8 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         name, swap = _generator_for_direction(folder, saved, direction, epoch)
         backward = swap
         path = os.path.join(folder, f"{epoch}_net_{name}.pth")
+        if not os.path.isfile(path):
+            raise UserError(missing_weights_message(folder, name, epoch))
     else:
         if direction is not None:
             raise UserError(f"{source} is one generator's weights file, which translates one way only; pass its "
@@ -155,28 +179,33 @@ def find_generator(source: str, direction: str | None = None, epoch: str = "late
         arch.update(infer_architecture(load_state_dict_file(path), overrides.get("netG")))
     arch.update(overrides)
     translates = DIRECTIONS[1 - DIRECTIONS.index(trained)] if backward else trained
-    options = read_trained_options(folder)
+    options_file = find_options_file(folder)
+    options = read_options_file(options_file) if options_file else {}
     return GeneratorCheckpoint(path, arch, translates, _numbers(options.get("data_range"), float),
                                _numbers(options.get("patch_size"), int), options.get("num_timesteps"),
-                               options.get("tau"))
+                               options.get("tau"), options_file)
 
 
-# The options of a run that inference reads from its options file (Translator.load's keywords of the
-# same names replace them).
-_TRAINED_OPTIONS = ("data_range", "patch_size", "num_timesteps", "tau")
-
-
-def read_trained_options(folder: str) -> dict:
-    """The options train.py saved in `folder` (`<phase>_opt.json`: train_opt.json, else the newest other
-    one), as a dict; {} when no options file is there."""
-    path = os.path.join(folder, "train_opt.json")
-    if not os.path.isfile(path):
-        others = glob.glob(os.path.join(glob.escape(folder), "*_opt.json"))
-        if not others:
-            return {}
-        path = max(others, key=os.path.getmtime)
-    return read_json_object(path, f"Restore it, or delete it and pass what the run trained with yourself "
-                                  f"({', '.join(_TRAINED_OPTIONS)}), if any.")
+def missing_weights_message(folder: str, name: str, epoch: str) -> str:
+    """Why the run folder `folder` gives no `<epoch>_net_<name>.pth`, and what to pass instead, in the
+    flags of the tools that load a run (--checkpoint, --epoch: scripts/translate.py and scripts/serve.py,
+    options/inference_flags.py; Translator.load's keywords of the same names)."""
+    wanted = f"{epoch}_net_{name}.pth"
+    saved = sorted(entry for entry in os.listdir(folder) if entry.endswith(".pth"))
+    epochs = sorted(entry[: -len(f"_net_{name}.pth")] for entry in saved if entry.endswith(f"_net_{name}.pth"))
+    if epochs:  # that generator at other epochs
+        example = "latest" if "latest" in epochs else epochs[-1]
+        return (f"{folder} holds no {wanted}, but the same weights at other epochs ({', '.join(epochs[:12])}); "
+                f"choose one with --epoch, e.g. --epoch {example}.")
+    runs = sorted(entry for entry in os.listdir(folder) if os.path.isdir(os.path.join(folder, entry))
+                  and any(inner.endswith(".pth") for inner in os.listdir(os.path.join(folder, entry))))
+    if runs and not saved:  # e.g. checkpoints/ itself
+        return (f"{folder} holds no weights of its own, but run folders that do ({', '.join(runs[:12])}); pass one "
+                f"of them, e.g. --checkpoint {os.path.join(folder, runs[0])}.")
+    held = f"only {', '.join(saved[:12])}" if saved else "no weights yet (no <epoch>_net_<name>.pth file)"
+    return (f"{folder} holds no {wanted}: {held}. A run folder holds its generator's weights once its training has "
+            f"saved them (at the end of its first epoch); pass --checkpoint a run folder that holds them, or one "
+            f"<epoch>_net_<name>.pth file.")
 
 
 def _numbers(values, kind: type) -> tuple | None:

@@ -12,8 +12,9 @@ trained with comes from its `train_opt.json`. `translate` computes what `test.py
 the same conversion to the network's [-1, 1] (data/image_folder.network_input: 8-bit by x / 127.5 - 1,
 16-bit by its full range, float data by the data range; gray <-> RGB and alpha as the datasets convert
 them), the same padding to the generator's size multiple and cropping back (models/inference.InferenceGenerator),
-and the same mapping back (image_io.from_network, as test.py's full-precision outputs).
-What it accepts and returns (docs/inference.md has the full table):
+and the same mapping back (image_io.from_network, as test.py's full-precision outputs); but a photo with an
+EXIF orientation is turned upright first, as viewers show it (image_io.read_image_as_shown), where test.py
+reads the pixels as stored. What it accepts and returns (docs/inference.md has the full table):
 
 - a path -> an HxWxC NumPy array in the file's dtype as read_image reads it (uint8, uint16 or float32);
 - a PIL image -> a PIL image at its precision where PIL has a mode for it (8 bits: "L", "LA", "RGB",
@@ -68,7 +69,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import torch
@@ -136,16 +136,17 @@ class Translator:
         generator refuses them.
 
         A time-conditioned generator (--model sb) walks `num_timesteps` steps, noise of entropy `tau`
-        between them (None: the run's, from its train_opt.json) drawn from `seed` (or `translate`'s).
+        between them (None: the run's, from its train_opt.json, or the train_opt.txt of a run trained by
+        UNSB's code; refused by name when neither says) drawn from `seed` (or `translate`'s).
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
+        num_timesteps, tau = found.bridge(num_timesteps, tau)  # given, or the run's: never a guess
         resolved = resolve_device(device)  # before loading, so that a bad device fails fast
         loaded = LoadedGenerator.build(
             load_generator(found.path, found.architecture, resolved), found.architecture, source=found.path,
             direction=found.direction, ranges=(range_A, range_B) if found.direction == "AtoB" else (range_B, range_A),
-            num_timesteps=found.num_timesteps if num_timesteps is None else num_timesteps,
-            tau=found.tau if tau is None else tau)
+            num_timesteps=num_timesteps, tau=tau)
         if patch_size is None and loaded.volumes:
             patch_size = found.patch_size  # the window is the patch size the volume generator trained on
         running = RunSettings.build(loaded, resolved, precision, eval_mode, seed, patch_size, window_overlap,
@@ -271,14 +272,17 @@ class Translator:
         return self.encoder.encode(reference_picture(reference, self.loaded.output_nc, self.loaded.output_range)[None])
 
     def _translate(self, image: Any, options: CallOptions) -> Any:
-        """`translate` for one code (or none): each kind of input its way (pictures.py, volumes.py), through
-        this call's generator, a plain function of a batch."""
+        """`translate` for one code (or none): the input decoded into the generator's batch by its kind
+        (pictures.py, volumes.py), the generator applied for this call, the output encoded as the input was."""
         if isinstance(image, (list, tuple)):
             return [self._translate(item, options) for item in image]
         if self.loaded.bridge is not None and isinstance(image, (str, os.PathLike)):
             # a file walks the noise test.py gives it for this seed: drawn from the seed and the file's name
             options = replace(options, seed=bridge.image_seed(options.seed, os.fspath(image)))
-        return self._kind.translate(image, partial(self._forward, options))
+        decoded = self._kind.decode(image)
+        if len(decoded.batch) == 0:  # an empty batch is an empty batch of the output's kind
+            return decoded.encode(decoded.batch)
+        return decoded.encode(self._forward(options, decoded.batch))
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
                        tile_overlap: int = 64, **answers: Any) -> list[str]:

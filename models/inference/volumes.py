@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from data.volume_io import (
     write_volume,
 )
 from data.volume_patches import WINDOW_BATCH, WINDOW_OVERLAP, batch_refusal
+from models.inference.pictures import Decoded
 from models.inference.windows import Windows, check_window
 from util.errors import UserError
 from util.safe_files import atomic_write_by_name
@@ -139,9 +140,9 @@ def volume_array(array: np.ndarray, channels: int) -> np.ndarray:
 @dataclass
 class VolumeTranslation:
     """The volumes a Translator of a 3-D generator takes and gives (the module docstring of
-    models/inference/translator.py lists them); each call's `forward` maps a batch (N, C, D, H, W) in [-1, 1]
-    to the output in [-1, 1] (the Translator's generator in its sliding window). `who` names the generator
-    in messages."""
+    models/inference/translator.py lists them): `decode` makes the generator's batch (N, C, D, H, W) in
+    [-1, 1] of each, and the Decoded it returns makes the output of the generator's (run in its sliding
+    window). `who` names the generator in messages."""
 
     who: str
     input_nc: int
@@ -149,11 +150,11 @@ class VolumeTranslation:
     input_range: Window | None
     output_range: Window | None
 
-    def translate(self, volume: Any, forward: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-        """One volume (a path, NumPy array or tensor) translated by `forward`; anything else refused in one
-        paragraph."""
+    def decode(self, volume: Any) -> Decoded:
+        """One volume (a path, NumPy array or tensor) as the generator's batch, and how its output goes back
+        into the same kind; anything else refused in one paragraph."""
         if isinstance(volume, torch.Tensor):
-            return self._translate_tensor(volume, forward)
+            return self._decode_tensor(volume)
         if isinstance(volume, (str, os.PathLike)):
             path = os.fspath(volume)
             self._require_volume_file(path)
@@ -161,13 +162,14 @@ class VolumeTranslation:
             if info.shape[0] != self.input_nc:
                 raise UserError(f"{self.who} takes {self.input_nc}-channel volumes, but volume {path} is "
                                 f"{info.describe()}; pass volumes of {self.input_nc} channel(s).")
-            return self._translate_units(read_volume(path, self.input_nc).array, info.dtype, f"volume {path}",
-                                         forward)
+            return self._decode_units(read_volume(path, self.input_nc).array, info.dtype, f"volume {path}")
         if isinstance(volume, np.ndarray):
             if volume.ndim == 2:
                 raise self.picture_error(f"an array of shape {volume.shape} (H x W) is a picture")
-            out = self._translate_units(volume_array(volume, self.input_nc), volume.dtype, "this array", forward)
-            return out[0] if volume.ndim == 3 and self.output_nc == 1 else out
+            decoded = self._decode_units(volume_array(volume, self.input_nc), volume.dtype, "this array")
+            if volume.ndim == 3 and self.output_nc == 1:  # (D, H, W) in, (D, H, W) out
+                return Decoded(decoded.batch, lambda out: decoded.encode(out)[0])
+            return decoded
         if isinstance(volume, Image.Image):
             raise self.picture_error("a PIL image is a picture")
         raise UserError(f"cannot translate a {type(volume).__name__}: pass {VOLUME_INPUTS}, or a list of them.")
@@ -213,7 +215,7 @@ class VolumeTranslation:
             raise self.picture_error(f"{path} is a picture" if is_image_file(path) else
                                      f"{path} is not a volume file ({', '.join(VOLUME_EXTENSIONS)})")
 
-    def _translate_tensor(self, x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def _decode_tensor(self, x: torch.Tensor) -> Decoded:
         if x.ndim == 3:
             raise self.picture_error(f"a tensor of shape {tuple(x.shape)} (C x H x W) is a picture")
         batch = x if x.ndim == 5 else x[None]
@@ -223,13 +225,16 @@ class VolumeTranslation:
                             f"tensors (C, D, H, W) or (N, C, D, H, W) in [-1, 1] with C = {self.input_nc} and at "
                             f"least one voxel.")
         if len(batch) == 0:
-            return x.new_zeros((0, self.output_nc, *batch.shape[2:]))
-        out = forward(batch).to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
-        return out if x.ndim == 5 else out[0]
+            return Decoded(batch, lambda out: x.new_zeros((0, self.output_nc, *batch.shape[2:])))
 
-    def _translate_units(self, volume: np.ndarray, dtype: np.dtype, what: str,
-                         forward: Callable[[torch.Tensor], torch.Tensor]) -> np.ndarray:
-        """(C, D, H, W) float32 in the units of data of `dtype` -> (C', D, H, W) float32 in the output's units."""
+        def to_tensor(out: torch.Tensor) -> torch.Tensor:
+            out = out.to(x.device, x.dtype).clone()  # clone: an ordinary tensor, usable with autograd
+            return out if x.ndim == 5 else out[0]
+        return Decoded(batch, to_tensor)
+
+    def _decode_units(self, volume: np.ndarray, dtype: np.dtype, what: str) -> Decoded:
+        """(C, D, H, W) float32 in the units of data of `dtype` as a batch of one; the output (C', D, H, W)
+        float32 in the output's units."""
         input_window, output_window = unit_windows(dtype, self.input_range, self.output_range, what, self.who)
-        out = forward(torch.from_numpy(to_network(volume, input_window))[None])
-        return from_network(out[0].cpu().numpy(), output_window)
+        return Decoded(torch.from_numpy(to_network(volume, input_window))[None],
+                       lambda out: from_network(out[0].cpu().numpy(), output_window))

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from models.networks import GENERATOR, family_of
+from models.networks.layers import fitting_patch
 from util.errors import UserError
 
 ALIGN = 4                # resnet generators halve the size twice: tiles start on this grid to match
@@ -229,4 +230,4 @@ def check_window(flags: Any, window: Sequence[int]) -> None:
     if not rule.fits(*window):
         raise UserError(f"--patch_size {'x'.join(map(str, window))}: --netG {flags.netG} needs sides that are "
                         f"multiples of {rule.multiple} and at least {rule.minimum} voxels; choose a --patch_size "
-                        f"that fits (e.g. {max(rule.minimum, rule.multiple * 2)}).")
+                        f"that fits, e.g. --patch_size {fitting_patch(tuple(window), rule.multiple, rule.minimum)}.")

@@ -1,5 +1,6 @@
 """CUT's networks besides its generator and discriminator (Park et al., ECCV 2020): netF
-(`PatchSampleF`) and PatchNCE (`patch_nce_loss`).
+(`PatchSampleF`) and PatchNCE (`patch_nce_loss`), and what PatchNCE needs of a run's flags (`layer_refusal`,
+`channel_refusal`: CUT's and UNSB's options refuse the rest when parsed).
 
 CUT's antialiased resnet generator is the resnet family's (models/networks/resnet.py, with its blur
 layers: CUT's `--no_antialias` / `--no_antialias_up` turn them off), and its antialiased
@@ -13,7 +14,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models import networks
+
 NETF_KINDS = ("sample", "reshape", "mlp_sample")
+
+
+# ---------------------------------------------------------------------------------- what PatchNCE needs of a run
+def layer_refusal(opt, nce_layers: tuple[int, ...]) -> str | None:
+    """Why training cannot read `nce_layers` from the --netG family's layers (it has fewer), or None. (A
+    family that gives no layers at all is refused by its model's `network_calls`.)"""
+    count = networks.family_of(opt.netG).feature_layers(opt)
+    if not opt.isTrain or count == 0 or max(nce_layers) < count:
+        return None
+    return (f"--nce_layers {','.join(map(str, nce_layers))}: --netG {opt.netG} "
+            f"{'without' if opt.no_antialias else 'with'} antialiasing has layers 0 to {count - 1} only; "
+            f"choose layers below {count} (CUT's default 0,4,8,12,16 reads the input, both "
+            f"downsamplings and two residual blocks).")
+
+
+def channel_refusal(opt) -> str | None:
+    """Why training cannot pass images of --output_nc channels through G, which takes --input_nc, or None:
+    PatchNCE encodes G's outputs with G (--lambda_NCE above 0), and --nce_idt translates B images."""
+    if not opt.isTrain or opt.input_nc == opt.output_nc or not (opt.nce_idt or opt.lambda_NCE > 0):
+        return None
+    passes = ("--nce_idt translates B images with G" if opt.nce_idt else
+              f"PatchNCE (--lambda_NCE {opt.lambda_NCE:g}) passes G's outputs through G again to compare features")
+    return (f"{passes}, so --model {opt.model} needs --input_nc == --output_nc (got {opt.input_nc} and "
+            f"{opt.output_nc}); pass --output_nc {opt.input_nc} (images of 1 and 3 channels load converted to the "
+            f"count asked for), or use --model cycle_gan --lambda_identity 0, which translates between them")
 
 
 class _ContiguousGradient(torch.autograd.Function):

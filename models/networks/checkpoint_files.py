@@ -10,11 +10,12 @@ flags to pass, and models/inference/saved_generator.py can rebuild a generator w
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
-from models.networks import DISCRIMINATOR, GENERATOR, family_of
+from models.networks import DISCRIMINATOR, GENERATOR, family_of, recognise_network
 from util.checkpoint_io import atomic_torch_save, load_state_dict_file
 from util.errors import UserError
 from util.resume_flags import ARCHITECTURE
@@ -48,21 +49,31 @@ def write_networks(save_dir: str, label: str, nets: dict[str, nn.Module], opt) -
     atomic_write_json(os.path.join(save_dir, ARCHITECTURE_FILE), architecture, indent=1)  # whole, even if killed
 
 
-def read_network(path: str, net: nn.Module, device: torch.device, opt, save_dir: str) -> None:
+# Whether the model of this command can call the networks an architecture.json names (its options as a dict)
+RunsRecorded = Callable[[Mapping[str, Any]], bool]
+
+
+def read_network(path: str, net: nn.Module, device: torch.device, opt, save_dir: str, *,
+                 runs_recorded: RunsRecorded | None = None) -> None:
     """Load the state_dict file `path` into the plain module `net`; a UserError naming the file
-    and the flags to pass when it does not fit."""
+    and the flags to pass when it does not fit (`mismatch_message`)."""
     state = load_state_dict_file(path, device)
     drop_old_instance_norm_stats(state, net)
     try:
         net.load_state_dict(state)
     except RuntimeError as err:
-        raise UserError(mismatch_message(path, err, opt, save_dir)) from None
+        raise UserError(mismatch_message(path, err, opt, save_dir, state, runs_recorded=runs_recorded)) from None
 
 
-def mismatch_message(path: str, err: RuntimeError, opt, save_dir: str) -> str:
-    """Which file does not fit the networks the flags build, and (from architecture.json) the flags
-    it was trained with."""
-    flags = _trained_flags(os.path.join(save_dir, ARCHITECTURE_FILE), opt)
+def mismatch_message(path: str, err: RuntimeError, opt, save_dir: str, state: dict | None = None, *,
+                     runs_recorded: RunsRecorded | None = None) -> str:
+    """Which file does not fit the networks the flags build, and the flags it was trained with: from
+    architecture.json, or, without one (the reference's, CUT's and UNSB's runs), from what the generator
+    weights `state` show. With architecture.json, the --model it was trained with too where
+    `runs_recorded` says this command's model cannot call the networks recorded (UNSB's under --model
+    cut), so that passing the flags named works."""
+    flags = _trained_flags(os.path.join(save_dir, ARCHITECTURE_FILE), opt, runs_recorded) or \
+        _flags_seen_in(state, opt)
     first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
     return (f"checkpoint {path} does not fit the network built from your flags "
             f"(--netG {opt.netG} --norm {opt.norm} --ngf {opt.ngf}"
@@ -70,9 +81,10 @@ def mismatch_message(path: str, err: RuntimeError, opt, save_dir: str) -> str:
             f"PyTorch says: {first}")
 
 
-def _trained_flags(saved: str, opt) -> str:
+def _trained_flags(saved: str, opt, runs_recorded: RunsRecorded | None = None) -> str:
     """The sentence naming the flags architecture.json `saved` records where they differ from
-    `opt`'s ("" without the file or a difference; what is wrong with the file when it is damaged)."""
+    `opt`'s ("" without the file or a difference; what is wrong with the file when it is damaged),
+    and its --model where this command's cannot call its networks (`runs_recorded`)."""
     if not os.path.exists(saved):
         return ""
     try:
@@ -87,7 +99,24 @@ def _trained_flags(saved: str, opt) -> str:
             parts.append(f"--{key}" if value else f"(without --{key})")
         else:
             parts.append(f"--{key} {value}")
+    trained_in = arch.get("model")
+    if parts and trained_in and trained_in != opt.model and runs_recorded is not None and not runs_recorded(arch):
+        parts.insert(0, f"--model {trained_in}")  # its networks run in that model only (e.g. UNSB's time index)
     return " It was trained with " + " ".join(parts) + "; pass the same flags." if parts else ""
+
+
+def _flags_seen_in(state: dict | None, opt) -> str:
+    """The sentence naming the shape flags that the generator weights `state` show where they differ from
+    `opt`'s ("" for weights no built-in generator family recognises, or none differing), e.g. a UNSB run
+    trained with dropout (its `--no_dropout False`), which test.py builds only when told."""
+    seen = recognise_network(state) if state else {}
+    parts = []
+    for key in ("netG", "norm", "ngf", "no_dropout"):  # what a test command may name wrongly; channels are swapped
+        if key not in seen or seen[key] == getattr(opt, key, seen[key]):  # per generator (G_B), so not named here
+            continue
+        parts.append(("--no_dropout" if seen[key] else "--no_dropout False") if key == "no_dropout"
+                     else f"--{key} {seen[key]}")
+    return f" Its weights show a generator built with {' '.join(parts)}; pass that." if parts else ""
 
 
 def read_architecture_file(path: str) -> dict:

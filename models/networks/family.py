@@ -13,7 +13,8 @@ of your own named by `--netG mypackage.my_net` / `--netD mypackage.my_net`, whos
   - how to rebuild a network from saved weights alone (`from_weights`: the options the weights
     show) and anything the weights decide beyond the options (`rebuild`);
   - what a generator takes beside the image (`latent_size`: a latent code, for many answers per input;
-    `time_conditioned`: a step's time index, for the steps of a Schrödinger bridge);
+    `time_conditioned`: a step's time index, for the steps of a Schrödinger bridge), summed up by `takes`,
+    which a model's `NetworkCall` must give exactly (the options refuse any other pairing, naming the flag);
   - the sizes it takes, in any number of spatial dimensions (`size_rule`), how far an output
     pixel sees (`receptive_radius`, for tiled inference), whether its network recomputes
     activations under --checkpoint_activations (`recomputes_activations`), and how many of its
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Collection, Mapping
 
 from torch import nn
 
@@ -34,6 +35,11 @@ from util.registry import DeclaredNames, Registry, argument_type
 
 GENERATOR, DISCRIMINATOR, ENCODER = "generator", "discriminator", "encoder"
 FLAG_OF_ROLE = {GENERATOR: "netG", DISCRIMINATOR: "netD", ENCODER: "netE"}
+# What a network's forward may take beside the image(s) (`NetworkFamily.takes`), as a model calling it gives
+# them (`NetworkCall.gives`): a step's time index (N whole numbers), a random code drawn afresh at each step
+# (N x step_code_size), a latent code choosing one of many answers (N x latent_size). A family or model of
+# one's own may name other inputs (e.g. "a class label"): any string both sides agree on.
+TIME_INDEX, STEP_CODE, LATENT_CODE = "a time index", "a code per step", "a latent code"
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,15 @@ class NetworkFamily:
         t, z)`, z: N x step_code_size, drawn afresh at every step); 0 for the others."""
         return 0
 
+    def takes(self, flags: Any) -> frozenset[str]:
+        """What the network's forward takes beside the image(s) (TIME_INDEX, STEP_CODE, LATENT_CODE or an
+        input of one's own): a model can call it only if it gives exactly these (`NetworkCall`). By default
+        what `time_conditioned`, `step_code_size` and `latent_size` declare: nothing, for a family that
+        declares none of them (forward(x))."""
+        taken = {TIME_INDEX: self.time_conditioned(flags), STEP_CODE: self.step_code_size(flags) > 0,
+                 LATENT_CODE: self.latent_size(flags) > 0}
+        return frozenset(name for name, given in taken.items() if given)
+
     def recomputes_activations(self, flags: Any) -> bool:
         """Whether the network `build` makes for `flags` has blocks that keep only their input and
         recompute their activations in the backward pass when the run asks (--checkpoint_activations,
@@ -140,6 +155,52 @@ class NetworkFamily:
         """(the flag, why) when the options do not suit this network, for the parser's one-paragraph
         error; None when they do."""
         return None
+
+
+def described_inputs(inputs: Collection[str]) -> str:
+    """`inputs` (what a network takes beside the image) in words: "the image alone", "the image with a
+    time index and a code per step"."""
+    known = (TIME_INDEX, STEP_CODE, LATENT_CODE)
+    named = [name for name in known if name in inputs] + sorted(set(inputs) - set(known))
+    if not named:
+        return "the image alone"
+    return "the image with " + (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1])
+
+
+@dataclass(frozen=True)
+class NetworkCall:
+    """How a model calls the network one of its flags names (`BaseModel.network_calls`): the family's
+    `role`, what the model `gives` it beside the image(s) (the family must take exactly that), and whether
+    it also reads the outputs of the network's layers (`features`: `forward(x, layers, encode_only=True)`,
+    as CUT's PatchNCE does; the family must declare `feature_layers`)."""
+
+    role: str
+    gives: Collection[str] = frozenset()  # kept as a frozenset
+    features: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gives", frozenset(self.gives))
+
+    def refusal(self, family: NetworkFamily, flags: Any, caller: str = "the model") -> str | None:
+        """Why `caller` (e.g. "--model cut") cannot call so `family`'s network as `flags` build it (a
+        phrase completing "--netG NAME ..."), or None when it can."""
+        taken = family.takes(flags)
+        if taken != self.gives:
+            return f"takes {described_inputs(taken)}, but {caller} gives its {self.role} {described_inputs(self.gives)}"
+        if self.features and not family.feature_layers(flags):
+            return (f"cannot give the outputs of its layers (forward(x, layers, encode_only=True): its family "
+                    f"declares no feature_layers), which {caller} reads from its {self.role}")
+        return None
+
+    def fitting_names(self, flags: Any, dims: int) -> list[str]:
+        """The built-in names of its role whose networks, as `flags` build them, have `dims` spatial
+        dimensions and can be called so: the choices a refusal offers."""
+        fitting = []
+        for name in builtin_names(self.role):
+            family = family_of(name, self.role)
+            if family.size_rule(flags).dims == dims and self.refusal(family, flags) is None:
+                fitting.append(name)
+        return fitting
 
 
 # ---------------------------------------------------------------------------------- the registry

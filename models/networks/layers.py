@@ -332,5 +332,16 @@ def check_volume_size(network: str, multiple: int, minimum: int, sizes: tuple[in
                         f"{shown}; use a 2-D network for images, or a volume dataset for it.")
     if min(sizes) < minimum or any(size % multiple for size in sizes):
         raise UserError(f"{network} needs volumes whose sides are multiples of {multiple} and at least {minimum} "
-                        f"voxels, but got {shown}; set --patch_size to a size that fits (e.g. "
-                        f"{max(minimum, 2 * multiple)}).")
+                        f"voxels, but got {shown}; set --patch_size to a size that fits, e.g. --patch_size "
+                        f"{fitting_patch(sizes, multiple, minimum)}.")
+
+
+def fitting_patch(sides: tuple[int, ...], multiple: int, minimum: int) -> str:
+    """A --patch_size value (one number for a cube, else D,H,W) that a network taking sides that are multiples
+    of `multiple` and at least `minimum` takes: each of `sides` rounded down to a multiple, so that a patch that
+    fitted the volumes still fits them (a larger one may not: a 24-slice volume takes no 32-voxel patch), and
+    raised to `minimum` only where it must be."""
+    fitted = [max(minimum, side // multiple * multiple) for side in sides]
+    if minimum % multiple:
+        fitted = [-(-side // multiple) * multiple for side in fitted]
+    return str(fitted[0]) if len(set(fitted)) == 1 else ",".join(map(str, fitted))

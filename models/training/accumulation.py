@@ -98,12 +98,20 @@ def set_random_state(state: tuple, device: torch.device) -> None:
 
 
 def check_accumulation(model: Any, accum_steps: int) -> None:
-    """UserError when --accum_steps > 1 and the model has not split its step into phases."""
-    if accum_steps > 1 and not model.accumulation_phases:
-        raise UserError(f"--accum_steps {accum_steps}: --model {model.opt.model} ({type(model).__name__}) does not "
-                        f"declare `accumulation_phases`, so its step cannot be split into micro-batches; use "
-                        f"--accum_steps 1 (and a larger --batch_size), or add them to the model (docs/extending.md, "
-                        f"\"Gradient accumulation\").")
+    """UserError when --accum_steps > 1 and the model has not split its step into phases (the options refuse
+    it first, `accumulation_refusal`: here for a run set up from Python)."""
+    refused = accumulation_refusal(type(model), model.opt.model, accum_steps)
+    if refused:
+        raise UserError(refused)
+
+
+def accumulation_refusal(model_class: type, model: str, accum_steps: int) -> str | None:
+    """Why --accum_steps cannot split the step of `model_class` (--model `model`) into micro-batches, or None."""
+    if accum_steps > 1 and not model_class.accumulation_phases:
+        return (f"--accum_steps {accum_steps}: --model {model} ({model_class.__name__}) does not declare "
+                f"`accumulation_phases`, so its step cannot be split into micro-batches; use --accum_steps 1 (and a "
+                f"larger --batch_size), or add them to the model (docs/extending.md, \"Gradient accumulation\").")
+    return None
 
 
 def weighted_means(seen: dict[str, list], steps: Sequence[MicroStep]) -> dict[str, torch.Tensor]:

@@ -50,9 +50,16 @@ def make_validator(opt: argparse.Namespace, ctx: DistContext, model, held_out) -
     if opt.val_freq > 0:
         return Validator(opt, ctx, model.scored_pairs(held_out.dataset.paired), opt.ema_decay > 0,
                          held_out, model.visual_domains(opt))
-    if opt.save_best:
-        raise UserError(f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add "
-                        f"--val_freq 1 (validate after every epoch) or drop --save_best.")
+    if save_best_refusal(opt):  # the options refuse it first: here for a run set up from Python
+        raise UserError(f"{save_best_refusal(opt)}.")
+    return None
+
+
+def save_best_refusal(opt: argparse.Namespace) -> str | None:
+    """Why --save_best cannot work in a run of `opt` (no validation picks the best epoch), or None."""
+    if opt.save_best and opt.val_freq <= 0:
+        return (f"--save_best {opt.save_best} picks the best epoch by validation, which is off; add --val_freq 1 "
+                f"(validate after every epoch) or drop --save_best")
     return None
 
 

@@ -33,7 +33,9 @@ class LatentFamily(NetworkFamily):
 
     @staticmethod
     def add_flags(parser):
-        parser.add_argument("--nz", type=int, default=4, on_resume="architecture", help="numbers in the latent code")
+        if "--nz" not in parser._option_string_actions:  # a model giving codes (BicycleGAN) has it already
+            parser.add_argument("--nz", type=int, default=4, on_resume="architecture",
+                                help="numbers in the latent code")
         return parser
 
     def build(self, flags: Any, input_nc: int, output_nc: int = 1) -> nn.Module:

@@ -7,7 +7,8 @@
                      or form fields: direction (CycleGAN), n_samples and seed (BicycleGAN; a zip of the
                      samples when n_samples is given), reference (a form file: BicycleGAN's encoded
                      output), seed and steps (--model sb: its noise and its number of steps),
-                     response=json (the outputs base64-encoded with 8-bit previews, for the page)
+                     response=json (the outputs base64-encoded with 8-bit previews, for the page);
+                     any other option or form file, or one given twice, is refused (400) naming it
     GET  /docs       the OpenAPI page FastAPI makes
 
 Outputs are what `Translator.translate` gives for the same file (models/inference/translator.py): pictures as PNG at
@@ -44,7 +45,8 @@ from models.inference.saved_generator import find_generator
 from models.inference.serving.batching import MicroBatcher
 from models.inference.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
 from models.inference.serving.receiving import counting, form_upload, raw_upload, unless_disconnected
-from models.inference.serving.uploads import BadRequest, Limits
+from models.inference.serving.request_options import named_options, whole_number
+from models.inference.serving.uploads import BadRequest, Limits, shown
 from models.inference.translator import Translator
 from models.losses import bridge
 from util.errors import UserError
@@ -116,20 +118,6 @@ def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", preci
 
 
 # ------------------------------------------------------------------------------------------ the app
-def _option(fields: dict[str, Any], name: str, low: int, high: int, bound_by: str = "") -> int | None:
-    value = fields.get(name)
-    if value in (None, ""):
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(400, f"{name}={value!r} is not a whole number; give one from {low} to {high}") from None
-    if not low <= number <= high:
-        raise BadRequest(400, f"{name}={number} is out of range; give one from {low} to {high}"
-                              f"{f' (this server: {bound_by})' if bound_by else ''}")
-    return number
-
-
 class TranslationService:
     """The server's state and its answers: the model, the batcher, and how many requests are in."""
 
@@ -144,6 +132,10 @@ class TranslationService:
         self.served = 0
         self.refused_busy = 0
         self.scratch = ""
+
+    def options_taken(self) -> list[str]:
+        """The options of /translate this model takes, as GET /info lists them."""
+        return list(self.info()["options"])
 
     def health(self) -> dict:
         return {"status": "ok", "requests_in_server": self.in_server, "served": self.served,
@@ -163,7 +155,8 @@ class TranslationService:
             "options": {"direction": model.directions,
                         **({"n_samples": [1, settings.max_samples], "seed": [0, MAX_SEED],
                             "reference": model.has_encoder} if latent else {}),
-                        **({"seed": [0, MAX_SEED], "steps": [1, bridge.MAX_STEPS]} if translator.bridge else {})},
+                        **({"seed": [0, MAX_SEED], "steps": [1, bridge.MAX_STEPS]} if translator.bridge else {}),
+                        "response": ["json"]},
             "default_steps": translator.bridge[0] if translator.bridge else None,
             "limits": {"max_bytes": settings.limits.max_bytes, "max_pixels": settings.limits.max_pixels,
                        "max_voxels": settings.limits.max_voxels},
@@ -221,17 +214,21 @@ class TranslationService:
         if declared is not None and declared.isdigit() and int(declared) > most:
             raise BadRequest(413, f"the request is {declared} bytes, more than this server takes (uploads of "
                                   f"{limits.max_bytes} bytes at most: scripts/serve.py --max_upload_mb)")
-        fields: dict[str, Any] = dict(request.query_params)
+        taken = self.options_taken()
+        # the query's options checked before the upload is read: a misspelt one costs no upload
+        query = named_options(list(request.query_params.multi_items()), "query", taken)
+        texts: list[tuple[str, str]] = []
         counted = counting(request, most)
         try:
             if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-                upload = form_upload(counted, limits.max_bytes, fields)
+                upload = form_upload(counted, limits.max_bytes, texts)
             else:
                 upload = raw_upload(counted, limits.max_bytes)
             body, client_name, reference_body = await asyncio.wait_for(upload, self.settings.read_timeout_s)
         except asyncio.TimeoutError:
             raise BadRequest(408, f"the upload took more than {self.settings.read_timeout_s:g} s to arrive; send it "
                                   f"again") from None
+        fields = named_options(texts, "form", taken, already=query)
         direction, n_samples, seed, steps = self._options(fields, bool(reference_body))
         job = await asyncio.to_thread(stored_job, body, folder, client_name, direction, n_samples, seed,
                                       reference_body, limits, self.translator.volumes,
@@ -242,15 +239,19 @@ class TranslationService:
         """(direction, n_samples, seed, steps) from the request's fields, each checked against the model."""
         model, translator = self.model, self.translator
         generator = f"{model.name} ({translator.loaded.netG})"  # as the refusals below name it
+        if fields.get("response") not in (None, "", "json"):
+            raise BadRequest(400, f"response={shown(fields['response'])}: give response=json (the outputs "
+                                  f"base64-encoded with previews) or leave it out (the output file)")
         direction = fields.get("direction") or model.default_direction
         if direction not in model.directions:
-            raise BadRequest(400, f"direction={direction!r}: this model translates {' or '.join(model.directions)}")
-        n_samples = _option(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
-        seed = _option(fields, "seed", 0, MAX_SEED)
+            raise BadRequest(400, f"direction={shown(direction)}: this model translates "
+                                  f"{' or '.join(model.directions)}")
+        n_samples = whole_number(fields, "n_samples", 1, self.settings.max_samples, "scripts/serve.py --max_samples")
+        seed = whole_number(fields, "seed", 0, MAX_SEED)
         if translator.bridge is None and fields.get("steps") not in (None, ""):
-            raise BadRequest(400, f"steps={fields['steps']!r}: {generator} translates in one "
+            raise BadRequest(400, f"steps={shown(fields['steps'])}: {generator} translates in one "
                                   f"pass; only a Schrödinger-bridge run (--model sb) walks steps")
-        steps = _option(fields, "steps", 1, bridge.MAX_STEPS)
+        steps = whole_number(fields, "steps", 1, bridge.MAX_STEPS)
         if translator.bridge is not None:
             if n_samples is not None or has_reference:
                 raise BadRequest(400, f"{generator} draws its own noise at each step: leave out "

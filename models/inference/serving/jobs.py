@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from data.image_io import output_extension, read_image, write_image
+from data.image_io import output_extension, read_image_as_shown, write_image
 from data.volume_io import read_volume
 from models.inference.serving.uploads import (
     BadRequest,
@@ -121,7 +121,8 @@ def translate_jobs(translators: dict[str, Translator], key: tuple | None, jobs: 
 
 
 def _translate_together(translator: Translator, jobs: list[Job]) -> list[Translated]:
-    batch = np.stack([read_image(job.upload.path) for job in jobs])  # decoded here, on the translating thread
+    # decoded here, on the translating thread; upright as the Translator reads a file (its EXIF orientation)
+    batch = np.stack([read_image_as_shown(job.upload.path) for job in jobs])
     first = jobs[0]
     if translator.bridge is not None:
         outputs = translator.translate(batch, seed=first.seed, steps=first.steps)
@@ -142,7 +143,7 @@ def _translate_alone(translators: dict[str, Translator], job: Job) -> Translated
         if translator.bridge is not None:
             answers = {"seed": job.seed, "steps": job.steps}
             # the decoded picture, as in a batch: the noise of the seed itself, not of the server's file name
-            image = read_image(job.upload.path)
+            image = read_image_as_shown(job.upload.path)
         elif translator.latent_size > 0:
             answers = ({"reference": job.reference.path} if job.reference is not None else
                        {"n_samples": job.n_samples, "seed": job.seed})

@@ -1,7 +1,7 @@
 """Reading a request's upload: counted as it arrives, and the client watched while its answer is made.
 
     counting(request, most)                 the request, refused (413) past `most` body bytes, chunked or not
-    form_upload(request, max_bytes, fields)  (file, client name, reference or None) of a multipart form
+    form_upload(request, max_bytes, texts)   (file, client name, reference or None) of a multipart form
     raw_upload(request, max_bytes)          (body, X-Filename, None) of a request whose body is the file
     unless_disconnected(request, answer)    `answer`'s result, or ClientDisconnect as soon as the client goes
 """
@@ -13,7 +13,10 @@ from typing import Any
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from models.inference.serving.uploads import BadRequest
+from models.inference.serving.uploads import BadRequest, shown
+
+# The files a form may hold: the input, and BicycleGAN's reference image of the output domain.
+FORM_FILES = ("file", "reference")
 
 
 async def unless_disconnected(request: Request, answer: Any) -> Any:
@@ -52,20 +55,29 @@ def counting(request: Request, most: int) -> Request:
 
 
 async def form_upload(request: Request, max_bytes: int,
-                       fields: dict[str, Any]) -> tuple[bytes, str | None, bytes | None]:
-    """(file, its client name, reference file or None) of a multipart form; its text fields join `fields`."""
+                       texts: list[tuple[str, str]]) -> tuple[bytes, str | None, bytes | None]:
+    """(file, its client name, reference file or None) of a multipart form; its text fields (name, value)
+    are appended to `texts` for the caller to check. A file under any other name than FORM_FILES, or one of
+    them twice, is refused (400) naming it: nothing a client sends is dropped in silence."""
     try:
         form = await request.form(max_files=2, max_fields=16, max_part_size=max_bytes)
     except BadRequest:
         raise
     except Exception as err:  # starlette's parser errors: a malformed or oversized form
         raise BadRequest(400, f"the form cannot be read ({' '.join(str(err).split())})") from None
+    files = [name for name, value in form.multi_items() if not isinstance(value, str)]
+    for name in files:
+        if name not in FORM_FILES:
+            raise BadRequest(400, f"the form's file field {shown(name)} is not one /translate reads: send the image "
+                                  f"as 'file' (and BicycleGAN's reference image as 'reference')")
+        if files.count(name) > 1:
+            raise BadRequest(400, f"the form holds {files.count(name)} files named '{name}'; send one")
     upload = form.get("file")
     if upload is None or isinstance(upload, str):
         raise BadRequest(400, "the form has no file field 'file': send the image as 'file'")
     reference = form.get("reference")
     reference_body = await reference.read() if reference is not None and not isinstance(reference, str) else None
-    fields.update({key: value for key, value in form.items() if isinstance(value, str)})
+    texts.extend((key, value) for key, value in form.multi_items() if isinstance(value, str))
     return await upload.read(), upload.filename, reference_body
 
 

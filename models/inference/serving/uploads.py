@@ -2,6 +2,7 @@
 
     Limits(max_bytes, max_pixels, max_voxels)   what one upload may hold (scripts/serve.py's flags)
     BadRequest(status, reason)                   an upload refused: the HTTP status and a one-line reason
+    shown(text)                                  a client's text quoted in a refusal, cut to 100 characters
     sniff(head) -> extension | None              the format from the first bytes, never from a name
     save_upload(body, folder, limits) -> Upload  the body stored in `folder` under a name of ours, its size and
                                                  its header's pixel or voxel count checked
@@ -26,7 +27,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from data.image_io import ImageInfo, probe_image
+from data.image_io import ImageInfo, probe_image_as_shown
 from data.volume_io import probe_volume
 from util.errors import UserError
 
@@ -60,6 +61,19 @@ class BadRequest(Exception):
         self.reason = reason
 
 
+# The most characters of a client's text (an option's name or value) a refusal quotes.
+SHOWN_CHARACTERS = 100
+
+
+def shown(text: object, most: int = SHOWN_CHARACTERS) -> str:
+    """`text` quoted for a refusal (escaped: one line), cut to its first `most` characters with a note of its
+    length, so that a refusal stays short whatever a client sends."""
+    text = str(text)
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}... (cut: {len(text)} characters)"
+
+
 @dataclass(frozen=True)
 class Upload:
     """An upload stored in the request's folder: `path` (a name of the server's), `kind` ("picture" or
@@ -81,10 +95,15 @@ def sniff(head: bytes) -> str | None:
     if head.startswith(_NPY_MAGIC):
         return ".npy"
     if head.startswith(_GZIP_MAGIC):
-        return ".nii.gz"  # the only compressed format read: a gzip stream that is not NIfTI fails its header check
-    if head[344:348] in (b"n+1\x00", b"ni1\x00") or head[4:8] in (b"n+2\x00", b"ni2\x00"):
+        return ".nii.gz"  # the only compressed format read: what else a gzip stream holds is refused (save_upload)
+    if _is_nifti(head):
         return ".nii"
     return None
+
+
+def _is_nifti(head: bytes) -> bool:
+    """Whether `head` (a file's first 348 bytes or more) begins a NIfTI-1 or NIfTI-2 file: its magic."""
+    return head[344:348] in (b"n+1\x00", b"ni1\x00") or head[4:8] in (b"n+2\x00", b"ni2\x00")
 
 
 def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool, channels: int = 4) -> Upload:
@@ -102,6 +121,10 @@ def save_upload(body: bytes, folder: str, limits: Limits, volumes: bool, channel
     if extension is None:
         raise BadRequest(415, f"the upload is not a file this server reads ({READABLE}): its content, not its "
                               f"name, is checked")
+    if extension == ".nii.gz" and not _is_nifti(_gunzip_head(body, 540)):
+        raise BadRequest(415, f"the upload is gzip-compressed, but what it holds is not a NIfTI volume (the one "
+                              f"compressed format this server reads); send the file uncompressed if it is one this "
+                              f"server reads ({READABLE})")
     kind = "volume" if extension in (".nii", ".nii.gz") or (extension == ".npy" and volumes) else "picture"
     if kind == "volume" and not volumes:
         raise BadRequest(415, "the upload is a volume (NIfTI), but this model translates pictures; send an image")
@@ -136,7 +159,7 @@ def _check_picture(body: bytes, path: str, extension: str, max_pixels: int, valu
             raise BadRequest(413, f"the image is {width}x{height} pixels, more than this server's {max_pixels} "
                                   f"(scripts/serve.py --max_pixels)")
     try:
-        info = probe_image(path)
+        info = probe_image_as_shown(path)  # a photo's size as shown (EXIF orientation): its batch's layout
     except UserError as err:
         if "decompression bomb" in str(err):  # PIL's refusal of a header declaring hundreds of millions of pixels
             raise BadRequest(413, "the image declares more pixels than this server's limit "
@@ -198,6 +221,16 @@ def _gunzip_nifti(body: bytes, path: str, max_voxels: int) -> None:
                     raise BadRequest(413, f"the gzip upload decompresses to more than the {cap} bytes its header "
                                           f"describes")
                 out.write(chunk)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise BadRequest(400, f"the gzip upload cannot be decompressed ({' '.join(str(err).split())}): it is "
+                              f"damaged or cut short") from None
+
+
+def _gunzip_head(body: bytes, size: int) -> bytes:
+    """The first `size` bytes (or fewer) the gzip stream `body` decompresses to; 400 when it cannot be read."""
+    try:
+        with gzip.GzipFile(fileobj=_BytesReader(body)) as stream:
+            return stream.read(size)
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise BadRequest(400, f"the gzip upload cannot be decompressed ({' '.join(str(err).split())}): it is "
                               f"damaged or cut short") from None
