@@ -75,11 +75,17 @@ def test_the_instance_norm_gives_channels_last_inputs_the_right_gradient_and_oth
 @pytest.mark.parametrize("setting", ["--channels_last", "--fused_adam"])
 def test_channels_last_and_fused_adam_reproduce_the_first_losses(setting, model_name):
     data = batches()
-    plain = first_losses(model(model_name=model_name), data)
+    plain_model = model(model_name=model_name)
+    plain = first_losses(plain_model, data)
     fast = first_losses(model(setting, model_name=model_name), data)
-    for step_plain, step_fast in zip(plain, fast):
+    lr = plain_model.optimizers[0].param_groups[0]["lr"]
+    for number, (step_plain, step_fast) in enumerate(zip(plain, fast)):
+        # The first losses come from the same weights: only float32 summation order differs. Each update
+        # after it may move a weight whose gradient is at the rounding level by up to lr either way (Adam's
+        # first steps are sign steps), so after `number` updates the two may part by about number * 2 lr.
+        rel = 1e-5 + 2 * lr * number
         for a, b in zip(step_plain, step_fast):
-            assert b == pytest.approx(a, rel=1e-4, abs=1e-6)
+            assert b == pytest.approx(a, rel=rel, abs=1e-6), (number, rel)
 
 
 @pytest.mark.parametrize("padding,size", [(1, (8, 9)), (3, (7, 7)), ((1, 2, 0, 3), (5, 6))])
