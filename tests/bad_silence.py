@@ -42,17 +42,22 @@ def dropped(*args_dropped: str) -> Callable[[list[str], str], list[str]]:
     return command
 
 
+def training_pairs(work: Path, data_128: bool) -> list[str]:
+    """Two training pairs in `work` (128 px ones with `data_128`); the size flags they need."""
+    if data_128:
+        pairs_128(work, 2)
+        return ["--load_size", "128", "--crop_size", "128"]
+    aligned(work / "data" / "train", 2)
+    return []
+
+
 def trains_nothing(model_flags: list[str], *weights: str, fixed: bool = False, data_128: bool = False) -> Case:
     """`model_flags` with every one of `weights` 0: refused when parsed naming each; with `fixed`, the weight
     the refusal suggests is run and trains."""
     zeros = [part for weight in weights for part in (weight, "0")]
 
     def build(work: Path) -> Setup:
-        if data_128:
-            pairs_128(work, 2)
-        else:
-            aligned(work / "data" / "train", 2)
-        size = ["--load_size", "128", "--crop_size", "128"] if data_128 else []
+        size = training_pairs(work, data_128)
         return Setup(run_args(work, *model_flags, *zeros, *size), stderr_has=(*(f"{w} 0" for w in weights),
                      "would learn nothing", "e.g. " + weights[0]), stdout_lacks=BEFORE_TRAINING,
                      absent=(work / "ck" / NAME / "train_opt.txt",),
@@ -75,11 +80,7 @@ def ada_without_augment(model_flags: list[str], *flags: str, names: tuple = (), 
     """--ada_target 0.6 (and `flags`) where the run cannot take --diff_augment: the refusal says to drop what
     cannot work, not to add what would be refused next; with `fix_drops`, that command is run and trains."""
     def build(work: Path) -> Setup:
-        if data_128:
-            pairs_128(work, 2)
-        else:
-            aligned(work / "data" / "train", 2)
-        size = ["--load_size", "128", "--crop_size", "128"] if data_128 else []
+        size = training_pairs(work, data_128)
         return Setup(run_args(work, *model_flags, *flags, "--ada_target", "0.6", *size),
                      stderr_has=("--ada_target", *names), stderr_lacks=("add --diff_augment",),
                      stdout_lacks=BEFORE_TRAINING, suggestion=dropped(*fix_drops) if fix_drops else None)

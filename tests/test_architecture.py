@@ -293,6 +293,17 @@ def test_an_import_climbing_between_parts_is_found(tmp_path, part, statement):
     assert imports_between_parts(tmp_path) == [f"models/{part}/helper.py:1 imports {module}"]
 
 
+def product_modules_calling(frame) -> list[str]:
+    """The product modules on the call stack down to `frame`, outermost first, each run of one module once."""
+    modules = []
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name.split(".")[0] in LAYERS and (not modules or modules[-1] != name):
+            modules.append(name)
+        frame = frame.f_back
+    return modules[::-1]
+
+
 MOST_MODULES_TO_THE_OPTIMIZER = 8  # train.py's loop -> ... -> optimizer.step(), each module called by the one before
 
 
@@ -319,13 +330,7 @@ def test_a_training_step_reaches_the_optimizer_through_a_few_modules_going_down(
 
     def on_call(frame, event, arg):
         if event == "call" and frame.f_code.co_name == "step" and frame.f_code.co_filename.endswith("optim/adam.py"):
-            modules = []
-            while frame is not None:
-                name = frame.f_globals.get("__name__", "")
-                if name.split(".")[0] in LAYERS and (not modules or modules[-1] != name):
-                    modules.append(name)
-                frame = frame.f_back
-            chains.append(["train", *reversed(modules)])  # the loop calls engine.train_step as here
+            chains.append(["train", *product_modules_calling(frame)])  # the loop calls engine.train_step as here
 
     engine = training_engine(model)
     sys.setprofile(on_call)
@@ -361,13 +366,7 @@ def test_a_translation_reaches_the_generator_through_a_few_modules_going_down():
 
     def on_call(frame, event, arg):
         if event == "call" and frame.f_code.co_name == "forward" and frame.f_locals.get("self") is generator:
-            modules = []
-            while frame is not None:
-                name = frame.f_globals.get("__name__", "")
-                if name.split(".")[0] in LAYERS and (not modules or modules[-1] != name):
-                    modules.append(name)
-                frame = frame.f_back
-            chains.append(list(reversed(modules)))
+            chains.append(product_modules_calling(frame))
 
     sys.setprofile(on_call)
     try:
