@@ -24,12 +24,14 @@ def late():
     time.sleep(0.5)
     print("a thread that is not a daemon ran to its end", file=sys.stderr)
 threading.Thread(target=late).start()
-print(json.dumps({"name": __name__, "file": __file__, "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(),
-                  "threads": torch.get_num_threads(), "variable": os.environ.get("IMG2IMG_TEST_VARIABLE"),
-                  "torch_seed": torch.initial_seed(),
-                  "numpy": int(numpy.random.randint(2**31)), "pid": os.getpid(), "preloaded": preloaded,
-                  "launch": {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
-                                                                      "LOCAL_WORLD_SIZE", "MASTER_ADDR")}}))
+# one write() per report: ranks share one pipe, and print() may write the line and its newline apart
+found = {"name": __name__, "file": __file__, "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(),
+         "threads": torch.get_num_threads(), "variable": os.environ.get("IMG2IMG_TEST_VARIABLE"),
+         "torch_seed": torch.initial_seed(),
+         "numpy": int(numpy.random.randint(2**31)), "pid": os.getpid(), "preloaded": preloaded,
+         "launch": {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                             "LOCAL_WORLD_SIZE", "MASTER_ADDR")}}
+os.write(1, (json.dumps(found) + "\\n").encode())
 sys.exit(int(sys.argv[1]))
 '''
 DIFFERS_BETWEEN_RUNS = ("torch_seed", "numpy", "pid", "preloaded")
