@@ -30,6 +30,7 @@ from models.inference.application import inference_views
 from models.inference.latent_codes import draw_latent_codes
 from models.inference.windows import Windows, check_tiling, check_window, receptive_radius
 from models.network_views import NetworkViews
+from options.inference_flags import exact_budget
 from options.test_options import TestOptions, results_folder
 from util import distributed, html
 from util.console import print0, setup_logging
@@ -84,7 +85,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     print0(f"creating web directory {web_dir}")
     if opt.eval or model.evaluates_in_eval_mode:  # --model sb always, as UNSB's test
         model.eval()  # batch norm uses running statistics, dropout is off
-    nets = inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows)
+    nets = inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows,
+                           None if volumes else exact_budget(opt))
     paired = dataset.dataset.paired
     pairs = model.scored_pairs(paired)
     metrics = InferenceMetrics(opt, pairs, model.input_visual, ctx.device, paired,

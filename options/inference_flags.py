@@ -4,6 +4,7 @@ parser that takes it (same name, type, default, range and help):
     add_checkpoint_flags   --checkpoint, --epoch       scripts/translate.py, scripts/serve.py
     add_precision_flag     --precision                 scripts/translate.py, scripts/serve.py
     add_tile_flags         --tile, --tile_overlap      test.py (options/test_options.py), scripts/translate.py
+    add_exact_flags        --exact_memory, --scratch   test.py, scripts/translate.py, scripts/serve.py
 
 Flags shared with the layers below are declared there, where their facts live: the sliding-window
 flags of volumes in data/volume_patches.py (`add_window_flags`), --data_range in
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from models.inference.exact import DEFAULT_EXACT_MEMORY, ExactBudget
 from models.inference.translator import PRECISIONS
-from util.flag_types import tile_side
+from util.flag_types import Bounded, tile_side
+
+memory_mib = Bounded(int, low=0, high=1 << 20, name="memory_mib")  # --exact_memory: up to 1 TiB
 
 Container = TypeVar("Container")  # an ArgumentParser, or one of its argument groups
 
@@ -48,3 +52,22 @@ def add_tile_flags(parser: Container) -> Container:
                              "ones for batch-norm (--eval) or no-norm resnets when overlap/4 >= their receptive "
                              "radius")
     return parser
+
+
+def add_exact_flags(parser: Container) -> Container:
+    """--exact_memory and --scratch: pictures translated exactly whatever their size (models/inference/exact/)."""
+    parser.add_argument("--exact_memory", type=memory_mib, default=DEFAULT_EXACT_MEMORY >> 20, on_resume="silent",
+                        help="MiB of memory a picture's translation may take without --tile: a picture whose whole "
+                             "forward needs more is translated layer by layer in tiles, with every normalisation's "
+                             "statistics taken over the whole picture, so the output equals the whole-picture one; "
+                             "0: no limit (always whole)")
+    parser.add_argument("--scratch", default=None, on_resume="silent",
+                        help="folder for the maps of exact translation that do not fit --exact_memory (default: "
+                             "the system's temporary folder)")
+    return parser
+
+
+def exact_budget(flags: object) -> ExactBudget | None:
+    """The ExactBudget of --exact_memory and --scratch; None where --exact_memory is 0 (no limit)."""
+    memory = getattr(flags, "exact_memory")
+    return ExactBudget(memory << 20, getattr(flags, "scratch")) if memory else None

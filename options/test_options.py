@@ -6,7 +6,7 @@ import os
 
 import data
 from options.base_options import BaseOptions, unwritable_folder_reason
-from options.inference_flags import add_tile_flags
+from options.inference_flags import add_exact_flags, add_tile_flags
 from util.errors import UserError
 from util.flag_types import MAX_SAMPLES, Bounded, positive_int
 from util.html import RESULT_LAYOUTS
@@ -36,8 +36,8 @@ class TestOptions(BaseOptions):
                             help="crop the middle of each image (--load_size > --crop_size), not a random place, as "
                                  "BicycleGAN's test.py does")
         # Large and non-square images (models/inference/application.py, models/inference/windows.py,
-        # docs/evaluation.md).
-        parser = add_tile_flags(parser)
+        # models/inference/exact/, docs/inference.md).
+        parser = add_exact_flags(add_tile_flags(parser))
         # Many answers per input: models whose generator takes a latent code (docs/inference.md).
         parser.add_argument("--n_samples",type=Bounded(int, low=0, high=MAX_SAMPLES, name="n_samples"),default=0,
                             on_resume="silent",

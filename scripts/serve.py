@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from options.inference_flags import add_checkpoint_flags, add_precision_flag  # noqa: E402
+from options.inference_flags import add_checkpoint_flags, add_exact_flags, add_precision_flag, exact_budget  # noqa: E402,E501
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--devices", default="auto",
                         help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when "
                              "available, else the CPU")
-    parser = add_precision_flag(parser)
+    parser = add_exact_flags(add_precision_flag(parser))
     parser.add_argument("--max_batch", type=max_batch, default="auto",
                         help="at most this many images of one size go through the generator together; auto: 8 on "
                              "GPUs, 1 on the CPU (where batches were slower)")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.inference.serving.uploads import Limits
 
     devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
-    model = load_model(args.checkpoint, devices, args.epoch, args.precision)
+    model = load_model(args.checkpoint, devices, args.epoch, args.precision, exact_budget(args))
     if args.max_batch == "auto":
         args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].running.device.type, 1) for r in model.replicas)
     settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),

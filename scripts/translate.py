@@ -46,7 +46,13 @@ from models.inference.translator import Translator, sample_paths  # noqa: E402
 from models.networks import unet_latent  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
-from options.inference_flags import add_checkpoint_flags, add_precision_flag, add_tile_flags  # noqa: E402
+from options.inference_flags import (  # noqa: E402,E501
+    add_checkpoint_flags,
+    add_exact_flags,
+    add_precision_flag,
+    add_tile_flags,
+    exact_budget,
+)
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, describe, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import (  # noqa: E402
@@ -72,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--direction", choices=["AtoB", "BtoA"], default=None,
                         help="trainA -> trainB (AtoB) or back; default: the direction the model was trained in")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser = add_tile_flags(add_precision_flag(parser))
+    parser = add_exact_flags(add_tile_flags(add_precision_flag(parser)))
     parser.add_argument("--no_eval", action="store_true",
                         help="as the reference's test.py without --eval: batch statistics of each image, dropout on "
                              "(masks drawn from --seed)")
@@ -235,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
                                      eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
-                                     num_timesteps=args.num_timesteps, tau=args.tau, **window, **args.architecture)
+                                     num_timesteps=args.num_timesteps, tau=args.tau, exact=exact_budget(args),
+                                     **window, **args.architecture)
     except UserError as err:  # the window of a picture run: named by this script's flags
         if given and str(err).startswith(" and ".join(given) + ":"):
             flags = " and ".join(f"--{name}" for name in given)

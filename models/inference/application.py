@@ -20,19 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.inference.exact import ExactBudget, translate_exactly
 from models.inference.windows import Windows, in_windows, monai_sliding_window_inference
 from models.network_views import NetworkViews
 from models.networks import SizeRule, family_of
 
 
 def inference_views(nets: Mapping[str, nn.Module], generators: Collection[str], flags: Any,
-                    windows: Windows | None = None) -> NetworkViews:
+                    windows: Windows | None = None, exact: ExactBudget | None = None) -> NetworkViews:
     """The networks `nets` (name -> module) as inference calls them: those named in `generators` as
     `InferenceGenerator`s of the --netG family `flags` names (with its options), the others (an
     encoder, a discriminator) as they are. `windows`: the tiles of large pictures, or the windows of
-    volumes (which need them)."""
+    volumes (which need them); `exact`: the memory of exact translation (None: pictures go whole)."""
     rule = family_of(flags.netG).size_rule(flags)
-    return NetworkViews({name: InferenceGenerator(net, rule, windows) if name in generators else net
+    return NetworkViews({name: InferenceGenerator(net, rule, windows, exact) if name in generators else net
                          for name, net in nets.items()})
 
 
@@ -40,13 +41,16 @@ class InferenceGenerator(nn.Module):
     """`net` applied to inputs of any size (see the module docstring): `forward(x, *codes)` (`codes`:
     what else the generator takes, e.g. a latent code per image) returns an output of `x`'s spatial
     size. `rule` is the generator's size rule; `windows` the tiles of pictures (None: whole) or the
-    windows of volumes."""
+    windows of volumes; `exact` the memory within which a picture without tiles is translated exactly
+    (models/inference/exact/: whole where it fits; None: always whole)."""
 
-    def __init__(self, net: nn.Module, rule: SizeRule, windows: Windows | None = None) -> None:
+    def __init__(self, net: nn.Module, rule: SizeRule, windows: Windows | None = None,
+                 exact: ExactBudget | None = None) -> None:
         super().__init__()
         self.net = net
         self.rule = rule
         self.windows = windows
+        self.exact = exact
         self.training = net.training  # the wrapper itself has no layers: it is in its network's mode
         if windows is not None:
             monai_sliding_window_inference()  # a missing MONAI is told now, before anything is translated
@@ -62,6 +66,8 @@ class InferenceGenerator(nn.Module):
         padded = reflect_pad(x, top, bottom, left, right)
         if self.windows is not None and not self.windows.covers(padded.shape[-2:]):
             y = in_windows(self.net, padded, self.windows, *codes)
+        elif self.exact is not None:
+            y = translate_exactly(self.net, padded, *codes, budget=self.exact)
         else:
             y = self.net(padded, *codes)
         return y[..., top:top + height, left:left + width]

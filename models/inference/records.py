@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from models.inference.exact import ExactBudget
 from models.inference.pictures import DataRange
 from models.inference.volumes import WindowSettings, window_settings
 from models.inference.windows import Windows
@@ -78,6 +79,7 @@ class RunSettings:
     eval_mode: bool = True               # running statistics, no dropout (False: test.py without --eval)
     seed: int = 0                        # a call's seed when it names none; training mode's dropout masks
     window: WindowSettings | None = None  # a volume generator's sliding window (size, overlap, batch); None: pictures
+    exact: ExactBudget | None = ExactBudget()  # the memory of a picture's exact translation (None: always whole)
 
     @property
     def autocast(self) -> torch.dtype | None:
@@ -87,7 +89,8 @@ class RunSettings:
     @classmethod
     def build(cls, loaded: LoadedGenerator, device: str | torch.device = "auto", precision: str = "fp32",
               eval_mode: bool = True, seed: int = 0, patch_size: int | Sequence[int] | None = None,
-              window_overlap: float | None = None, window_batch: int | None = None) -> RunSettings:
+              window_overlap: float | None = None, window_batch: int | None = None,
+              exact: ExactBudget | None = ExactBudget()) -> RunSettings:
         """The settings `Translator.load`'s keywords of the same names give for `loaded`: the window a volume
         generator translates in (`patch_size` required), refused for a picture generator. Raises `UserError`."""
         resolved = resolve_device(device)
@@ -99,14 +102,14 @@ class RunSettings:
         if loaded.volumes:
             window = window_settings(loaded.architecture, loaded.source or loaded.netG, patch_size, window_overlap,
                                      window_batch)
-            return cls(resolved, precision, eval_mode, seed, window)
+            return cls(resolved, precision, eval_mode, seed, window, None)
         given = [name for name, value in (("patch_size", patch_size), ("window_overlap", window_overlap),
                                           ("window_batch", window_batch)) if value is not None]
         if given:  # scripts/translate.py recognises this refusal by its start and names its own flags
             raise UserError(f"{' and '.join(given)}: the generator of {loaded.name} translates pictures, not "
                             f"volumes, so it has no sliding window; leave {' and '.join(given)} out (large pictures "
                             f"are translated in tiles: tile, tile_overlap).")
-        return cls(resolved, precision, eval_mode, seed)
+        return cls(resolved, precision, eval_mode, seed, None, exact)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,9 @@ import torch
 from torch import nn
 
 from data.base_dataset import parse_data_range
+from models.inference import exact
 from models.inference.application import InferenceGenerator
+from models.inference.exact import ExactBudget
 from models.inference.latent_codes import checked_latent_codes, draw_latent_codes
 from models.inference.pictures import DataRange, PictureTranslation, describe_range, sample_paths  # noqa: F401
 from models.inference.records import PRECISIONS, CallOptions, LoadedGenerator, RunSettings, resolve_device
@@ -100,6 +102,8 @@ class Translator:
         (so that translating without a reference never depends on the encoder's file)."""
         self.loaded, self.running = loaded, running
         loaded.generator.to(running.device).train(not running.eval_mode)
+        if running.exact is not None and not loaded.volumes:
+            exact.prepare(loaded.generator)  # before any thread translates (see exact.prepare)
         who = f"the generator of {loaded.source or loaded.netG} ({loaded.netG}, a {loaded.size_rule.dims}-D network)"
         # what goes in and comes out, each kind its way (models/inference/pictures.py, volumes.py)
         self._kind = (VolumeTranslation if loaded.volumes else PictureTranslation)(
@@ -113,7 +117,7 @@ class Translator:
              seed: int = 0, data_range: Sequence[float] | None = None,
              patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
              window_batch: int | None = None, num_timesteps: int | None = None, tau: float | None = None,
-             **architecture: Any) -> "Translator":
+             exact: ExactBudget | None = ExactBudget(), **architecture: Any) -> "Translator":
         """The generator in `checkpoint` (a run folder, or one `<epoch>_net_<name>.pth` file).
 
         `direction` ("AtoB": trainA -> trainB, or "BtoA") picks CycleGAN's G_A or G_B; None means the
@@ -138,6 +142,10 @@ class Translator:
         A time-conditioned generator (--model sb) walks `num_timesteps` steps, noise of entropy `tau`
         between them (None: the run's, from its train_opt.json, or the train_opt.txt of a run trained by
         UNSB's code; refused by name when neither says) drawn from `seed` (or `translate`'s).
+
+        A picture without `tile` is translated exactly within `exact` (models/inference/exact/): whole where its
+        forward fits the budget's memory, else layer by layer in tiles, every normalisation's statistics taken
+        over the whole picture, so the output is the whole-picture one in bounded memory (None: always whole).
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
@@ -150,7 +158,7 @@ class Translator:
         if patch_size is None and loaded.volumes:
             patch_size = found.patch_size  # the window is the patch size the volume generator trained on
         running = RunSettings.build(loaded, resolved, precision, eval_mode, seed, patch_size, window_overlap,
-                                    window_batch)
+                                    window_batch, exact)
         encoder = (lambda: find_encoder(found.path, loaded.output_nc, resolved)) if loaded.latent_size else None
         return cls(loaded, running, encoder)
 
@@ -159,8 +167,8 @@ class Translator:
                        **settings: Any) -> "Translator":
         """A generator already built with its weights (e.g. by networks.define_G) of family `netG` with its
         default shape options, taking `input_nc` and giving `output_nc` channels; float data map by [0, 1].
-        `settings`: `load`'s device, precision, eval_mode, seed, patch_size, window_overlap and window_batch
-        (RunSettings.build); `source` names it in messages."""
+        `settings`: `load`'s device, precision, eval_mode, seed, patch_size, window_overlap, window_batch and
+        exact (RunSettings.build); `source` names it in messages."""
         loaded = LoadedGenerator.build(generator, {"netG": netG, "input_nc": input_nc, "output_nc": output_nc},
                                        source=source)
         return cls(loaded, RunSettings.build(loaded, **settings))
@@ -308,7 +316,7 @@ class Translator:
         of input, so that they all give the same numbers, and the one test.py and validation apply
         (models/inference/application.py)."""
         loaded, running = self.loaded, self.running
-        net = InferenceGenerator(loaded.generator, loaded.size_rule, options.windows)
+        net = InferenceGenerator(loaded.generator, loaded.size_rule, options.windows, running.exact)
         with torch.inference_mode(), torch.autocast(running.device.type, dtype=running.autocast or torch.bfloat16,
                                                     enabled=running.autocast is not None):
             batch = batch.to(running.device, torch.float32)

@@ -41,6 +41,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 
+from models.inference.exact import ExactBudget
 from models.inference.saved_generator import find_generator
 from models.inference.serving.batching import MicroBatcher
 from models.inference.serving.jobs import MEDIA_TYPES, Job, Translated, batch_key, stored_job, translate_jobs
@@ -97,9 +98,11 @@ def _loads_encoder(translator: Translator) -> bool:
         return False
 
 
-def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", precision: str = "fp32") -> ServedModel:
+def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", precision: str = "fp32",
+               exact: ExactBudget | None = ExactBudget()) -> ServedModel:
     """The translators of the run in `checkpoint` on each of `devices`, in every direction the run can
-    translate (CycleGAN's two; the trained one elsewhere). Raises UserError as Translator.load does."""
+    translate (CycleGAN's two; the trained one elsewhere), pictures translated exactly within `exact`.
+    Raises UserError as Translator.load does."""
     trained = find_generator(checkpoint, None, epoch).direction
     directions = [trained]
     other = "BtoA" if trained == "AtoB" else "AtoB"
@@ -110,7 +113,7 @@ def load_model(checkpoint: str, devices: list[str], epoch: str = "latest", preci
         except UserError:
             pass
     replicas = [{direction: Translator.load(checkpoint, direction=None if direction == trained else direction,
-                                            epoch=epoch, device=device, precision=precision)
+                                            epoch=epoch, device=device, precision=precision, exact=exact)
                  for direction in directions} for device in devices]
     first = replicas[0][trained]  # its encoder loaded now, once, rather than at a request
     return ServedModel(os.path.basename(os.path.normpath(checkpoint)), replicas, trained,
