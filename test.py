@@ -74,7 +74,8 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     # size is named. Whole volumes of any size are translated in sliding windows of --patch_size.
     any_size = opt.preprocess == "none" or opt.tile > 0 or volumes
     if volumes:
-        windows = Windows.for_volumes(opt.patch_size, opt.window_overlap, opt.window_batch)
+        windows = None if opt.whole_volumes else Windows.for_volumes(opt.patch_size, opt.window_overlap,
+                                                                     opt.window_batch)
     else:
         windows = Windows.for_tiles(opt.tile, opt.tile_overlap) if opt.tile else None
         if opt.tile:
@@ -86,7 +87,7 @@ def run_test(opt, ctx: distributed.DistContext) -> str | None:
     if opt.eval or model.evaluates_in_eval_mode:  # --model sb always, as UNSB's test
         model.eval()  # batch norm uses running statistics, dropout is off
     nets = inference_views(model.named_networks(), model.networks_with_role("generator"), opt, windows,
-                           None if volumes else exact_budget(opt))
+                           None if volumes and not opt.whole_volumes else exact_budget(opt))
     paired = dataset.dataset.paired
     pairs = model.scored_pairs(paired)
     metrics = InferenceMetrics(opt, pairs, model.input_visual, ctx.device, paired,

@@ -4,7 +4,7 @@ parser that takes it (same name, type, default, range and help):
     add_checkpoint_flags   --checkpoint, --epoch       scripts/translate.py, scripts/serve.py
     add_precision_flag     --precision                 scripts/translate.py, scripts/serve.py
     add_tile_flags         --tile, --tile_overlap      test.py (options/test_options.py), scripts/translate.py
-    add_exact_flags        --exact_memory, --scratch   test.py, scripts/translate.py, scripts/serve.py
+    add_exact_flags        --exact_memory, --scratch, --whole_volumes   test.py, scripts/translate.py, scripts/serve.py
 
 Flags shared with the layers below are declared there, where their facts live: the sliding-window
 flags of volumes in data/volume_patches.py (`add_window_flags`), --data_range in
@@ -64,6 +64,9 @@ def add_exact_flags(parser: Container) -> Container:
     parser.add_argument("--scratch", default=None, on_resume="silent",
                         help="folder for the maps of exact translation that do not fit --exact_memory (default: "
                              "the system's temporary folder)")
+    parser.add_argument("--whole_volumes", action="store_true", on_resume="silent",
+                        help="volume runs: translate each volume whole and exactly (3-D norms over the whole volume, "
+                             "within --exact_memory) instead of in sliding windows of --patch_size")
     return parser
 
 

@@ -11,7 +11,9 @@ INPUTs are files, folders (walked recursively; the output keeps the subfolders) 
 before the model is loaded (util/safe_files.py: nothing is ever written over an input). Each image is
 written to --output under its own name, in its own format and at its own precision (a
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
-.npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. Float data
+.npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. A TIFF too
+large to hold (its float32 values over a quarter of --exact_memory) is read, translated and written by regions,
+exactly, into a tiled TIFF (--tile is refused for it: models/inference/large_pictures.py). Float data
 map to the network's values by the --data_range the model trained with. A model trained on volumes (a
 3-D generator) translates the volume files among the inputs instead (.nii, .nii.gz, .npy), each whole in
 sliding windows of the --patch_size it trained on (--window_overlap, --window_batch), into a file of the
@@ -38,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.base_dataset import add_data_range_flag  # noqa: E402
 from data.image_folder import IMG_EXTENSIONS, is_image_file  # noqa: E402
-from data.image_io import output_extension, probe_image  # noqa: E402
+from data.image_io import TIFF_EXTENSIONS, output_extension, probe_image  # noqa: E402
 from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noqa: E402
 from data.volume_patches import add_window_flags  # noqa: E402
 from models import networks
@@ -194,6 +196,8 @@ def output_name(translator: Translator, source: str, destination: str) -> str:
     `source` (the file's dtype with the generator's output channels), as test.py names its outputs.
     Raises `UserError` naming `source` when it cannot be read."""
     stem, extension = os.path.splitext(destination)
+    if extension.lower() in TIFF_EXTENSIONS:  # a TIFF holds any translation, and one too large to probe
+        return destination                    # whole is translated by regions (models/inference/large_pictures.py)
     kept = output_extension(extension, probe_image(source).dtype, translator.loaded.output_nc)
     return destination if kept == extension.lower() else stem + kept
 
@@ -242,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         translator = Translator.load(args.checkpoint, args.direction, args.epoch, args.device, args.precision,
                                      eval_mode=not args.no_eval, seed=args.seed, data_range=args.data_range,
                                      num_timesteps=args.num_timesteps, tau=args.tau, exact=exact_budget(args),
+                                     whole_volumes=args.whole_volumes,
                                      **window, **args.architecture)
     except UserError as err:  # the window of a picture run: named by this script's flags
         if given and str(err).startswith(" and ".join(given) + ":"):

@@ -192,3 +192,4 @@ def test_test_py_translates_a_large_picture_exactly_within_its_memory_flag(resne
     # 8-bit: a value within float rounding of a level's boundary may round either way, never further
     assert outputs[0].shape == picture.shape
     assert np.abs(outputs[0].astype(int) - outputs[1]).max() <= 1
+

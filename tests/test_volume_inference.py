@@ -19,6 +19,7 @@ from conftest import load_script
 from data.volume_io import from_network, to_network
 from models import networks
 from models.inference.application import InferenceGenerator
+from models.inference.exact import ExactBudget
 from models.inference.translator import Translator
 from models.inference.windows import Windows
 from util.errors import UserError
@@ -150,6 +151,25 @@ def test_a_tensor_in_network_range_gives_the_same_shape_in_network_range(transla
         expected = InferenceGenerator(translator.generator, translator.size_rule,
                                       Windows.for_volumes(WINDOW, 0.5, 4))(x)
     torch.testing.assert_close(batch, expected, rtol=0, atol=1e-6)
+
+
+def test_whole_volumes_translate_exactly_in_tiles_as_in_one_forward_and_test_py_agrees(run, tmp_path):
+    # batch norm without --eval: statistics over the whole volume, not a window's (dropout from the same seed)
+    small = Translator.load(run / "checkpoints" / "run", device="cpu", eval_mode=False, whole_volumes=True,
+                            exact=ExactBudget(memory=2 << 20))  # 2 MiB: cut into tiles
+    whole = Translator.load(run / "checkpoints" / "run", device="cpu", eval_mode=False, whole_volumes=True,
+                            exact=None)
+    x = torch.rand(1, 1, 41, 36, 30, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    exact, one_forward = small.translate(x), whole.translate(x)
+    assert exact.shape == x.shape and one_forward.std() > 0.05
+    torch.testing.assert_close(exact, one_forward, rtol=0, atol=1e-5)
+    test = load_script("test.py")
+    assert test.main(["--dataroot", str(run / "data"), "--name", "run", "--checkpoints_dir", str(run / "checkpoints"),
+                      *FLAGS, "--whole_volumes", "--eval", "--results_dir", str(tmp_path / "results")]) == 0
+    written = nib.load(str(tmp_path / "results" / "run" / "test_latest" / "volumes" / "v_fake_B.nii.gz"))
+    whole = Translator.load(run / "checkpoints" / "run", device="cpu", whole_volumes=True)  # eval mode, as --eval
+    expected = whole.translate_file(run / "data" / "testA" / "v.nii.gz", tmp_path / "v.nii.gz")
+    np.testing.assert_allclose(np.asarray(written.dataobj), np.asarray(nib.load(expected[0]).dataobj), atol=1e-2)
 
 
 def test_patch_size_and_window_keywords_replace_the_runs_and_a_picture_generator_refuses_them(run, translator):

@@ -56,10 +56,14 @@ class InferenceGenerator(nn.Module):
             monai_sliding_window_inference()  # a missing MONAI is told now, before anything is translated
 
     def forward(self, x: torch.Tensor, *codes: torch.Tensor) -> torch.Tensor:
-        if x.ndim == 5:  # a volume: in the windows it was trained for
-            if self.windows is None:
-                raise ValueError("a volume generator translates in windows of its patch size; give Windows.for_volumes")
-            return in_windows(self.net, x, self.windows, *codes)
+        if x.ndim == 5:  # a volume: in the windows it was trained for, or whole (exactly within `exact`)
+            if self.windows is not None:
+                return in_windows(self.net, x, self.windows, *codes)
+            sides = [split_padding(side, self.rule.multiple) for side in x.shape[2:]]
+            padded = F.pad(x, [width for pair in reversed(sides) for width in pair], mode="replicate")
+            y = translate_exactly(self.net, padded, *codes, budget=self.exact) if self.exact else \
+                self.net(padded, *codes)
+            return y[(..., *(slice(before, before + side) for (before, _), side in zip(sides, x.shape[2:])))]
         height, width = x.shape[-2:]
         top, bottom = split_padding(height, self.rule.multiple, self.rule.minimum)
         left, right = split_padding(width, self.rule.multiple, self.rule.minimum)
@@ -146,3 +150,15 @@ def export_min_size(netG: str, flags: Any = None) -> int:
     # Resnets: padding to a multiple of 4 leaves anything below 8 too small. U-Nets: any size pads
     # up to at least one multiple; reflection limits the padding to less than the image.
     return rule.minimum if rule.minimum > rule.multiple else rule.multiple // 2 + 1
+
+
+def seeded_call(net: nn.Module, x: torch.Tensor, *codes: torch.Tensor, device: torch.device, seed: int) -> torch.Tensor:
+    """net(x, *codes) with its random draws (dropout masks in training mode) from `seed` on `device`, so that the
+    same image always gives the same output; the global random state is restored after."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        else:
+            torch.default_generator.manual_seed(seed)
+        return net(x, *codes)

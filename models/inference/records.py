@@ -90,21 +90,25 @@ class RunSettings:
     def build(cls, loaded: LoadedGenerator, device: str | torch.device = "auto", precision: str = "fp32",
               eval_mode: bool = True, seed: int = 0, patch_size: int | Sequence[int] | None = None,
               window_overlap: float | None = None, window_batch: int | None = None,
-              exact: ExactBudget | None = ExactBudget()) -> RunSettings:
+              exact: ExactBudget | None = ExactBudget(), whole_volumes: bool = False) -> RunSettings:
         """The settings `Translator.load`'s keywords of the same names give for `loaded`: the window a volume
-        generator translates in (`patch_size` required), refused for a picture generator. Raises `UserError`."""
+        generator translates in (`patch_size` required; none with `whole_volumes`: whole volumes exactly within
+        `exact`), refused for a picture generator. Raises `UserError`."""
         resolved = resolve_device(device)
         if precision not in PRECISIONS:
             raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}.")
         if precision == "fp16" and resolved.type != "cuda":
             raise UserError("precision fp16 needs a CUDA GPU (float16 arithmetic on the CPU is slow and many "
                             "kernels lack it); use precision bf16 or fp32 on the CPU.")
+        if loaded.volumes and whole_volumes:  # exact None: whole volumes in one forward
+            return cls(resolved, precision, eval_mode, seed, None, exact)
         if loaded.volumes:
             window = window_settings(loaded.architecture, loaded.source or loaded.netG, patch_size, window_overlap,
                                      window_batch)
             return cls(resolved, precision, eval_mode, seed, window, None)
         given = [name for name, value in (("patch_size", patch_size), ("window_overlap", window_overlap),
-                                          ("window_batch", window_batch)) if value is not None]
+                                          ("window_batch", window_batch),
+                                          ("whole_volumes", whole_volumes or None)) if value is not None]
         if given:  # scripts/translate.py recognises this refusal by its start and names its own flags
             raise UserError(f"{' and '.join(given)}: the generator of {loaded.name} translates pictures, not "
                             f"volumes, so it has no sliding window; leave {' and '.join(given)} out (large pictures "

@@ -75,8 +75,8 @@ import torch
 from torch import nn
 
 from data.base_dataset import parse_data_range
-from models.inference import exact
-from models.inference.application import InferenceGenerator
+from models.inference import exact, large_pictures
+from models.inference.application import InferenceGenerator, seeded_call
 from models.inference.exact import ExactBudget
 from models.inference.latent_codes import checked_latent_codes, draw_latent_codes
 from models.inference.pictures import DataRange, PictureTranslation, describe_range, sample_paths  # noqa: F401
@@ -117,7 +117,8 @@ class Translator:
              seed: int = 0, data_range: Sequence[float] | None = None,
              patch_size: int | Sequence[int] | None = None, window_overlap: float | None = None,
              window_batch: int | None = None, num_timesteps: int | None = None, tau: float | None = None,
-             exact: ExactBudget | None = ExactBudget(), **architecture: Any) -> "Translator":
+             exact: ExactBudget | None = ExactBudget(), whole_volumes: bool = False,
+             **architecture: Any) -> "Translator":
         """The generator in `checkpoint` (a run folder, or one `<epoch>_net_<name>.pth` file).
 
         `direction` ("AtoB": trainA -> trainB, or "BtoA") picks CycleGAN's G_A or G_B; None means the
@@ -145,7 +146,8 @@ class Translator:
 
         A picture without `tile` is translated exactly within `exact` (models/inference/exact/): whole where its
         forward fits the budget's memory, else layer by layer in tiles, every normalisation's statistics taken
-        over the whole picture, so the output is the whole-picture one in bounded memory (None: always whole).
+        over the whole picture, so the output is the whole-picture one in bounded memory (None: always whole);
+        with `whole_volumes`, a volume generator translates each volume so too, instead of in windows.
         """
         found = find_generator(os.fspath(checkpoint), direction, epoch, architecture)
         range_A, range_B = parse_data_range(found.data_range if data_range is None else data_range)
@@ -158,7 +160,7 @@ class Translator:
         if patch_size is None and loaded.volumes:
             patch_size = found.patch_size  # the window is the patch size the volume generator trained on
         running = RunSettings.build(loaded, resolved, precision, eval_mode, seed, patch_size, window_overlap,
-                                    window_batch, exact)
+                                    window_batch, exact, whole_volumes)
         encoder = (lambda: find_encoder(found.path, loaded.output_nc, resolved)) if loaded.latent_size else None
         return cls(loaded, running, encoder)
 
@@ -167,8 +169,8 @@ class Translator:
                        **settings: Any) -> "Translator":
         """A generator already built with its weights (e.g. by networks.define_G) of family `netG` with its
         default shape options, taking `input_nc` and giving `output_nc` channels; float data map by [0, 1].
-        `settings`: `load`'s device, precision, eval_mode, seed, patch_size, window_overlap, window_batch and
-        exact (RunSettings.build); `source` names it in messages."""
+        `settings`: `load`'s device, precision, eval_mode, seed, patch_size, window_overlap, window_batch,
+        exact and whole_volumes (RunSettings.build); `source` names it in messages."""
         loaded = LoadedGenerator.build(generator, {"netG": netG, "input_nc": input_nc, "output_nc": output_nc},
                                        source=source)
         return cls(loaded, RunSettings.build(loaded, **settings))
@@ -236,9 +238,10 @@ class Translator:
         runs walk `steps` steps (default num_timesteps), their noise from `seed` (the same seed, the same output)."""
         loaded, generator = self.loaded, self.loaded.name  # as the refusals below name it
         if loaded.volumes and tile:
+            how = f"in sliding {self.running.window.describe()}" if self.running.window else "exactly"
             raise UserError(f"tile={tile} cuts pictures into tiles, but the generator of {generator} translates "
-                            f"volumes, whole, in sliding {self.running.window.describe()}; leave "
-                            f"tile out (Translator.load's window_overlap and window_batch set the window).")
+                            f"volumes, whole, {how}; leave tile out (Translator.load's window_overlap and "
+                            f"window_batch set the window).")
         check_tiling(loaded.netG, tile, tile_overlap, loaded.architecture)
         windows = self.running.window.windows() if self.running.window else \
             Windows.for_tiles(tile, tile_overlap) if tile else None
@@ -297,8 +300,9 @@ class Translator:
         """Translate an image file into `output_path` (its folder created if need be), in the format its
         extension names, at the input's precision (a 16-bit PNG into a 16-bit PNG, float32 into .tif or .npy;
         data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
-        half a file. `answers` (n_samples, codes, seed, reference) are `translate`'s: several answers are
-        written as `<stem>_sample<k><extension>`. Returns the paths written. Raises
+        half a file; a TIFF too large to hold is read, translated and written by regions into a TIFF
+        (models/inference/large_pictures.py). `answers` (n_samples, codes, seed, reference) are `translate`'s:
+        several answers are written as `<stem>_sample<k><extension>`. Returns the paths written. Raises
         `UserError` when the file cannot be read, or the output's format cannot hold the output.
 
         A volume translator writes the volume in `input_path` translated into `output_path`: .nii or
@@ -306,6 +310,8 @@ class Translator:
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
         if isinstance(self._kind, VolumeTranslation):
             self._kind.check_file_names(input_path, output_path)  # before translating, which takes a while
+        if streamed := large_pictures.streamed_tiff(input_path, self.loaded, self.running, self._kind):
+            return streamed.translate(output_path, tile=tile, **answers)  # a TIFF too large to hold: by regions
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
         return self._kind.write(output_path, output, input_path)
 
@@ -331,16 +337,6 @@ class Translator:
             with self._lock:
                 # One image at a time, as test.py (batch size 1) normalises it: the output of an
                 # image must not depend on the others in its batch.
-                return torch.cat([self._seeded(net, image[None], *(c[:1] for c in codes)) for image in batch]).float()
+                return torch.cat([seeded_call(net, image[None], *(c[:1] for c in codes), device=running.device,
+                                              seed=running.seed) for image in batch]).float()
 
-    def _seeded(self, net: nn.Module, x: torch.Tensor, *codes: torch.Tensor) -> torch.Tensor:
-        """net(x) with the dropout masks drawn from the translator's seed; the global random state is
-        restored after."""
-        device, seed = self.running.device, self.running.seed
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            if device.type == "cuda":
-                with torch.cuda.device(device):
-                    torch.cuda.manual_seed(seed)
-            else:
-                torch.default_generator.manual_seed(seed)
-            return net(x, *codes)

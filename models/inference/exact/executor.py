@@ -29,7 +29,7 @@ from torch.nn.utils import parametrize
 from models.inference.exact.graph import ImageGraph, Sizes
 from models.inference.exact.regions import NORM, POINTWISE, WHOLE, WINDOW, Box, Rule, rule_for
 from models.inference.exact.statistics import WholeMapNorm
-from models.inference.exact.storage import MapStore, StoredMap
+from models.inference.exact.storage import MapSource, MapStore, StoredMap
 from util.errors import UserError
 
 DEFAULT_EXACT_MEMORY = 1 << 30  # bytes of host memory for maps and tiles: 1 GiB
@@ -54,36 +54,43 @@ def prepare(net: nn.Module) -> None:
         pass  # remembered: translate_exactly runs such a generator whole, or refuses it, when it is called
 
 
-def translate_exactly(net: nn.Module, image: torch.Tensor, *others: torch.Tensor,
+def translate_exactly(net: nn.Module, image: torch.Tensor | MapSource, *others: torch.Tensor,
                       budget: ExactBudget = ExactBudget(),
                       sink: Callable[[Box, torch.Tensor], None] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> torch.Tensor | None:
     """`net(image, *others)` (the image N x C x spatial...; others: what else the generator takes, e.g. a code),
-    computed as the module docstring says. An input whose whole forward fits the budget runs whole. With `sink`,
-    the output goes to `sink(box, region)` tile by tile (row-major) and None is returned. `progress(done, total)`
+    computed as the module docstring says. An input whose whole forward fits the budget runs whole. `image` may
+    be a MapSource instead, read by regions (a picture too large to hold, read from its file); with `sink`, the
+    output goes to `sink(box, region)` tile by tile (row-major) and None is returned. `progress(done, total)`
     is called after every tile of the tiled execution."""
-    try:
+    if not isinstance(image, torch.Tensor):  # read by regions: never whole
         graph = ImageGraph.trace(net)
-    except UserError:
-        # A forward fx cannot trace: run whole where the input is small enough that the whole forward surely fits
-        # (a generator's widest maps hold a few tens of times the input's numbers), else the refusal.
-        if sink is None and 128 * image.numel() * image.element_size() <= budget.memory:
-            return net(image, *others)
-        raise
+        with torch.no_grad(), parametrize.cached():
+            probe = torch.empty(image.shape, dtype=image.dtype, device="meta")
+            device = next(iter(net.parameters()), torch.empty(0)).device
+            return _Execution(graph, graph.sizes([probe, *others], device), image, budget, device).run(sink, progress)
+    # Whole where the input is small enough that its whole forward fits for any generator we ship (their widest
+    # maps hold a few tens of times the input's numbers): no graph to trace or size for test.py's usual pictures.
+    if sink is None and 128 * image.numel() * image.element_size() <= budget.memory:
+        return net(image, *others)
+    graph = ImageGraph.trace(net)
     if sink is None and 4 * graph.largest_map([image, *others]) <= budget.memory:
         return net(image, *others)
     with torch.no_grad(), parametrize.cached():
-        return _Execution(graph, graph.sizes([image, *others]), image, budget).run(sink, progress)
+        sizes = graph.sizes([image, *others], image.device)
+        return _Execution(graph, sizes, image, budget, image.device).run(sink, progress)
 
 
 class _Execution:
-    def __init__(self, graph: ImageGraph, sizes: Sizes, image: torch.Tensor, budget: ExactBudget):
+    def __init__(self, graph: ImageGraph, sizes: Sizes, image: torch.Tensor | MapSource, budget: ExactBudget,
+                 device: torch.device):
         self.graph, self.sizes, self.budget = graph, sizes, budget
-        self.device, self.dtype = image.device, image.dtype
-        self.dims = image.dim() - 2
+        self.device, self.dtype = device, image.dtype
+        self.dims = len(image.shape) - 2
         self.store = MapStore(budget.memory // 2, budget.scratch)
         image_node = graph.placeholders[0]
-        self.stored: dict[fx.Node, StoredMap] = {image_node: StoredMap(image.detach().cpu())}
+        source = StoredMap(image.detach().cpu()) if isinstance(image, torch.Tensor) else image
+        self.stored: dict[fx.Node, StoredMap | MapSource] = {image_node: source}
         self.rules = {node: self._rule(node) for node in graph.nodes
                       if sizes.spatial(node) and node.op != "placeholder"}
         self.norms: dict[fx.Node, WholeMapNorm] = {node: WholeMapNorm(graph.module(node))
@@ -151,7 +158,7 @@ class _Execution:
                 if node not in self.stored:
                     self._materialise(node, tiles.get(node, []), sink if node is result_node else None, counter)
                 self._free_after(node)
-            return None if sink is not None else self.stored[result_node].whole().to(self.device)
+            return None if sink is not None else self.stored[result_node].take().to(self.device)
         finally:
             self.store.close()
 
@@ -241,11 +248,15 @@ class _Execution:
         size = tuple(self.sizes.shape(source)[2:])
         if all(start >= 0 and stop <= n for (start, stop), n in zip(reads, size)):
             return self._region(source, reads)
+        inside = tuple((max(start, 0), min(stop, n)) for (start, stop), n in zip(reads, size))
+        widths = [w for (start, stop), n in reversed(list(zip(reads, size))) for w in (max(-start, 0),
+                                                                                         max(stop - n, 0))]
         if rule.fill == "constant":
-            inside = tuple((max(start, 0), min(stop, n)) for (start, stop), n in zip(reads, size))
-            widths = [w for (start, stop), n in reversed(list(zip(reads, size))) for w in (max(-start, 0),
-                                                                                             max(stop - n, 0))]
             return F.pad(self._region(source, inside), widths, value=rule.fill_value)
+        if rule.fill in ("reflect", "replicate") and \
+                all(max(w) < stop - start for w, (start, stop) in zip(_pairs(widths)[::-1], inside)):
+            # the region reaches the map's edge wherever it is padded, so padding it is padding the map
+            return F.pad(self._region(source, inside), widths, mode=rule.fill)
         indices = [_filled_indices(torch.arange(start, stop), n, rule.fill) for (start, stop), n in zip(reads, size)]
         span = tuple((int(index.min()), int(index.max()) + 1) for index in indices)
         region = self._region(source, span)
@@ -305,6 +316,10 @@ def _filled_indices(index: torch.Tensor, size: int, fill: str) -> torch.Tensor:
     if fill == "circular":
         return index % size
     raise ValueError(f"positions outside a map read with fill {fill!r}")
+
+
+def _pairs(flat: list[int]) -> list[tuple[int, int]]:
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
 
 
 def _middle_box(size: tuple[int, ...], side: int) -> Box:

@@ -97,16 +97,16 @@ class ImageGraph:
         """Bytes of the largest map the forward makes from inputs of these sizes (remembered per sizes)."""
         key = tuple((tuple(x.shape), x.dtype) for x in inputs)
         if key not in self._largest:
-            sizes = self.sizes(inputs)
+            sizes = self.sizes(inputs, inputs[0].device)
             self._largest[key] = max(math.prod(sizes.shape(node)) for node in sizes.shapes) * inputs[0].element_size()
         return self._largest[key]
 
-    def sizes(self, inputs: list[torch.Tensor]) -> Sizes:
-        """Run the graph on the meta device at the sizes of `inputs` (the image first); see Sizes."""
+    def sizes(self, inputs: list[torch.Tensor], device: torch.device) -> Sizes:
+        """Run the graph on the meta device at the sizes of `inputs` (the image first; the others, e.g. codes, on
+        `device`, where the generator is); see Sizes."""
         meta_net = self._meta()
         for meta_module, module in zip(meta_net.modules(), self.net.modules()):
             meta_module.training = module.training
-        device = inputs[0].device
         shapes: dict[fx.Node, torch.Size | tuple[torch.Size, ...]] = {}
         constants: dict[fx.Node, Any] = {}
         values: dict[fx.Node, Any] = {}

@@ -31,14 +31,17 @@ class WholeMapNorm:
         return x, (0, *spatial)
 
     def add(self, region: torch.Tensor) -> None:
-        grouped, dims = self._grouped(region.double())
+        grouped, dims = self._grouped(region)
         count = 1
         for dim in dims:
             count *= grouped.shape[dim]
         if count == 0:
             return
-        mean = grouped.mean(dims)
-        squares = ((grouped - _expand(mean, grouped, dims)) ** 2).sum(dims)
+        mean = grouped.sum(dims, dtype=torch.float64) / count  # float64 sums; no float64 copy of the region
+        centre = mean.to(grouped.dtype)
+        deviations = grouped - _expand(centre, grouped, dims)
+        # sum of squared deviations from the exact mean, from those around its rounded value
+        squares = (deviations * deviations).sum(dims, dtype=torch.float64) - count * (mean - centre.double()) ** 2
         if self.mean is None:
             self.count, self.mean, self.squares = count, mean, squares
             return

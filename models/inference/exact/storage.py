@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -17,6 +18,17 @@ from models.inference.exact.regions import Box
 
 _NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
                 torch.bfloat16: np.uint16}  # bf16: numpy has none; the bits are kept as uint16
+
+
+class MapSource(Protocol):
+    """A map read by regions that is never whole in memory: the input of a picture read from its file."""
+
+    shape: torch.Size  # N x C x spatial...
+    dtype: torch.dtype
+
+    def read(self, box: Box) -> torch.Tensor:
+        """The values over `box` (within the map), N x C x the box's sizes, on the CPU."""
+        ...
 
 
 class StoredMap:
@@ -37,6 +49,10 @@ class StoredMap:
 
     def whole(self) -> torch.Tensor:
         return self.values.clone()
+
+    def take(self) -> torch.Tensor:
+        """The whole map, handed over (no copy of a map held in memory): its last reading."""
+        return self.values if self.mapping is None else self.values.clone()
 
     def release_pages(self) -> None:
         """Give back the pages of a file-backed map (its data stay in the file and the page cache)."""
