@@ -74,7 +74,7 @@ def translate_exactly(net: nn.Module, image: torch.Tensor | MapSource, *others: 
     if sink is None and 128 * image.numel() * image.element_size() <= budget.memory:
         return net(image, *others)
     graph = ImageGraph.trace(net)
-    if sink is None and 4 * graph.largest_map([image, *others]) <= budget.memory:
+    if sink is None and 3 * graph.largest_map([image, *others]) <= budget.memory:  # a map, its successor, a skip
         return net(image, *others)
     with torch.no_grad(), parametrize.cached():
         sizes = graph.sizes([image, *others], image.device)
@@ -185,7 +185,9 @@ class _Execution:
                 sink(box, region)
             else:
                 target.write(box, region.cpu())
-                target.release_pages()
+            for stored in (*self.stored.values(), target):  # the pages this tile wrote or read from files
+                if isinstance(stored, StoredMap):
+                    stored.release_pages()
         for norm in readers:
             norm.finish(shape[1])
         if target is not None:
