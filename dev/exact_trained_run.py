@@ -27,7 +27,7 @@ from models.inference.translator import Translator  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--checkpoint", required=True, help="a run folder")
     parser.add_argument("--picture", default="datasets/demo_scenes/testA", help="a picture, or a folder (its first)")
     parser.add_argument("--size", default="4096x3072", help="WIDTHxHEIGHT of the enlarged picture")

@@ -63,7 +63,7 @@ def run(net: str, size: int, mode: str, keep: Path | None) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--sizes", default="2048", help="comma-separated sides of the square pictures")
     parser.add_argument("--nets", default="resnet_9blocks,unet_256")
     parser.add_argument("--modes", default="whole,exact,crossfade")
