@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import tifffile
 
 from util.errors import UserError
+from util.safe_files import new_temporary_file
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ class TiffRegionWriter:
     and passes each row of `tile` x `tile` tiles to tifffile (in a thread of its own, which pulls tiles as
     `TiffWriter.write` asks for them) once complete.
 
-    The file is written as `.<name>.partial-<pid>-<random>.tif` in the destination's folder and renamed
+    The file is written as `.<name>.<random>.partial.tif` in the destination's folder and renamed
     to `path` by `close()` once every row has been written, replacing any file there. If anything fails,
     or the writer is closed early, the partial file is removed and `path` is left as it was. Use as a
     context manager: leaving it on an exception discards the file.
@@ -468,14 +468,7 @@ def _is_rgb(bands: int, dtype: np.dtype) -> bool:
 
 
 def _new_partial_file(path: str) -> str:
-    """A new empty file `.<name>.partial-<pid>-<random>.tif` beside `path`."""
+    """A new empty file `.<name>.<random>.partial.tif` beside `path` (its folder made)."""
     folder, name = os.path.split(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    while True:
-        partial = os.path.join(folder, f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}.tif")
-        try:
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:  # another writer's partial file of the same name: draw again
-            continue
-        os.close(fd)
-        return partial
+    return new_temporary_file(folder, name, ".partial.tif")

@@ -43,7 +43,7 @@ def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
     `write(temporary_path)` beside `path`, flushed to disk, then renamed to `path`."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp_path = _new_temporary_file(folder, os.path.basename(path))
+    tmp_path = new_temporary_file(folder, os.path.basename(path))
     try:
         write(tmp_path)
         with open(tmp_path, "rb") as f:
@@ -55,12 +55,12 @@ def atomic_write_by_name(path: str, write: Callable[[str], None]) -> None:
         raise
 
 
-def _new_temporary_file(folder: str, name: str) -> str:
-    """A new empty file `.<name>.<random>.tmp` in `folder`, made with the permissions a plain open() gives
+def new_temporary_file(folder: str, name: str, suffix: str = ".tmp") -> str:
+    """A new empty file `.<name>.<random><suffix>` in `folder`, made with the permissions a plain open() gives
     a new file (0666 less the process's umask, applied by the system; mkstemp's would be 0600), so that
     the renamed file has them too. No umask is read: reading it means setting it, for the whole process."""
     while True:
-        tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}{suffix}")
         try:
             fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:  # another writer's temporary file of the same name: draw again
