@@ -21,10 +21,12 @@ from data import DatasetLoader, create_dataset
 from data.held_out import create_held_out_dataset
 from models import builds_network, create_model, find_model_using_name, networks
 from models.base_model import BaseModel
+from models.training import schedules
 from models.training.accumulation import check_accumulation, micro_batch_groups, steps_per_epoch
 from models.training.checkpointer import Checkpointer, StartPoint
 from models.training.engine import TrainingEngine
 from models.training.run_control import RunLock, StopRequest
+from models.training.schedules import Warmup
 from models.training.validator import Validator, make_validator
 from options.base_options import format_options, save_options
 from options.train_options import TrainOptions
@@ -63,6 +65,7 @@ class Run:
     visualizer: Visualizer | NullVisualizer  # the null one, doing nothing, on non-main ranks
     checkpointer: Checkpointer    # every save, resume and best file
     stop: StopRequest             # SIGTERM / Ctrl-C: save, then stop
+    warmup: Warmup                # --warmup_epochs: the rates' multiplier by the images trained on
 
     @property
     def global_batch(self) -> int:  # images per optimizer step
@@ -75,7 +78,7 @@ class Run:
 
 def global_batch_size(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
     """Images per optimizer step: --batch_size per micro-batch x --accum_steps x processes."""
-    return opt.batch_size * opt.accum_steps * ctx.world_size
+    return schedules.global_batch(opt, ctx.world_size)
 
 
 def batch_description(opt: argparse.Namespace, ctx: distributed.DistContext) -> str:
@@ -165,7 +168,8 @@ def set_up(opt: argparse.Namespace, ctx: distributed.DistContext) -> tuple[Run, 
     checkpointer.restore_random_streams(start)  # exactly as they were, or seeded afresh per rank
     visualizer.message(f"The number of training images = {len(dataset)}; {batch_description(opt, ctx)} on {ctx.device}")
     stop = StopRequest().install()
-    return Run(opt, ctx, dataset, model, engine, validator, visualizer, checkpointer, stop), start.position
+    warmup = Warmup(images=opt.warmup_epochs * len(dataset))
+    return Run(opt, ctx, dataset, model, engine, validator, visualizer, checkpointer, stop, warmup), start.position
 
 
 def train_one_epoch(run: Run, progress: Position) -> bool:
@@ -184,8 +188,10 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
         progress.total_iters += global_batch
         progress.images_done += global_batch
 
-        # onto the device; losses, gradients, weight updates, the moving averages (--ema_decay)
-        engine.train_step(micro_batches)
+        # onto the device; losses, gradients, weight updates (at the warm-up's share of the scheduled rates while
+        # --warmup_epochs lasts), the moving averages (--ema_decay)
+        lr_factor = run.warmup.factor(progress.total_iters)
+        engine.train_step(micro_batches, lr_factor)
 
         total_iters = progress.total_iters
         stepped = engine.has_stepped  # no losses or images to show before a model's first step
@@ -197,7 +203,7 @@ def train_one_epoch(run: Run, progress: Position) -> bool:
             engine.check_finite(epoch, total_iters, global_batch)  # stop at a NaN, before it spreads
             losses = model.get_current_losses()
             t_comp = (time.time() - iter_start_time) / global_batch
-            visualizer.log_step(progress, losses, model.current_lr(), t_comp, t_data)
+            visualizer.log_step(progress, losses, model.current_lr() * lr_factor, t_comp, t_data)
         if stop_requested(run, total_iters // global_batch):
             run.checkpointer.save_latest(engine, progress)
             visualizer.message(f"stopped by a signal at epoch {epoch}, {progress.images_done} images into "

@@ -251,15 +251,12 @@ class BaseModel(ModelState, ABC):
             self.data_dependent_initialize(first_batch)
             self.check_network_roles()  # of what it added too
             self._set_precision({name: net for name, net in self.named_networks().items() if name not in known})
-        saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
-        if self.isTrain:  # a continued run's linear schedule counts from the epoch the run started at
-            first_epoch = saved_options.get("epoch_count") if saved_options else None
-            self.schedulers = [schedules.get_scheduler(optimizer, opt, first_epoch) for optimizer in self.optimizers]
+        if self.isTrain:  # --scale_lr's rates; a continued run's linear schedule from the epoch the run started at
+            self.schedulers = schedules.make_schedulers(self.optimizers, opt, self.ctx.world_size, resume_state)
         if resume_state is not None:
             self.load_shared_training_state(resume_state["model"])
-            if saved_options:  # changed --lr, --n_epochs, ...: the loaded states would keep the old ones
-                for optimizer, scheduler in zip(self.optimizers, self.schedulers):
-                    schedules.reapply_schedule_flags(optimizer, scheduler, opt, saved_options)
+            # changed --lr, --n_epochs, global batch under --scale_lr ...: the loaded states would keep the old ones
+            schedules.follow_changed_flags(self.optimizers, self.schedulers, opt, self.ctx.world_size, resume_state)
             if rank_state is not None:
                 self.load_rank_training_state(rank_state["model"])
         elif not self.isTrain or opt.continue_train:

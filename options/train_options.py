@@ -9,6 +9,7 @@ import models
 from models import networks
 from models.losses.diff_augment import augment_policy
 from models.training.accumulation import accumulation_refusal
+from models.training.schedules import LR_SCALINGS
 from models.training.validator import save_best_refusal
 from options.base_options import BaseOptions, unwritable_folder_reason
 from util.display.user_loggers import logger_classes
@@ -30,6 +31,9 @@ from util.safe_files import refuse_output_over_inputs
 SCHEDULE = refused("learning-rate schedule", "To change the schedule, continue from its weights alone with "
                                              "--continue_train --epoch_count N (fresh optimizers and schedule).")
 SCHEDULE_FROM_START = ignored("the schedule counts from the epoch the run started at")
+# --scale_lr and --warmup_epochs shaped the rates the saved optimizers stepped at, and the warm-up's course.
+RECIPE = refused("learning-rate recipe", "To change it, continue from its weights alone with --continue_train "
+                                         "--epoch_count N (fresh optimizers and schedule).")
 
 
 class TrainOptions(BaseOptions):
@@ -159,6 +163,15 @@ class TrainOptions(BaseOptions):
                                  "0: off")
         parser.add_argument("--lr_decay_iters", type=positive_int, default=50, on_resume="reapplied",
                             help="multiply by a gamma every lr_decay_iters iterations")
+        parser.add_argument("--scale_lr", type=str, default="none", choices=LR_SCALINGS, on_resume=RECIPE,
+                            help="scale every learning rate with the global batch (--batch_size x --accum_steps x "
+                                 "processes), --lr being the rate for one image per step: linear (x batch), sqrt "
+                                 "(x its square root) or none (the reference's: the same rate at every batch); "
+                                 "docs/distributed.md, 'More GPUs, the same quality sooner'")
+        parser.add_argument("--warmup_epochs", type=Bounded(float, low=0, high=10000, name="warmup_epochs"),
+                            default=0.0, on_resume=RECIPE, metavar="EPOCHS",
+                            help="raise every learning rate linearly from near zero to the schedule's over the "
+                                 "first EPOCHS epochs' images (a fraction is allowed), step by step; 0: off")
 
     def _add_high_resolution_flags(self, parser: argparse.ArgumentParser) -> None:
         """High resolution (docs/high_resolution.md)."""
@@ -256,6 +269,11 @@ class TrainOptions(BaseOptions):
             parser.error(f"argument --epoch_count: --epoch_count {opt.epoch_count} is past the last epoch "
                          f"(--n_epochs {opt.n_epochs} + --n_epochs_decay {opt.n_epochs_decay} = {last_epoch}), so "
                          f"nothing would be trained; raise --n_epochs or lower --epoch_count")
+        if opt.warmup_epochs > last_epoch - opt.epoch_count + 1:
+            parser.error(f"argument --warmup_epochs: --warmup_epochs {opt.warmup_epochs:g} is longer than the run "
+                         f"(epochs {opt.epoch_count} to {last_epoch} of --n_epochs {opt.n_epochs} + --n_epochs_decay "
+                         f"{opt.n_epochs_decay}), so the learning rate would never reach the schedule's; pass a "
+                         f"shorter warm-up (e.g. --warmup_epochs 1) or train longer")
         if save_best_refusal(opt):
             parser.error(f"argument --save_best: {save_best_refusal(opt)}")
         unsplit = accumulation_refusal(models.find_model_using_name(opt.model), opt.model, opt.accum_steps)

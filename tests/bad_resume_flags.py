@@ -83,6 +83,9 @@ RESUME_FLAG_CASES = [
     Case("--continue_train of a training state that recorded no options, with another --lr_policy, is refused "
          "naming both", continued("--n_epochs", "2", stderr_has=("--lr_policy plateau", "--lr_policy linear"),
                                   prepare=without_recorded_options), 2),
+    Case("--continue_train of a run trained without a learning-rate recipe, with one, is refused naming both values",
+         continued(*PLATEAU, "--n_epochs", "2", "--scale_lr", "sqrt", "--warmup_epochs", "1",
+                   stderr_has=("learning-rate recipe", "--scale_lr none", "--scale_lr sqrt", "--warmup_epochs 1")), 2),
     Case("--continue_train with other architecture flags is refused naming each with both values",
          continued(*PLATEAU, "--ngf", "16", "--norm", "instance", "--no_dropout", "--direction", "BtoA",
                    "--input_nc", "1", stderr_has=("--ngf 8", "--ngf 16", "--norm batch", "--norm instance",

@@ -30,6 +30,8 @@ CYCLE_GAN = ["--model", "cycle_gan", "--pool_size", "3", "--ema_decay", "0.5"]  
 PIX2PIX = ["--model", "pix2pix", "--netG", "resnet_6blocks", "--norm", "instance", "--no_dropout"]
 # A training state after every optimizer step of 4 images, to continue from one between steps.
 SAVES = ["--save_by_iter", "--save_latest_freq", "4"]
+# The large-batch recipe (docs/distributed.md): rates x the global batch, warmed up over the first epoch's 8 images.
+RECIPE = ["--scale_lr", "linear", "--warmup_epochs", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,8 @@ def args(root: Path, ckpt: Path, name: str, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(train, paired_root, unpaired_root, tmp_path_factory) -> Path:
     """Each model with batch 4, and with 2 micro-batches of 2 (2 epochs of 8 images, float64);
-    pix2pix also with --checkpoint_activations; pix2pix_l1: without a discriminator (--lambda_GAN 0)."""
+    pix2pix also with --checkpoint_activations; pix2pix_l1: without a discriminator (--lambda_GAN 0);
+    CycleGAN with the large-batch recipe, and without it at the rate of the recipe's first step."""
     ckpt = tmp_path_factory.mktemp("hires")
     plans = {"cycle_gan_batch4": (unpaired_root, CYCLE_GAN, ["--batch_size", "4"]),
              "cycle_gan_accum": (unpaired_root, CYCLE_GAN, ["--batch_size", "2", "--accum_steps", "2", *SAVES]),
@@ -53,7 +56,9 @@ def runs(train, paired_root, unpaired_root, tmp_path_factory) -> Path:
              "pix2pix_l1_batch4": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"], ["--batch_size", "4"]),
              "pix2pix_l1_accum": (paired_root, [*PIX2PIX, "--lambda_GAN", "0"],
                                   ["--batch_size", "2", "--accum_steps", "2"]),
-             "pix2pix_checkpointed": (paired_root, PIX2PIX, ["--batch_size", "4", "--checkpoint_activations"])}
+             "pix2pix_checkpointed": (paired_root, PIX2PIX, ["--batch_size", "4", "--checkpoint_activations"]),
+             "cycle_gan_recipe": (unpaired_root, CYCLE_GAN, ["--batch_size", "4", *RECIPE, *SAVES]),
+             "cycle_gan_lr_0.0004": (unpaired_root, CYCLE_GAN, ["--batch_size", "4", "--lr", "0.0004", *SAVES])}
     for name, (root, model, extra) in plans.items():
         assert train.main(args(root, ckpt, name, *model, *EQUIVALENCE, *extra)) == 0, name
     return ckpt
@@ -102,12 +107,40 @@ def test_an_accumulating_run_continued_between_optimizer_steps_ends_identical(tr
 
 def test_two_processes_accumulating_two_micro_batches_equal_one_process_with_batch_four(runs, unpaired_root, tmp_path):
     """2 processes x 2 micro-batches of 1 (every micro-batch but the last in no_sync): the image
-    pool, gathered over the ranks, sees the global batch in the same order."""
-    ok(ranks("train.py", *args(unpaired_root, tmp_path, "ddp", *CYCLE_GAN, *EQUIVALENCE, "--batch_size", "1",
-                               "--accum_steps", "2")))
-    assert_trained_alike(runs / "cycle_gan_batch4", tmp_path / "ddp")
+    pool, gathered over the ranks, sees the global batch in the same order; the large-batch recipe
+    scales and warms up the rates by the global batch (4), not by a process's batch (1)."""
+    ok(ranks("train.py", *args(unpaired_root, tmp_path, "ddp", *CYCLE_GAN, *EQUIVALENCE, *RECIPE, "--batch_size",
+                               "1", "--accum_steps", "2")))
+    assert_trained_alike(runs / "cycle_gan_recipe", tmp_path / "ddp")
+    assert logged(tmp_path / "ddp")[1] == logged(runs / "cycle_gan_recipe")[1]
     assert "global batch = 4 (1 per micro-batch x 2 accumulation steps x 2 processes" in \
         (tmp_path / "ddp" / "loss_log.txt").read_text()
+
+
+# ----------------------------------------------------------------------------- --scale_lr, --warmup_epochs
+def test_the_recipe_scales_the_rates_by_the_global_batch_after_a_warm_up_by_images_seen(runs):
+    """--scale_lr linear at global batch 4: 4 x --lr 0.0002; --warmup_epochs 1 (8 images): the first step of 4
+    images at half of that, so its weights are those of a run without the recipe at --lr 0.0004 (the same
+    arithmetic: 0.0002 x 4 x 4/8 is 0.0004 exactly); after the warm-up the schedule's rates, 4 x the plain ones."""
+    assert_same_weights(weights(runs / "cycle_gan_recipe", "iter_4"), weights(runs / "cycle_gan_lr_0.0004", "iter_4"),
+                        rtol=0, atol=0)
+    with pytest.raises(AssertionError):  # the second step, at the full 0.0008, is another one
+        assert_same_weights(weights(runs / "cycle_gan_recipe", "iter_8"),
+                            weights(runs / "cycle_gan_lr_0.0004", "iter_8"))
+    assert logged(runs / "cycle_gan_recipe")[1] == ["learning rate 0.0008000 -> 0.0004000",
+                                                    "learning rate 0.0004000 -> 0.0000000"]
+    assert logged(runs / "cycle_gan_batch4")[1][0] == "learning rate 0.0002000 -> 0.0001000"
+
+
+def test_a_run_with_the_recipe_continued_within_its_warm_up_ends_identical(train, runs, unpaired_root, tmp_path):
+    run_dir = tmp_path / "cycle_gan_recipe"
+    shutil.copytree(runs / "cycle_gan_recipe", run_dir)
+    for state in run_dir.glob("*_train_state.pth"):
+        if state.name != "iter_4_train_state.pth":  # after the first step, half-way through the warm-up
+            state.unlink()
+    assert train.main(args(unpaired_root, tmp_path, "cycle_gan_recipe", *CYCLE_GAN, *EQUIVALENCE, "--batch_size",
+                           "4", *RECIPE, *SAVES, "--continue_train")) == 0
+    assert_same_weights(weights(runs / "cycle_gan_recipe"), weights(run_dir), rtol=0, atol=0)
 
 
 def test_a_model_without_accumulation_phases_is_refused_and_a_changed_accum_steps_is_noted_on_continuing():

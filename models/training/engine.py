@@ -32,6 +32,7 @@ from models.training.compile_probe import CompileProbe, wait_for_device
 from models.training.ema import GeneratorEMA
 from models.training.loss_watch import LossWatch
 from models.training.network_variants import NetworkVariants, captures_cuda_graphs
+from models.training.schedules import scaled_learning_rates
 from models.training.step import TrainingStep
 from util import distributed
 from util.console import print0
@@ -77,8 +78,9 @@ class TrainingEngine:
         self.variants.use_compiled(self._compiled_now)
 
     # ------------------------------------------------------------------ one training step
-    def train_step(self, micro_batches: list[dict]) -> None:
-        """One optimizer step, from the loader's batches to the updated weights. Every step, of every model:
+    def train_step(self, micro_batches: list[dict], lr_factor: float = 1.0) -> None:
+        """One optimizer step, from the loader's batches to the updated weights, every optimizer at `lr_factor` x
+        its scheduled rates (--warmup_epochs; train.py passes it). Every step, of every model:
 
         1. --compile: the compile probe may switch every network between its compiled and eager variant;
         2. the model's losses (`optimize_parameters`) on the batch, moved to the device in the run's
@@ -98,11 +100,12 @@ class TrainingEngine:
             torch.compiler.cudagraph_mark_step_begin()
         start = self.probe.clock()
         step = TrainingStep(self.variants.for_step(), self.model.optimizers, self.grad_scalers, self.loss_watch)
-        if len(micro_batches) == 1:  # 2.-3.
-            self.model.set_input(micro_batches[0])
-            self.model.optimize_parameters(step)
-        else:
-            self._accumulated_step(micro_batches, step)
+        with scaled_learning_rates(self.model.optimizers, lr_factor):
+            if len(micro_batches) == 1:  # 2.-3.
+                self.model.set_input(micro_batches[0])
+                self.model.optimize_parameters(step)
+            else:
+                self._accumulated_step(micro_batches, step)
         if not self.probe.finished:
             wait_for_device(self.device)
             self.probe.record(self.probe.clock() - start)

@@ -3,6 +3,9 @@ changed schedule flags."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch.optim import lr_scheduler
@@ -11,6 +14,63 @@ from util.errors import UserError
 
 LR_POLICIES = ("linear", "step", "plateau", "cosine")
 ADAM_BETA2 = 0.999  # --beta2's default: Adam's, the reference's fixed value
+LR_SCALINGS = ("none", "linear", "sqrt")  # --scale_lr: how the rate follows the global batch (from batch 1)
+
+
+def global_batch(opt, world_size: int) -> int:
+    """Images per optimizer step: --batch_size per micro-batch x --accum_steps x processes."""
+    return opt.batch_size * opt.accum_steps * world_size
+
+
+def batch_lr_factor(rule: str, batch: int) -> float:
+    """What --scale_lr `rule` multiplies every learning rate by at global batch `batch`: --lr is the rate for
+    one image per step (the reference's batch), so batch 1 keeps it under every rule."""
+    if rule not in LR_SCALINGS:
+        raise UserError(f"--scale_lr {rule} is not a rule; choose one of {', '.join(LR_SCALINGS)}.")
+    return {"none": 1.0, "linear": float(batch), "sqrt": math.sqrt(batch)}[rule]
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """--warmup_epochs: every learning rate rises linearly over the run's first `images` training images (the
+    warm-up's epochs x the images of one epoch, all processes together), reaching the schedule's rate at the
+    last step within them. Counted in images, not steps, so that a run's warm-up is the same whatever its
+    global batch; a continued run continues it from the images the training state has seen."""
+
+    images: float = 0.0
+
+    def factor(self, images_seen: int) -> float:
+        """The multiplier of the scheduled rates for the step after which `images_seen` images have been trained on."""
+        return 1.0 if images_seen >= self.images else images_seen / self.images
+
+
+@contextmanager
+def scaled_learning_rates(optimizers: Sequence[torch.optim.Optimizer], factor: float) -> Iterator[None]:
+    """Within the block every optimizer steps at `factor` x its scheduled rates; after it they are the scheduled
+    ones again (the schedulers step from them). A factor of 1 touches nothing."""
+    if factor == 1.0:
+        yield
+        return
+    scheduled = [[group["lr"] for group in optimizer.param_groups] for optimizer in optimizers]
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * factor
+    try:
+        yield
+    finally:
+        for optimizer, rates in zip(optimizers, scheduled):
+            for group, rate in zip(optimizer.param_groups, rates):
+                group["lr"] = rate
+
+
+def scale_for_batch(optimizers: Sequence[torch.optim.Optimizer], factor: float) -> None:
+    """Multiply every learning rate of fresh `optimizers` (before their schedulers are made) by `factor`
+    (--scale_lr's `batch_lr_factor`)."""
+    if factor == 1.0:
+        return
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * factor
 
 
 def get_scheduler(optimizer: torch.optim.Optimizer, opt, first_epoch: int | None = None) -> lr_scheduler.LRScheduler:
@@ -36,6 +96,33 @@ def get_scheduler(optimizer: torch.optim.Optimizer, opt, first_epoch: int | None
     raise UserError(f"--lr_policy {opt.lr_policy} is not implemented; choose one of {', '.join(LR_POLICIES)}.")
 
 
+def make_schedulers(optimizers: Sequence[torch.optim.Optimizer], opt, world_size: int,
+                    resume_state: dict | None) -> list:
+    """The schedulers of a model's fresh optimizers, after --scale_lr has scaled their rates to the global batch.
+    A continued run's linear schedule counts from the epoch the run started at (its loaded states then replace
+    the rates and the schedulers' own states)."""
+    saved_options = (resume_state or {}).get("options")  # None: afresh, or a state that recorded none
+    first_epoch = saved_options.get("epoch_count") if saved_options else None
+    scale_for_batch(optimizers, batch_lr_factor(opt.scale_lr, global_batch(opt, world_size)))
+    return [get_scheduler(optimizer, opt, first_epoch) for optimizer in optimizers]
+
+
+def follow_changed_flags(optimizers: Sequence[torch.optim.Optimizer], schedulers: Sequence, opt, world_size: int,
+                         resume_state: dict) -> None:
+    """After a training state's optimizers and schedulers are loaded: this run's changed schedule flags
+    (`reapply_schedule_flags`), and under --scale_lr the rates of this run's global batch where it differs from
+    the state's (other --batch_size, --accum_steps or processes; --scale_lr itself cannot change)."""
+    saved_options = resume_state.get("options")
+    if not saved_options:  # a state that recorded no options: continued as it was
+        return
+    rule = opt.scale_lr
+    saved_batch = (saved_options.get("batch_size", opt.batch_size) * saved_options.get("accum_steps", 1)
+                   * resume_state.get("world_size", world_size))
+    change = batch_lr_factor(rule, global_batch(opt, world_size)) / batch_lr_factor(rule, saved_batch)
+    for optimizer, scheduler in zip(optimizers, schedulers):
+        reapply_schedule_flags(optimizer, scheduler, opt, saved_options, change)
+
+
 # What only the state_dict of each policy's scheduler holds (LambdaLR, StepLR, ReduceLROnPlateau, CosineAnnealingLR).
 _POLICY_STATE_KEYS = {"linear": "lr_lambdas", "step": "step_size", "plateau": "patience", "cosine": "T_max"}
 
@@ -45,18 +132,20 @@ def policy_of_scheduler_state(state: dict) -> str | None:
     return next((policy for policy, key in _POLICY_STATE_KEYS.items() if key in state), None)
 
 
-def reapply_schedule_flags(optimizer: torch.optim.Optimizer, scheduler, opt, saved_options: dict) -> None:
+def reapply_schedule_flags(optimizer: torch.optim.Optimizer, scheduler, opt, saved_options: dict,
+                           batch_change: float = 1.0) -> None:
     """Make an optimizer and scheduler loaded from a training state follow this run's --lr, --beta1,
     --beta2, --fused_adam, --n_epochs, --n_epochs_decay and --lr_decay_iters where they differ from
     `saved_options` (those the state was trained with), which the loaded states would otherwise
-    keep. The schedule stays where it was (its epoch, a plateau's patience) and the rate becomes
-    the new schedule's at that point: --lr scales every rate of the schedule. Does nothing when
-    none of them changed, so that an unchanged continuation stays bit-identical."""
+    keep, and --scale_lr's rates at this run's global batch (`batch_change`: the new batch's factor
+    over the saved one's). The schedule stays where it was (its epoch, a plateau's patience) and the
+    rate becomes the new schedule's at that point: --lr scales every rate of the schedule. Does
+    nothing when none of them changed, so that an unchanged continuation stays bit-identical."""
     keys = ("lr", "beta1", "beta2", "fused_adam", "n_epochs", "n_epochs_decay", "lr_decay_iters")
     current = {key: getattr(opt, key, ADAM_BETA2 if key == "beta2" else None) for key in keys}  # no --beta2: Adam's
-    if all(saved_options.get(key, current[key]) == current[key] for key in keys):
+    if batch_change == 1.0 and all(saved_options.get(key, current[key]) == current[key] for key in keys):
         return
-    scale = opt.lr / saved_options.get("lr", opt.lr)
+    scale = opt.lr / saved_options.get("lr", opt.lr) * batch_change
     for group in optimizer.param_groups:
         group["betas"] = (opt.beta1, current["beta2"])
         group["fused"] = True if opt.fused_adam else None
