@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import demo_data, load_script, ranks, run_in_process, run_script
+from conftest import demo_data, load_script, ranks, run_in_process
 from helpers import BICYCLE_GAN_TINY as TINY
 from helpers import bicycle_gan_args as args
 from helpers import interrupt_when_logged, ok, train_command
@@ -348,7 +348,7 @@ def test_a_bicyclegan_checkpoint_folder_without_our_files_encodes_references_as_
     assert np.allclose(theirs.encode(reference), ours.encode(reference))
 
 
-def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, tmp_path):
+def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, tmp_path, capsys):
     """out/sub/a_sample0.png is an input too: in/sub/a.png's first sample would overwrite it, so a.png is
     skipped. (An --output that is an input file's own folder is refused before anything is written.)"""
     (tmp_path / "in" / "sub").mkdir(parents=True)
@@ -357,8 +357,9 @@ def test_translate_py_never_writes_a_sample_over_an_input(trained, input_image, 
         shutil.copy(input_image, tmp_path / "in" / "sub" / name)
     shutil.copy(input_image, tmp_path / "out" / "sub" / "a_sample0.png")
     before = (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes()
-    result = run_script("scripts/translate.py", str(tmp_path / "in"), str(tmp_path / "out" / "sub" / "a_sample0.png"),
-                        "--checkpoint", str(trained), "--output", str(tmp_path / "out"), "--n_samples", "2")
+    result = run_in_process("scripts/translate.py", str(tmp_path / "in"),
+                            str(tmp_path / "out" / "sub" / "a_sample0.png"), "--checkpoint", str(trained), "--output",
+                            str(tmp_path / "out"), "--n_samples", "2", capsys=capsys)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "sub" / "a_sample0.png").read_bytes() == before
     assert f"its output {tmp_path / 'out' / 'sub' / 'a_sample0.png'} would overwrite the input" in result.stdout

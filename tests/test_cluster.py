@@ -239,7 +239,7 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
 
 
 def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path, monkeypatch, capsys):
-    args = cycle_gan(unpaired_root, tmp_path, "early")
+    args = cycle_gan(unpaired_root, tmp_path, "early") + ["--max_dataset_size", "2"]  # an epoch of 2 images
     args[args.index("--n_epochs_decay") + 1] = "0"
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     result = run_in_process("train.py", *args, capsys=capsys)

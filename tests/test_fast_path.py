@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import FAST_FLAGS, demo_data, load_script, run_in_process, train_on, training_engine
-from helpers import EVERY_SPEED_FLAG, batches, first_losses, model, pix2pix, run_two_ranks
+from helpers import EVERY_SPEED_FLAG, batches, first_losses, model, pix2pix, run, run_two_ranks, train_command
 from helpers_weights import assert_identical, final_weights
 from models import create_model, networks
 from options.train_options import TrainOptions
@@ -316,6 +317,12 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
     # probe picks by timing, and a run continued before it chose times again).
     flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0", "--save_by_iter"]
+    # Compiled once, by one process (a rank's batch, two steps: the compiling one and the one that may
+    # specialise), so that the ranks find inductor's cache warm rather than both compiling the same graphs.
+    run(train_command(pix2pix(paired_root, tmp_path, "alone") + flags
+                      + ["--max_dataset_size", "2", "--n_epochs", "1", "--n_epochs_decay", "0"]))
+    lines, losses = logged_losses(tmp_path / "alone")  # and without DDP it trains too: finite losses
+    assert len(lines) == 2 and len(losses) == 2 * 4 and all(math.isfinite(loss) for loss in losses)
     run_two_ranks(pix2pix(paired_root, tmp_path, "whole") + flags)
     # 8 images an epoch, 2 a step, a save every 3 images: after 12 images, 4 into the second epoch of 2
     middle = sorted((tmp_path / "whole").glob("iter_12_*"))
@@ -327,6 +334,11 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     assert "epoch 2, 4 images into it" in continued.stdout
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
     # every network compiled in bf16 trains: finite losses at every logged step
-    lines = [line for line in (tmp_path / "whole" / "loss_log.txt").read_text().splitlines() if line.startswith("(")]
-    losses = [float(value) for line in lines for value in line.split(")", 1)[1].split()[1::2]]
+    lines, losses = logged_losses(tmp_path / "whole")
     assert len(lines) == 8 and len(losses) == 8 * 4 and all(math.isfinite(loss) for loss in losses)
+
+
+def logged_losses(folder: Path) -> tuple[list[str], list[float]]:
+    """The step lines of the loss_log.txt in run folder `folder`, and every loss they give."""
+    lines = [line for line in (folder / "loss_log.txt").read_text().splitlines() if line.startswith("(")]
+    return lines, [float(value) for line in lines for value in line.split(")", 1)[1].split()[1::2]]

@@ -13,7 +13,6 @@ import argparse
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, built_with_actions
+from conftest import ROOT, built_with_actions, run_in_process
 from helpers import ENV, cycle_gan, interrupt_when_logged, pix2pix, run_here, run_two_ranks, train_command
 from helpers_weights import assert_identical, final_weights
 from models import networks
@@ -92,8 +91,10 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly_where_it_stopped(uninte
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(unpaired_root, tmp_path):
-    args = cycle_gan(unpaired_root, tmp_path, "corrupt") + ["--save_by_iter"]
-    interrupt_when_logged(train_command(args), tmp_path / "corrupt" / "loss_log.txt", "(epoch: 1, iters: 8,")
+    # 4 images an epoch: kept after images 3 and 6 (the second epoch's second), killed after the 7th, and
+    # continued from the 3rd when the 6th is found cut short
+    args = cycle_gan(unpaired_root, tmp_path, "corrupt") + ["--save_by_iter", "--max_dataset_size", "4"]
+    interrupt_when_logged(train_command(args), tmp_path / "corrupt" / "loss_log.txt", "(epoch: 2, iters: 3,")
     states = sorted((tmp_path / "corrupt").glob("iter_*_train_state.pth"), key=os.path.getmtime)
     assert len(states) >= 2
     states[-1].write_bytes(states[-1].read_bytes()[:1000])  # a half-written file
@@ -120,9 +121,10 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_is_alive(unp
         first.kill()
     # once the first run is gone (killed, even), the folder is free again: --continue_train gets past the
     # lock and resumes. (How far the first run got depends on the machine's speed: with --n_epochs 1 the
-    # continuation trains on, or says that the run is already past its last epoch.)
+    # continuation trains on, or says that the run is already past its last epoch.) It runs in this process:
+    # the lock it must get past is the dead process's, whoever asks for it.
     args[args.index("--n_epochs") + 1] = "1"
-    resumed = run_script_process(train_command(args + ["--continue_train"]), ROOT, ENV, timeout=300)
+    resumed = run_in_process("train.py", *args, "--continue_train")
     assert "another training run is using" not in resumed.stderr
     assert "resuming from" in resumed.stdout
     assert resumed.returncode == 0 or (resumed.returncode == 2 and "nothing is left to train" in resumed.stderr), \
@@ -133,17 +135,19 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
     target = tmp_path / "latest_net_G.pth"
     torch.save({"w": torch.ones(3)}, target)
     before = target.read_bytes()
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys, torch; sys.path.insert(0, sys.argv[1]);"
-        "from util.checkpoint_io import atomic_torch_save;"
-        "atomic_torch_save({'w': torch.zeros(400_000_000 // 4)}, sys.argv[2])"), str(ROOT), str(target)], env=ENV)
+    # a process of its own, killed for real; forked with torch already imported (tests/processes.py)
+    script = tmp_path / "writer.py"
+    script.write_text("import sys, torch; sys.path.insert(0, sys.argv[1])\n"
+                      "from util.checkpoint_io import atomic_torch_save\n"
+                      "atomic_torch_save({'w': torch.zeros(400_000_000 // 4)}, sys.argv[2])\n")
+    writer = ScriptProcess([sys.executable, str(script), str(ROOT), str(target)], ROOT, ENV)
     deadline = time.time() + 60
     while not list(tmp_path.glob(".latest_net_G.pth.*.tmp")) or \
             list(tmp_path.glob(".latest_net_G.pth.*.tmp"))[0].stat().st_size == 0:
         assert writer.poll() is None and time.time() < deadline, "the write finished before it could be killed"
         time.sleep(0.001)
-    writer.kill()
-    writer.wait()
+    writer.kill()  # SIGKILL, then waited for
+    assert writer.returncode == -signal.SIGKILL
     assert target.read_bytes() == before
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))
 

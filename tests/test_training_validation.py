@@ -33,6 +33,20 @@ def unpaired_data(tmp_path_factory) -> Path:
     return demo_data.make_cyclegan_demo(tmp_path_factory.mktemp("val_unpaired"), 32, 3, 6, 5)
 
 
+# Validation every epoch, the best raw and moving-average weights kept, a checkpoint every 4 images: the run
+# whose best checkpoint test.py reproduces, and the uninterrupted reference of the killed and continued one.
+VALIDATED = ["--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay", "2", "--val_freq", "1", "--save_best", "L1",
+             "--ema_decay", "0.9", "--print_freq", "1", "--save_latest_freq", "4"]
+
+
+@pytest.fixture(scope="module")
+def validated_run(paired_data, tmp_path_factory) -> Path:
+    """The checkpoints folder of VALIDATED's run "p" on `paired_data`, trained once here for the tests that read it."""
+    ckpt = tmp_path_factory.mktemp("validated")
+    ok(run_in_process("train.py", *train_args(paired_data, ckpt, "p", *VALIDATED)))
+    return ckpt
+
+
 def metrics_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -51,12 +65,10 @@ def ok(result) -> None:
 
 
 @pytest.mark.slow
-def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_reproduces_it(paired_data, tmp_path,
+def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_reproduces_it(paired_data,
+                                                                                             validated_run, tmp_path,
                                                                                              capsys):
-    result = train(capsys, paired_data, tmp_path, "p", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay",
-                   "2", "--val_freq", "1", "--save_best", "L1", "--ema_decay", "0.9")
-    ok(result)
-    run_dir = tmp_path / "p"
+    run_dir = validated_run / "p"
     rows = metrics_rows(run_dir)
     assert [row["epoch"] for row in rows] == [1, 2, 3, 4, 5]  # one row per epoch
     val_lines = [line for line in (run_dir / "val_log.txt").read_text().splitlines() if line.startswith("(epoch")]
@@ -71,7 +83,7 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_validation_l1_and_test_py_
     assert (run_dir / "metrics_plot.png").stat().st_size > 0
 
     for epoch, key, entry in (("best", "L1", best["best"]), ("best_ema", "ema_L1", best["best_ema"])):
-        tested = run_in_process("test.py", "--dataroot", str(paired_data), "--checkpoints_dir", str(tmp_path),
+        tested = run_in_process("test.py", "--dataroot", str(paired_data), "--checkpoints_dir", str(validated_run),
                                 "--name", "p", "--model", "pix2pix", "--ngf", "8", "--netG", "resnet_6blocks",
                                 "--load_size", "32", "--crop_size", "32", "--phase", "val", "--epoch", epoch, "--eval",
                                 "--results_dir", str(tmp_path / "results"), capsys=capsys)
@@ -86,9 +98,11 @@ def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model
                                                                           inception_torch_home, tmp_path, capsys,
                                                                           monkeypatch):
     # A learning rate too small to move any weight: both runs validate the same (initial) weights,
-    # so any difference is validation's own.
+    # so any difference is validation's own. So 2 training images do (a step of the 2 processes); the
+    # held-out images are all validated whatever --max_dataset_size says (data/held_out.py).
     data, norm = (paired_data, ["--norm", "instance"]) if model == "pix2pix" else (unpaired_data, [])
-    flags = ["--model", model, *norm, "--lr", "1e-20", "--n_epochs", "1", "--n_epochs_decay", "0", "--val_freq", "1"]
+    flags = ["--model", model, *norm, "--lr", "1e-20", "--n_epochs", "1", "--n_epochs_decay", "0", "--val_freq", "1",
+             "--max_dataset_size", "2"]
     monkeypatch.setenv("TORCH_HOME", str(inception_torch_home))  # for this process and the ranks'
     monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
     ok(train(capsys, data, tmp_path, "one", *flags))
@@ -102,19 +116,19 @@ def test_validation_under_torchrun_equals_one_process_with_an_uneven_split(model
 
 
 @pytest.mark.slow
-def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paired_data, tmp_path, capsys):
+def test_killed_run_with_validation_ema_and_best_resumes_to_the_same_files(paired_data, validated_run, tmp_path,
+                                                                           capsys):
     from helpers import interrupt_when_logged, train_command
 
-    flags = ["--model", "pix2pix", "--n_epochs", "2", "--n_epochs_decay", "2", "--val_freq", "1", "--save_best",
-             "PSNR", "--ema_decay", "0.8", "--print_freq", "1", "--save_latest_freq", "4"]
-    common = ["--dataroot", str(paired_data), "--checkpoints_dir", str(tmp_path), *FAST_FLAGS, *TINY, *flags]
-    ok(run_in_process("train.py", *common, "--name", "whole", capsys=capsys))
+    # The uninterrupted run: VALIDATED's, trained once for this module (the same flags but the silent
+    # --checkpoints_dir, which its training state does not record).
+    common = train_args(paired_data, tmp_path, "cut", *VALIDATED)
     # Killed in the third epoch, after two validations and a mid-epoch save; continued.
-    killed = interrupt_when_logged(train_command([*common, "--name", "cut"]), tmp_path / "cut" / "loss_log.txt",
-                                   "(epoch: 3, iters: 5,", sig=signal.SIGKILL)
+    killed = interrupt_when_logged(train_command(common), tmp_path / "cut" / "loss_log.txt", "(epoch: 3, iters: 5,",
+                                   sig=signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
-    ok(run_in_process("train.py", *common, "--name", "cut", "--continue_train", capsys=capsys))
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    ok(run_in_process("train.py", *common, "--continue_train", capsys=capsys))
+    whole, cut = validated_run / "p", tmp_path / "cut"
     files = sorted(p.name for p in whole.glob("*.pth") if p.name.startswith(("latest_", "best_")) or "_ema_" in p.name)
     assert {"best_net_G.pth", "best_ema_net_G.pth", "latest_ema_net_G.pth", "latest_train_state.pth"} <= set(files)
     assert files == sorted(p.name for p in cut.glob("*.pth")
@@ -149,7 +163,9 @@ def test_without_inception_weights_cyclegan_validation_warns_once_and_training_g
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty_torch_home"))
     monkeypatch.setenv("IMG2IMG_OFFLINE", "1")
     monkeypatch.setenv("IMG2IMG_INCEPTION_WEIGHTS", "")
-    flags = ["--model", "cycle_gan", "--n_epochs", "2", "--n_epochs_decay", "0", "--val_freq", "1"]
+    # two epochs, two validations; 2 training images an epoch do (validation takes all the held-out ones)
+    flags = ["--model", "cycle_gan", "--n_epochs", "2", "--n_epochs_decay", "0", "--val_freq", "1",
+             "--max_dataset_size", "2"]
     result = train(capsys, unpaired_data, tmp_path, "offline", *flags)
     ok(result)
     assert (tmp_path / "offline" / "latest_net_G_A.pth").exists()
@@ -182,8 +198,9 @@ def test_validation_without_a_held_out_split_names_the_folders_and_the_flag(tmp_
 def test_plateau_policy_watches_the_validation_metric_on_the_epochs_that_validate(paired_data, tmp_path, capsys):
     # --save_best PSNR: the schedule must see -PSNR (higher is better), and only at the two
     # validations (epoch 2 by --val_freq, epoch 3 as the last one), not the epoch's generator loss.
+    # (2 training images an epoch: the schedule counts epochs and validations, not images)
     ok(train(capsys, paired_data, tmp_path, "plateau", "--model", "pix2pix", "--n_epochs", "3", "--n_epochs_decay",
-             "0", "--val_freq", "2", "--save_best", "PSNR", "--lr_policy", "plateau"))
+             "0", "--val_freq", "2", "--save_best", "PSNR", "--lr_policy", "plateau", "--max_dataset_size", "2"))
     psnr = [row["metrics"]["PSNR"] for row in metrics_rows(tmp_path / "plateau")]
     assert [row["epoch"] for row in metrics_rows(tmp_path / "plateau")] == [2, 3]
     state = torch.load(tmp_path / "plateau" / "latest_train_state.pth", weights_only=False)
