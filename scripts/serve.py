@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         raise UserError(f"cannot listen on {args.host}:{args.port} ({err.strerror or err}); choose another --port "
                         f"(0 takes a free one) or --host.") from None
+    # Listening before the address is printed: whoever reads it and connects at once (a script, the tests) is
+    # queued, not refused, while uvicorn starts (it accepts from this backlog, uvicorn's default size).
+    listening.listen(2048)
     host, port = listening.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     on = ", ".join(str(replica[model.default_direction].running.device) for replica in model.replicas)

@@ -52,9 +52,7 @@ def scaled_learning_rates(optimizers: Sequence[torch.optim.Optimizer], factor: f
         yield
         return
     scheduled = [[group["lr"] for group in optimizer.param_groups] for optimizer in optimizers]
-    for optimizer in optimizers:
-        for group in optimizer.param_groups:
-            group["lr"] = group["lr"] * factor
+    scale_for_batch(optimizers, factor)
     try:
         yield
     finally:
@@ -64,8 +62,8 @@ def scaled_learning_rates(optimizers: Sequence[torch.optim.Optimizer], factor: f
 
 
 def scale_for_batch(optimizers: Sequence[torch.optim.Optimizer], factor: float) -> None:
-    """Multiply every learning rate of fresh `optimizers` (before their schedulers are made) by `factor`
-    (--scale_lr's `batch_lr_factor`)."""
+    """Multiply every learning rate of `optimizers` by `factor`: --scale_lr's `batch_lr_factor` on fresh
+    optimizers, before their schedulers are made (and the warm-up's, for one step)."""
     if factor == 1.0:
         return
     for optimizer in optimizers:
