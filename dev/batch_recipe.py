@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +36,11 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # make_demo_dataset
+sys.path.insert(0, str(ROOT / "dev"))  # small_data_experiment
 
 import make_demo_dataset as demo  # noqa: E402
 from models.inference.translator import Translator  # noqa: E402
+from small_data_experiment import train  # noqa: E402  (one trainer of experiment runs, finished ones reused)
 from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
 
@@ -79,23 +79,6 @@ def train_args(data: Path, out: Path, task: str, batch: int, rule: str, seed: in
             "--n_epochs", str(half), "--n_epochs_decay", str(args.epochs - half), "--seed", str(seed),
             "--display_id", "0", "--num_threads", "0", "--no_html", "--no_progress", "--print_freq", "0",
             "--save_latest_freq", "0", "--save_epoch_freq", str(args.epochs)]
-
-
-def train(command_args: list[str], run_dir: Path) -> float:
-    """Train one run (skipped if it finished before: `<name>.done` beside it); its wall seconds."""
-    done = run_dir.parent / f"{run_dir.name}.done"
-    if done.exists():
-        return float(done.read_text().split()[0])
-    start = time.time()
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), *command_args], cwd=ROOT, capture_output=True,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    (run_dir.parent / f"{run_dir.name}.log").write_text(result.stdout + result.stderr)
-    if result.returncode != 0:
-        raise RuntimeError(f"{run_dir.name} failed:\n{result.stderr[-3000:]}")
-    seconds = time.time() - start
-    done.write_text(f"{seconds:.0f} s\n")
-    return seconds
 
 
 def held_out_pairs(data: Path) -> list[tuple[np.ndarray, np.ndarray]]:

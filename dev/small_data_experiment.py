@@ -90,10 +90,11 @@ def train_args(data: Path, out: Path, model: str, variant: str, seed: int, args:
 
 
 def train(command_args: list[str], run_dir: Path) -> float:
-    """Train one run (skipped if it finished before: `<name>.done` beside it); its wall time in seconds."""
+    """Train one run (skipped if it finished before: `<name>.done` beside it, which records its seconds); its wall
+    time in seconds. dev/batch_recipe.py trains its runs with it too."""
     done = run_dir.parent / f"{run_dir.name}.done"
     if done.exists():
-        return 0.0
+        return float(done.read_text().split()[0])
     start = time.time()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), *command_args], cwd=ROOT, capture_output=True,
@@ -101,8 +102,9 @@ def train(command_args: list[str], run_dir: Path) -> float:
     (run_dir.parent / f"{run_dir.name}.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         raise RuntimeError(f"{run_dir.name} failed:\n{result.stderr[-3000:]}")
-    done.write_text(f"{time.time() - start:.0f} s\n")
-    return time.time() - start
+    seconds = time.time() - start
+    done.write_text(f"{seconds:.0f} s\n")
+    return seconds
 
 
 def score(run_dir: Path | None, model: str, pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
