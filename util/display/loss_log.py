@@ -137,7 +137,8 @@ def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, t
     names = list(values)
     ncols = 1 if len(names) == 1 else 2
     nrows = -(-len(names) // ncols)
-    fig = Figure(figsize=(5.0 * ncols, 2.3 * nrows + 0.6))
+    width, height = 5.0 * ncols, 2.3 * nrows + 0.6  # inches
+    fig = Figure(figsize=(width, height))
     axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
     for ax, name in zip(axes.flat, names):
         series = values[name]
@@ -154,10 +155,16 @@ def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, t
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
-    if nrows > 1 and len(names) % ncols:  # the last column's bottom plot is hidden: label the one above
+    labelled_above = nrows > 1 and len(names) % ncols
+    if labelled_above:  # the last column's bottom plot is hidden: label the one above
         axes[-2][-1].xaxis.set_tick_params(labelbottom=True)
         axes[-2][-1].set_xlabel("epoch")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    # Margins in inches rather than tight_layout, which draws the figure once more to measure its labels (half
+    # the time of a plot drawn after every run and validation): room for the suptitle, each plot's title, tick
+    # labels of up to ~7 characters and "epoch" (under a plot above a hidden one too).
+    plot_height = (height - 1.15) / nrows
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.6 / height,
+                        wspace=0.95 / (width / ncols - 0.95), hspace=(0.85 if labelled_above else 0.4) / plot_height)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     atomic_write(out_path, lambda f: fig.savefig(f, dpi=90, format="png"))  # a viewer never sees half a plot
