@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import FAST_FLAGS, demo_data, load_script, run_in_process, train_on, training_engine
-from helpers import EVERY_SPEED_FLAG, batches, first_losses, model, pix2pix, run, run_two_ranks, train_command
+from helpers import batches, first_losses, model, pix2pix, run_two_ranks
 from helpers_weights import assert_identical, final_weights
 from models import create_model, networks
 from options.train_options import TrainOptions
@@ -184,11 +184,19 @@ def test_the_bf16_bound_catches_a_gradient_read_with_the_wrong_strides():
     assert_within_bf16_rounding(eager, eager, magnitude(net, x, upstream), terms=8 * 9)
 
 
+# The compiled training of the next two tests: every speed flag but bf16 (whose arithmetic is another:
+# judged by the result above; its compiled gradients by the tests of the pad above), pix2pix with instance norm
+# (DDP takes no batch norm). Both compile the same graphs, so that the torchrun test's ranks find what the
+# first compiled in inductor's cache: one cold compile, not three (a cold one is ~100 CPU-seconds on a 2-core
+# CPU, a cached one ~10).
+COMPILED = ["--norm", "instance", "--channels_last", "--compile", "--fused_adam", "--compile_probe", "0"]
+
+
 @pytest.mark.slow
 def test_compiled_training_reproduces_the_first_losses(monkeypatch):
-    # Inductor fuses and reorders float32 arithmetic: the first two steps agree to ~2e-7; from the
-    # third on, Adam turns those rounding differences in near-zero gradients into visible ones
-    # (~1e-4 for pix2pix's batch-norm D), as it would for any change of summation order.
+    # Inductor fuses and reorders float32 arithmetic, as channels-last and the fused Adam do: the first
+    # two steps agree to ~2e-7; from the third on, Adam turns those rounding differences in near-zero
+    # gradients into visible ones, as it would for any change of summation order.
     # The run takes the GPU's way (CUDA graphs, as on one GPU): the CPU dry run of its plumbing (the trained
     # networks compiled apart from the judging ones, each step marked as new), which compiles as usual here.
     import models.training.engine
@@ -197,8 +205,8 @@ def test_compiled_training_reproduces_the_first_losses(monkeypatch):
     mark = torch.compiler.cudagraph_mark_step_begin
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(mark()))
     data = batches()
-    plain = first_losses(model(model_name="pix2pix"), data, steps=2)
-    compiled = model("--compile", "--compile_probe", "0", model_name="pix2pix")
+    plain = first_losses(model("--norm", "instance", model_name="pix2pix"), data, steps=2)
+    compiled = model(*COMPILED, model_name="pix2pix")
     built = dict(compiled.named_networks())
     classes = {name: module_classes(net) for name, net in built.items()}
     fast = first_losses(compiled, data, steps=2)
@@ -314,15 +322,9 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     # uninterrupted run's state in the middle of its second epoch (--save_by_iter keeps every state it
     # saved), which is what a run killed there leaves (test_resume.py kills torchrun's workers, without
     # the compile cost); the runs are 2 ranks without the launcher (helpers.run_two_ranks).
-    # --compile_probe 0: compiled from the first step, so that both runs compile the same steps (the
-    # probe picks by timing, and a run continued before it chose times again).
-    flags = ["--norm", "instance", *EVERY_SPEED_FLAG, "--compile_probe", "0", "--save_by_iter"]
-    # Compiled once, by one process (a rank's batch, two steps: the compiling one and the one that may
-    # specialise), so that the ranks find inductor's cache warm rather than both compiling the same graphs.
-    run(train_command(pix2pix(paired_root, tmp_path, "alone") + flags
-                      + ["--max_dataset_size", "2", "--n_epochs", "1", "--n_epochs_decay", "0"]))
-    lines, losses = logged_losses(tmp_path / "alone")  # and without DDP it trains too: finite losses
-    assert len(lines) == 2 and len(losses) == 2 * 4 and all(math.isfinite(loss) for loss in losses)
+    # --compile_probe 0 (in COMPILED): compiled from the first step, so that both runs compile the same steps
+    # (the probe picks by timing, and a run continued before it chose times again).
+    flags = [*COMPILED, "--no_dropout", "--save_by_iter"]
     run_two_ranks(pix2pix(paired_root, tmp_path, "whole") + flags)
     # 8 images an epoch, 2 a step, a save every 3 images: after 12 images, 4 into the second epoch of 2
     middle = sorted((tmp_path / "whole").glob("iter_12_*"))
@@ -333,8 +335,7 @@ def test_fast_path_trains_under_torchrun_and_resumes_exactly(paired_root, tmp_pa
     continued = run_two_ranks(pix2pix(paired_root, tmp_path, "cut") + flags + ["--continue_train"])
     assert "epoch 2, 4 images into it" in continued.stdout
     assert_identical(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
-    # every network compiled in bf16 trains: finite losses at every logged step
-    lines, losses = logged_losses(tmp_path / "whole")
+    lines, losses = logged_losses(tmp_path / "whole")  # finite losses at every logged step
     assert len(lines) == 8 and len(losses) == 8 * 4 and all(math.isfinite(loss) for loss in losses)
 
 
