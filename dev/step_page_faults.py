@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {"ours": ("ours", False), "ours, memory kept": ("ours", True), "reference": ("reference", False),
-           "reference, memory kept": ("reference", True)}
+CONFIGS = {"ours": ("ours", False), "ours with memory kept": ("ours", True), "reference": ("reference", False),
+           "reference with memory kept": ("reference", True)}  # names without commas: --configs splits on them
 
 
 def one_run(tool: str, keep: bool, model: str, reference: str, warm: int, steps: int, size: int) -> None:
