@@ -155,7 +155,7 @@ def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, t
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
-    labelled_above = nrows > 1 and len(names) % ncols
+    labelled_above = nrows > 1 and len(names) % ncols != 0
     if labelled_above:  # the last column's bottom plot is hidden: label the one above
         axes[-2][-1].xaxis.set_tick_params(labelbottom=True)
         axes[-2][-1].set_xlabel("epoch")
