@@ -163,8 +163,11 @@ def draw_panels(x: list[float], values: dict[str, list[float]], out_path: str, t
     # Margins in inches rather than tight_layout, which draws the figure once more to measure its labels (half
     # the time of a plot drawn after every run and validation): room for the suptitle, each plot's title, tick
     # labels of up to ~7 characters and "epoch" (under a plot above a hidden one too).
-    plot_height = (height - 1.15) / nrows
-    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.6 / height,
-                        wspace=0.95 / (width / ncols - 0.95), hspace=(0.85 if labelled_above else 0.4) / plot_height)
+    left, right, bottom, top = 0.75, 0.2, 0.55, 0.6  # inches
+    column_gap, row_gap = 0.95, 0.85 if labelled_above else 0.4  # inches
+    plot_width = (width - left - right - (ncols - 1) * column_gap) / ncols
+    plot_height = (height - bottom - top - (nrows - 1) * row_gap) / nrows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=column_gap / plot_width, hspace=row_gap / plot_height)  # gaps: shares of a plot
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     atomic_write(out_path, lambda f: fig.savefig(f, dpi=90, format="png"))  # a viewer never sees half a plot
