@@ -2,10 +2,15 @@
 freed memory kept for reuse (util/host_memory.py, what train.py and test.py do), each in its own process.
 
     python dev/step_page_faults.py --reference /tmp/ref --models pix2pix,cycle_gan --rounds 2
+    python dev/step_page_faults.py --reference /tmp/ref --models cycle_gan --interleave --steps 8 \
+        --configs "reference,ours with memory kept"
 
 Per process: the model's step in a loop on one random 256 px pair (no data loading, no logging), `--warm`
 steps first, then the median seconds of `--steps` steps and the minor page faults per step (getrusage).
-Configurations alternate within each round. REF is a checkout of the reference (2a7afba's train.py options).
+Configurations alternate within each round. With --interleave, every configuration's process stays alive and
+they take their steps in turn, so a machine whose speed drifts (a shared host) slows each alike; the paired
+ratios, step by step, then rank them where separate processes cannot. REF is a checkout of the reference
+(2a7afba's train.py options).
 """
 from __future__ import annotations
 
@@ -68,6 +73,13 @@ def one_run(tool: str, keep: bool, model: str, reference: str, warm: int, steps:
              "A_paths": ["a"], "B_paths": ["b"]}
     for _ in range(warm):
         step(batch)
+    if steps == 0:  # --interleave: one timed step per line the parent sends, until it closes stdin
+        print("READY", flush=True)
+        for _ in sys.stdin:
+            start = time.perf_counter()
+            step(batch)
+            print(f"STEP {time.perf_counter() - start:.4f}", flush=True)
+        return
     times = []
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
@@ -76,6 +88,43 @@ def one_run(tool: str, keep: bool, model: str, reference: str, warm: int, steps:
         times.append(time.perf_counter() - start)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
     print(f"RESULT {statistics.median(times):.4f} {faults:.0f}", flush=True)
+
+
+def interleave(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Per model: start every configuration's process (warmed up, each in turn, so no two compute at
+    once), then `--rounds` x `--steps` steps taken in turn; print the table of medians and paired ratios."""
+    names = args.configs.split(",")
+    print("| model | configuration | s/step, median | step vs the first, median of paired ratios (IQR) | steps |")
+    print("|---|---|---|---|---|")
+    for model in args.models.split(","):
+        processes = {}
+        for name in names:
+            tool, keep = CONFIGS[name]
+            processes[name] = subprocess.Popen(
+                [sys.executable, __file__, "--reference", args.reference, "--warm", str(args.warm), "--steps", "0",
+                 "--size", str(args.size), "--model", model, "--one", tool, "1" if keep else "0"],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            if not any(line.startswith("READY") for line in processes[name].stdout):  # stops at the first
+                sys.exit(f"{model} {name} failed before its first step (its output is above)")
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for number in range(args.rounds * args.steps):
+            order = names if number % 2 == 0 else names[::-1]  # neither always first after the other's step
+            for name in order:
+                processes[name].stdin.write("step\n")
+                processes[name].stdin.flush()
+                line = processes[name].stdout.readline()
+                times[name].append(float(line.split()[1]))
+            print(f"step {number} {model}: " + ", ".join(f"{name} {times[name][-1]:.3f}" for name in names),
+                  flush=True)
+        for process in processes.values():
+            process.stdin.close()
+            process.wait()
+        first = times[names[0]]
+        for name in names:
+            ratios = sorted(a / b for a, b in zip(first, times[name]))
+            quarter = len(ratios) // 4
+            print(f"| {model} | {name} | {statistics.median(times[name]):.4f} | {statistics.median(ratios):.3f}x "
+                  f"({ratios[quarter]:.3f}-{ratios[-1 - quarter]:.3f}) | {len(ratios)} |", flush=True)
 
 
 def main() -> None:
@@ -91,12 +140,20 @@ def main() -> None:
                         help="run one configuration in this process (ours or reference; KEEP 1 or 0) and print "
                              "its RESULT line: what each round starts")
     parser.add_argument("--model", help="the model --one steps")
+    parser.add_argument("--interleave", action="store_true",
+                        help="one process per configuration, all kept alive, their steps taken in turn (one "
+                             "configuration's step, then the next's): the machine's drift falls on all alike; "
+                             "reports each configuration's median step and its median ratio to the first's, "
+                             "step by step")
     args = parser.parse_args()
     if args.one:
         one_run(args.one[0], args.one[1] == "1", args.model, args.reference, args.warm, args.steps, args.size)
         return
-    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    if args.interleave:
+        interleave(args, env)
+        return
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for model in args.models.split(","):
         for number in range(args.rounds):
             for name in args.configs.split(","):
