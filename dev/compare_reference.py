@@ -25,8 +25,9 @@ train.py print in it (`time:`, computation only, measured from the host; `data:`
 Reported per model and tool: the throughput between the first and the last loss line (images over
 seconds, what a user sees: data loading, the host's waits and the losses read every --print_freq images
 included; the first --print_freq images, with cuDNN's autotuning and compiling, before it), the median
-step (`time:`, iterations after the first, pooled over rounds), the start-up (launch to the first step),
-the end (last step to exit: the final save) and the whole run, medians over rounds.
+step (`time:`, iterations after the first, pooled over rounds), the start-up (launch to the first step: the
+first loss line less its own printed step and, with --print_freq above the batch, the images before it at
+the steady rate), the end (last step to exit: the final save) and the whole run, medians over rounds.
 Ratios are ours / reference for throughput and reference / ours for times: above 1.00x we are faster.
 Writes OUT/compare.json and OUT/compare.md.
 """
@@ -136,8 +137,12 @@ def run_once(tool: str, folder: Path, model: str, dataroot: Path, args: argparse
     images_per_s = (len(arrivals) - 1) * args.print_freq / (arrivals[-1] - arrivals[0])
     return {"wall": wall, "steps": [compute for compute, _ in steps], "images_per_s": images_per_s,
             "notes": [line.strip() for line in lines if line.startswith("--compile:")],
-            # launch to the first loss line, less what its images take at the steady rate
-            "startup": arrivals[0] - args.print_freq / images_per_s, "end": wall - arrivals[-1]}
+            # launch to the first step: the first loss line's arrival less its own image's step (computation and
+            # data, as printed) and the images before it at the steady rate (none with --print_freq 1, where
+            # the first step's warm-up, allocating its memory, is the step's, not the start-up's)
+            "startup": (arrivals[0] - steps[0][0] * args.batch_size - steps[0][1]  # time: is per image, data: not
+                        - (args.print_freq - args.batch_size) / images_per_s),
+            "end": wall - arrivals[-1]}
 
 
 def our_configurations(specs: list[str], parser: argparse.ArgumentParser) -> dict[str, list[str]]:
@@ -203,9 +208,11 @@ def table(results: dict, args: argparse.Namespace) -> str:
                          f"| {got['step']:.4f} ({_rounds(got['step_per_round'], 4)}) | {step_ratio} "
                          f"| {got['startup']:.1f} ({_rounds(got['startup_per_round'], 1)}) | {got['end']:.1f} "
                          f"| {got['wall']:.1f} |")
-    lines += ["", "start-up: launch to the first loss line, less what its images take at the steady rate "
-              "(cuDNN's autotuning and compiling fall in it); end: the last loss line to exit (ours saves a resumable "
-              "`latest` checkpoint at the end of every epoch; the reference saves at --save_epoch_freq, so in these "
+    lines += ["", "start-up: launch to the first step (the first loss line less its own step, as printed, and "
+              "the images before it at the steady rate: with --print_freq 1 none, and the first step's warm-up is a "
+              "step's; with more, cuDNN's autotuning and compiling fall in it); end: the last loss line to exit (ours "
+              "saves a resumable `latest` checkpoint at the end of every epoch; the reference saves at "
+              "--save_epoch_freq, so in these "
               "runs not at all); whole run: launch to exit. Medians over the rounds."]
     notes = sorted({note for tools in results.values() for got in tools.values() for note in got["notes"]})
     if notes:
