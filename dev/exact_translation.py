@@ -2,6 +2,7 @@
 
     python dev/exact_translation.py --sizes 2048 --repeats 3
     python dev/exact_translation.py --sizes 8192 --modes exact,crossfade --nets resnet_9blocks --repeats 1
+    python dev/exact_translation.py --sizes 8192 --modes tiff --nets resnet_9blocks --repeats 1
 
 Each (network, size, mode) runs in a process of its own, so that its peak resident memory (ru_maxrss) is its own;
 rounds alternate the modes, and the table gives each one's median time, its ratio to cross-fading's, its largest
@@ -9,7 +10,10 @@ peak RSS and, for exact and cross-fade, the largest difference from the whole fo
 Networks: resnet_9blocks (ngf 64, instance norm: CycleGAN's) and unet_256 (ngf 64, batch norm in training mode:
 pix2pix's test.py without --eval), random weights (the cost does not depend on them), a smooth random picture.
 Modes: whole (net(x), one piece), exact (--exact_memory's default: models/inference/exact/), crossfade (--tile 512
---tile_overlap 64). docs/benchmarks.md keeps the latest table with the command that produced it.
+--tile_overlap 64), all three on a float32 tensor that is whole in memory, input and output (at 8192 px 805 MB
+each); and tiff: an 8-bit RGB TIFF file translated into one by `Translator.translate_file` with the default budget
+(models/inference/large_pictures.py: read, translated exactly and written by regions; eval mode, so not for
+unet_256 in training mode). docs/benchmarks.md keeps the latest table with the command that produced it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,17 @@ rule = networks.size_rule(net_name)
 yy, xx = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size), indexing="ij")
 picture = torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx), torch.tanh(8 * (xx - 0.2))])[None]
 del yy, xx
+if mode == "tiff":  # a file in, a file out, by regions: nothing whole in memory (the parent wrote the input)
+    from models.inference.translator import Translator
+    translator = Translator.from_generator(net, net_name, 3, 3, device="cpu", exact=ExactBudget())
+    began = time.perf_counter()
+    translator.translate_file(out + ".in.tif", out)
+    seconds = time.perf_counter() - began
+    import tifffile
+    with tifffile.TiffFile(out) as written:  # a tiled output is one written by regions
+        assert written.pages.first.is_tiled, "the picture went the whole way: not what this mode measures"
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    sys.exit(0)
 view = {"whole": InferenceGenerator(net, rule),
         "exact": InferenceGenerator(net, rule, exact=ExactBudget()),
         "crossfade": InferenceGenerator(net, rule, Windows.for_tiles(512, 64))}[mode]
@@ -53,8 +68,25 @@ print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource
 '''
 
 
-def run(net: str, size: int, mode: str, keep: Path | None) -> dict:
+WRITE_RGB_TIFF = r'''
+import sys
+import numpy as np, tifffile
+size, path = int(sys.argv[1]), sys.argv[2]
+rows = np.linspace(-1, 1, size, dtype=np.float32)[:, None]
+columns = np.linspace(-1, 1, size, dtype=np.float32)[None, :]
+picture = np.empty((size, size, 3), np.uint8)
+for band, values in enumerate((lambda y, x: np.sin(3 * x + y), lambda y, x: np.cos(2 * y * x),
+                               lambda y, x: np.tanh(8 * (x - 0.2)) + 0 * y)):
+    picture[..., band] = np.round((values(rows, columns) + 1) * 127.5)
+tifffile.imwrite(path, picture, tile=(256, 256), photometric="rgb")
+'''
+
+
+def run(net: str, size: int, mode: str, keep: Path | None, folder: Path) -> dict:
     out = str(keep) if keep else "-"
+    if mode == "tiff":  # the input file is written by another process: its memory is not the translation's
+        out = str(folder / "tiff_out.tif")
+        subprocess.run([sys.executable, "-c", WRITE_RGB_TIFF, str(size), out + ".in.tif"], check=True)
     done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode != 0:
@@ -81,7 +113,7 @@ def main() -> None:
                 for round_ in range(args.repeats):
                     for mode in modes:
                         keep = Path(folder) / f"{mode}.pt" if round_ == 0 else None
-                        found[mode].append(run(net, size, mode, keep))
+                        found[mode].append(run(net, size, mode, keep, Path(folder)))
                 report(net, size, modes, found, Path(folder))
 
 
