@@ -185,9 +185,6 @@ class _Execution:
                 sink(box, region)
             else:
                 target.write(box, region.cpu())
-            for stored in (*self.stored.values(), target):  # the pages this tile wrote or read from files
-                if isinstance(stored, StoredMap):
-                    stored.release_pages()
         for norm in readers:
             norm.finish(shape[1])
         if target is not None:

@@ -1,7 +1,7 @@
 """Where the exact executor keeps the full-size maps it materialises: in memory while they fit the budget's share,
-otherwise in a file under the scratch folder, mapped and read by regions. After each tile the file's pages are
-given back (madvise), so the process's resident memory stays bounded by the budget, not by the map; the operating
-system's page cache keeps what it can of the file."""
+otherwise in a file under the scratch folder, mapped and read by regions. After each read and write the file's
+pages are given back (madvise), so the process's resident memory stays bounded by the budget, not by the map; the
+operating system's page cache keeps what it can of the file."""
 from __future__ import annotations
 
 import mmap
@@ -40,21 +40,30 @@ class StoredMap:
         self.path = path
         self.nbytes = values.numel() * values.element_size()
 
+    # A file-backed map gives its pages back after every read and write, not once per tile: a region is a row
+    # segment per channel and row, shorter than a page where the tile is narrow, so the pages a tile touches
+    # in one map can hold several times the region's bytes (docs/benchmarks.md, "Large pictures, exactly").
+
     def read(self, box: Box) -> torch.Tensor:
         """A copy of the region: the operations reading it may work in place (ReLU(inplace=True))."""
-        return self.values[_slices(box)].clone()
+        region = self.values[_slices(box)].clone()
+        self._release_pages()
+        return region
 
     def write(self, box: Box, values: torch.Tensor) -> None:
         self.values[_slices(box)].copy_(values)
+        self._release_pages()
 
     def whole(self) -> torch.Tensor:
-        return self.values.clone()
+        copy = self.values.clone()
+        self._release_pages()
+        return copy
 
     def take(self) -> torch.Tensor:
         """The whole map, handed over (no copy of a map held in memory): its last reading."""
-        return self.values if self.mapping is None else self.values.clone()
+        return self.values if self.mapping is None else self.whole()
 
-    def release_pages(self) -> None:
+    def _release_pages(self) -> None:
         """Give back the pages of a file-backed map (its data stay in the file and the page cache)."""
         if self.mapping is not None:
             self.mapping.madvise(mmap.MADV_DONTNEED)
