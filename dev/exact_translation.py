@@ -9,11 +9,11 @@ rounds alternate the modes, and the table gives each one's median time, its rati
 peak RSS and, for exact and cross-fade, the largest difference from the whole forward where that was run.
 Networks: resnet_9blocks (ngf 64, instance norm: CycleGAN's) and unet_256 (ngf 64, batch norm in training mode:
 pix2pix's test.py without --eval), random weights (the cost does not depend on them), a smooth random picture.
-Modes: whole (net(x), one piece), exact (--exact_memory's default: models/inference/exact/), crossfade (--tile 512
---tile_overlap 64), all three on a float32 tensor that is whole in memory, input and output (at 8192 px 805 MB
-each); and tiff: an 8-bit RGB TIFF file translated into one by `Translator.translate_file` with the default budget
-(models/inference/large_pictures.py: read, translated exactly and written by regions; eval mode, so not for
-unet_256 in training mode). docs/benchmarks.md keeps the latest table with the command that produced it.
+Modes: whole (net(x), one piece), exact (models/inference/exact/ with --exact_memory, by default test.py's),
+crossfade (--tile 512 --tile_overlap 64), all three on a float32 tensor that is whole in memory, input and output
+(at 8192 px 805 MB each); and tiff: an 8-bit RGB TIFF file translated into one by `Translator.translate_file`
+with that budget (models/inference/large_pictures.py: read, translated exactly and written by regions; eval mode,
+so not for unet_256 in training mode). docs/benchmarks.md keeps the latest table with the command that produced it.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from models.inference.application import InferenceGenerator
 from models.inference.exact import ExactBudget
 from models.inference.windows import Windows
 net_name, size, mode, out = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+budget = ExactBudget(memory=int(sys.argv[6]) << 20) if sys.argv[6] != "0" else ExactBudget()
 norm, training = {"resnet_9blocks": ("instance", False), "unet_256": ("batch", True)}[net_name]
 torch.manual_seed(0)
 net = networks.define_G(3, 3, 64, net_name, norm=norm).train(training)
@@ -47,7 +48,7 @@ picture = torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx), torch.tan
 del yy, xx
 if mode == "tiff":  # a file in, a file out, by regions: nothing whole in memory (the parent wrote the input)
     from models.inference.translator import Translator
-    translator = Translator.from_generator(net, net_name, 3, 3, device="cpu", exact=ExactBudget())
+    translator = Translator.from_generator(net, net_name, 3, 3, device="cpu", exact=budget)
     began = time.perf_counter()
     translator.translate_file(out + ".in.tif", out)
     seconds = time.perf_counter() - began
@@ -57,7 +58,7 @@ if mode == "tiff":  # a file in, a file out, by regions: nothing whole in memory
     print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
     sys.exit(0)
 view = {"whole": InferenceGenerator(net, rule),
-        "exact": InferenceGenerator(net, rule, exact=ExactBudget()),
+        "exact": InferenceGenerator(net, rule, exact=budget),
         "crossfade": InferenceGenerator(net, rule, Windows.for_tiles(512, 64))}[mode]
 with torch.no_grad():
     began = time.perf_counter()
@@ -82,13 +83,13 @@ tifffile.imwrite(path, picture, tile=(256, 256), photometric="rgb")
 '''
 
 
-def run(net: str, size: int, mode: str, keep: Path | None, folder: Path) -> dict:
+def run(net: str, size: int, mode: str, keep: Path | None, folder: Path, exact_memory: int) -> dict:
     out = str(keep) if keep else "-"
     if mode == "tiff":  # the input file is written by another process: its memory is not the translation's
         out = str(folder / "tiff_out.tif")
         subprocess.run([sys.executable, "-c", WRITE_RGB_TIFF, str(size), out + ".in.tif"], check=True)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out, str(exact_memory)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -100,6 +101,8 @@ def main() -> None:
     parser.add_argument("--nets", default="resnet_9blocks,unet_256")
     parser.add_argument("--modes", default="whole,exact,crossfade")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds (times: medians)")
+    parser.add_argument("--exact_memory", type=int, default=0,
+                        help="the exact modes' budget in MiB (0: the default, as test.py's --exact_memory)")
     parser.add_argument("--whole_max", type=int, default=4096, help="the largest side the whole forward is run at")
     args = parser.parse_args()
     print(f"python {' '.join(sys.argv)}  (torch threads: {os.environ.get('OMP_NUM_THREADS', 'all')})")
@@ -113,7 +116,7 @@ def main() -> None:
                 for round_ in range(args.repeats):
                     for mode in modes:
                         keep = Path(folder) / f"{mode}.pt" if round_ == 0 else None
-                        found[mode].append(run(net, size, mode, keep, Path(folder)))
+                        found[mode].append(run(net, size, mode, keep, Path(folder), args.exact_memory))
                 report(net, size, modes, found, Path(folder))
 
 
