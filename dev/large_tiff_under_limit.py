@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 VALUE = 20000  # every input sample
 TILE = 256
 
-# Run by the child: ROOT, OUT, HEIGHT, WIDTH, HEADROOM_BYTES.
+# Run by the child: ROOT, OUT, HEIGHT, WIDTH, HEADROOM_BYTES, VALUE.
 TRANSLATE_UNDER_LIMIT = """
 import resource, sys
 import numpy as np, tifffile, torch
 from torch import nn
-root, folder, height, width, headroom = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+root, folder = sys.argv[1], sys.argv[2]
+height, width, headroom, value = (int(number) for number in sys.argv[3:7])
 sys.path.insert(0, root)
 from data.large_tiff import TiffRegions
 from models.inference.exact import ExactBudget
@@ -44,9 +45,9 @@ torch.manual_seed(0)
 net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.Conv2d(2, 1, 1), nn.Tanh())
 translator = Translator.from_generator(net, "resnet_6blocks", 1, 1, device="cpu", exact=ExactBudget(memory=32 << 20))
 whole = Translator.from_generator(net, "resnet_6blocks", 1, 1, device="cpu", exact=None)
-inside = whole.translate(np.full((64, 64), 20000, np.uint16))[32, 32]  # where the zero padding reaches nothing
+inside = whole.translate(np.full((64, 64), value, np.uint16))[32, 32]  # where the zero padding reaches nothing
 # one translation by regions first: what it loads once (libraries, the traced graph) is not what is measured
-tifffile.imwrite(f"{folder}/warm.tif", np.full((2048, 2048), 20000, np.uint16), tile=(256, 256))
+tifffile.imwrite(f"{folder}/warm.tif", np.full((2048, 2048), value, np.uint16), tile=(256, 256))
 translator.translate_file(f"{folder}/warm.tif", f"{folder}/out/warm.tif")
 in_use = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize")).split()[1]) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (in_use + headroom, resource.getrlimit(resource.RLIMIT_AS)[1]))
@@ -82,8 +83,8 @@ def translate_under_limit(folder: Path, height: int, width: int, headroom_mib: i
     run reserves, not the machine's core count, is what the limit measures."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TIFFFILE_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
     return subprocess.run([sys.executable, "-c", TRANSLATE_UNDER_LIMIT, str(ROOT), str(folder), str(height),
-                           str(width), str(headroom_mib << 20)], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+                           str(width), str(headroom_mib << 20), str(VALUE)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 def main() -> int:
