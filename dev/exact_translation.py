@@ -43,10 +43,9 @@ norm, training = {"resnet_9blocks": ("instance", False), "unet_256": ("batch", T
 torch.manual_seed(0)
 net = networks.define_G(3, 3, 64, net_name, norm=norm).train(training)
 rule = networks.size_rule(net_name)
-yy, xx = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size), indexing="ij")
-picture = torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx), torch.tanh(8 * (xx - 0.2))])[None]
-del yy, xx
-if mode == "tiff":  # a file in, a file out, by regions: nothing whole in memory (the parent wrote the input)
+# tiff: a file in, a file out, by regions, nothing whole in memory (the parent wrote the input); before the
+# float32 picture below is made, which is not this mode's
+if mode == "tiff":
     from models.inference.translator import Translator
     translator = Translator.from_generator(net, net_name, 3, 3, device="cpu", exact=budget)
     began = time.perf_counter()
@@ -57,6 +56,9 @@ if mode == "tiff":  # a file in, a file out, by regions: nothing whole in memory
         assert written.pages.first.is_tiled, "the picture went the whole way: not what this mode measures"
     print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
     sys.exit(0)
+yy, xx = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size), indexing="ij")
+picture = torch.stack([torch.sin(3 * xx + yy), torch.cos(2 * yy * xx), torch.tanh(8 * (xx - 0.2))])[None]
+del yy, xx
 view = {"whole": InferenceGenerator(net, rule),
         "exact": InferenceGenerator(net, rule, exact=budget),
         "crossfade": InferenceGenerator(net, rule, Windows.for_tiles(512, 64))}[mode]
