@@ -113,6 +113,8 @@ def interleave(args: argparse.Namespace, env: dict[str, str]) -> None:
                 processes[name].stdin.write("step\n")
                 processes[name].stdin.flush()
                 line = processes[name].stdout.readline()
+                if not line.startswith("STEP"):
+                    sys.exit(f"{model} {name} ended before its step {number} (its output is above)")
                 times[name].append(float(line.split()[1]))
             print(f"step {number} {model}: " + ", ".join(f"{name} {times[name][-1]:.3f}" for name in names),
                   flush=True)
