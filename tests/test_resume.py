@@ -109,7 +109,10 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_is_alive(unp
     first = ScriptProcess(train_command(args), ROOT, ENV)
     try:
         log = tmp_path / "busy" / "loss_log.txt"
-        while not (log.exists() and "(epoch: 1, iters: 1," in log.read_text()):
+        # image 4's line comes after the save at image 3 is complete (train.py logs a step, then saves), so
+        # the kill below, whenever it falls, leaves a whole checkpoint to resume from: killed within that
+        # first save, the weights were there without their training state (seen when run alone)
+        while not (log.exists() and "(epoch: 1, iters: 4," in log.read_text()):
             assert first.poll() is None, first.output_so_far()
             time.sleep(0.05)
         second = run_script_process(train_command(args), ROOT, ENV, timeout=120)
