@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import io
 import os
@@ -60,6 +61,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test file's last test and its fixtures' teardown: collect the file's garbage, then freeze what
+    survives (the session's fixtures, imported modules, caches), so that the cycle collector's later full
+    passes walk only what later files make. A worker that has run a few hundred tests holds over a million
+    objects, and walking them again and again took ~19 s of each worker's time (measured with gc.callbacks).
+    Each collection here walks only the objects made since the last freeze."""
+    result = yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
+    return result
 
 
 @pytest.fixture(autouse=True)
