@@ -1,5 +1,5 @@
 """Launching as clusters do: SLURM with one task per process (srun, no torchrun) or one torchrun
-per node, pre-emption with requeue, and the Kubernetes example.
+per node, pre-emption with requeue, torchrun restarting a killed worker, and the Kubernetes example.
 
 SLURM is not installed here. tests/fake_slurm/ holds stand-ins put first on PATH: `srun` starts
 the tasks of a step on this machine with the variables srun gives them and forwards SIGTERM to
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import ROOT, free_port, run_in_process
-from helpers import ENV, cycle_gan, run_two_ranks
+from helpers import ENV, cycle_gan, interrupt_when_logged, run_two_ranks, train_command
 from helpers_weights import assert_identical, final_weights
 from options.train_options import TrainOptions
 from util import distributed
@@ -236,6 +236,20 @@ def test_a_stopped_slurm_job_saves_is_requeued_and_continues_exactly(script, lau
     assert "resuming from" in rerun.stdout and "global batch = 2 (1 per process x 2 processes)" in rerun.stdout
     assert (tmp_path / "scontrol.log").read_text() == f"requeue {JOB_ID}\n"  # finished: not requeued again
     assert_identical(final_weights(tmp_path / "job"), torchrun_weights)
+
+
+def test_a_two_process_run_whose_worker_is_killed_is_restarted_by_torchrun_and_ends_as_the_uninterrupted_run(
+        torchrun_weights, unpaired_root, tmp_path):
+    # CycleGAN: its image pool is one for all ranks, resumed too. With --max-restarts, torchrun restarts
+    # the workers and they continue on their own: torchrun itself is the point, so it runs for real; the
+    # uninterrupted run is the one the SLURM jobs end as. (2 ranks continuing a mid-epoch state by hand
+    # with --continue_train: tests/test_fast_path.py's torchrun run, every speed flag.)
+    args = two_rank_args(unpaired_root, tmp_path, "elastic")
+    restarted = interrupt_when_logged(train_command(args, nproc=2, extra=("--max-restarts=1",)),
+                                      tmp_path / "elastic" / "loss_log.txt", "(epoch: 2, iters: 2,", victim="worker")
+    assert restarted.returncode == 0, restarted.output[-4000:]
+    assert "resuming from" in restarted.output
+    assert_identical(final_weights(tmp_path / "elastic"), torchrun_weights)
 
 
 def test_a_requeued_job_stopped_before_its_first_save_starts_afresh(unpaired_root, tmp_path, monkeypatch, capsys):

@@ -1,11 +1,11 @@
 """A resumed run is the run that was interrupted: same final weights, bit for bit.
 
 Runs are killed for real (SIGKILL, SIGTERM) at iterations chosen by watching loss_log.txt, and
-resumed with `--continue_train` (or restarted by torchrun on its own); their final weights are
+resumed with `--continue_train`; their final weights are
 compared with torch.equal against a run that was never interrupted. The runs killed are processes of
 their own (tests/processes.py); the uninterrupted and continued ones run in this process, or as
-ranks started by torch.multiprocessing where they have two; torchrun itself where it is the point
-(a worker killed and restarted with --max-restarts).
+ranks started by torch.multiprocessing where they have two. (A worker killed and restarted by torchrun's
+--max-restarts: tests/test_cluster.py, beside the other launchers.)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import ROOT, built_with_actions, run_in_process
-from helpers import ENV, cycle_gan, interrupt_when_logged, pix2pix, run_here, run_two_ranks, train_command
+from helpers import ENV, cycle_gan, interrupt_when_logged, pix2pix, run_here, train_command
 from helpers_weights import assert_identical, final_weights
 from models import networks
 from processes import ScriptProcess, run_script_process
@@ -152,21 +152,6 @@ def test_checkpoint_killed_while_being_written_leaves_the_previous_one_intact(tm
     assert writer.returncode == -signal.SIGKILL
     assert target.read_bytes() == before
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))
-
-
-def test_two_process_run_whose_worker_is_killed_is_restarted_by_torchrun_and_ends_as_the_uninterrupted_run(
-        unpaired_root, tmp_path):
-    # CycleGAN: its image pool is one for all ranks, resumed too. With --max-restarts, torchrun restarts
-    # the workers and they continue on their own: torchrun itself is the point, so it runs for real; the
-    # uninterrupted reference is the same 2 ranks without it. (2 ranks continuing a mid-epoch state by hand
-    # with --continue_train: tests/test_fast_path.py's torchrun run, every speed flag.)
-    run_two_ranks(cycle_gan(unpaired_root, tmp_path, "whole"))
-    args = cycle_gan(unpaired_root, tmp_path, "elastic")
-    restarted = interrupt_when_logged(train_command(args, nproc=2, extra=("--max-restarts=1",)),
-                                      tmp_path / "elastic" / "loss_log.txt", "(epoch: 2, iters: 2,", victim="worker")
-    assert restarted.returncode == 0, restarted.output[-4000:]
-    assert "resuming from" in restarted.output
-    assert_identical(final_weights(tmp_path / "elastic"), final_weights(tmp_path / "whole"))
 
 
 def test_training_state_written_before_options_were_recorded_still_resumes_bit_identically(uninterrupted, paired_root,
