@@ -3,6 +3,7 @@
     python dev/exact_translation.py --sizes 2048 --repeats 3
     python dev/exact_translation.py --sizes 8192 --modes exact,crossfade --nets resnet_9blocks --repeats 1
     python dev/exact_translation.py --sizes 8192 --modes tiff --nets resnet_9blocks --repeats 1
+    python dev/exact_translation.py --sizes 4096 --modes tiff,png --nets resnet_9blocks --repeats 1
 
 Each (network, size, mode) runs in a process of its own, so that its peak resident memory (ru_maxrss) is its own;
 rounds alternate the modes, and the table gives each one's median time, its ratio to cross-fading's, its largest
@@ -13,7 +14,8 @@ Modes: whole (net(x), one piece), exact (models/inference/exact/ with --exact_me
 crossfade (--tile 512 --tile_overlap 64), all three on a float32 tensor that is whole in memory, input and output
 (at 8192 px 805 MB each); and tiff: an 8-bit RGB TIFF file translated into one by `Translator.translate_file`
 with that budget (models/inference/large_pictures.py: read, translated exactly and written by regions; eval mode,
-so not for unet_256 in training mode). docs/benchmarks.md keeps the latest table with the command that produced it.
+so not for unet_256 in training mode); png: the same picture as an 8-bit PNG into a PNG (held as its samples,
+translated by regions). docs/benchmarks.md keeps the latest table with the command that produced it.
 """
 from __future__ import annotations
 
@@ -43,17 +45,18 @@ norm, training = {"resnet_9blocks": ("instance", False), "unet_256": ("batch", T
 torch.manual_seed(0)
 net = networks.define_G(3, 3, 64, net_name, norm=norm).train(training)
 rule = networks.size_rule(net_name)
-# tiff: a file in, a file out, by regions, nothing whole in memory (the parent wrote the input); before the
-# float32 picture below is made, which is not this mode's
-if mode == "tiff":
+# tiff, png: a file in, a file out, by regions, never whole as float32 (the parent wrote the input); before the
+# float32 picture below is made, which is not these modes'
+if mode in ("tiff", "png"):
     from models.inference.translator import Translator
     translator = Translator.from_generator(net, net_name, 3, 3, device="cpu", exact=budget)
     began = time.perf_counter()
-    translator.translate_file(out + ".in.tif", out)
+    translator.translate_file(out + ".in" + out[-4:], out)
     seconds = time.perf_counter() - began
     import tifffile
-    with tifffile.TiffFile(out) as written:  # a tiled output is one written by regions
-        assert written.pages.first.is_tiled, "the picture went the whole way: not what this mode measures"
+    if mode == "tiff":
+        with tifffile.TiffFile(out) as written:  # a tiled output is one written by regions
+            assert written.pages.first.is_tiled, "the picture went the whole way: not what this mode measures"
     print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
     sys.exit(0)
 yy, xx = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size), indexing="ij")
@@ -71,7 +74,7 @@ print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource
 '''
 
 
-WRITE_RGB_TIFF = r'''
+WRITE_RGB_PICTURE = r'''
 import sys
 import numpy as np, tifffile
 size, path = int(sys.argv[1]), sys.argv[2]
@@ -81,15 +84,19 @@ picture = np.empty((size, size, 3), np.uint8)
 for band, values in enumerate((lambda y, x: np.sin(3 * x + y), lambda y, x: np.cos(2 * y * x),
                                lambda y, x: np.tanh(8 * (x - 0.2)) + 0 * y)):
     picture[..., band] = np.round((values(rows, columns) + 1) * 127.5)
-tifffile.imwrite(path, picture, tile=(256, 256), photometric="rgb")
+if path.endswith(".png"):
+    from PIL import Image
+    Image.fromarray(picture).save(path)
+else:
+    tifffile.imwrite(path, picture, tile=(256, 256), photometric="rgb")
 '''
 
 
 def run(net: str, size: int, mode: str, keep: Path | None, folder: Path, exact_memory: int) -> dict:
     out = str(keep) if keep else "-"
-    if mode == "tiff":  # the input file is written by another process: its memory is not the translation's
-        out = str(folder / "tiff_out.tif")
-        subprocess.run([sys.executable, "-c", WRITE_RGB_TIFF, str(size), out + ".in.tif"], check=True)
+    if mode in ("tiff", "png"):  # the input file is written by another process: its memory is not the translation's
+        out = str(folder / ("tiff_out.tif" if mode == "tiff" else "png_out.png"))
+        subprocess.run([sys.executable, "-c", WRITE_RGB_PICTURE, str(size), out + ".in" + out[-4:]], check=True)
     done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out, str(exact_memory)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode != 0:

@@ -13,7 +13,8 @@ written to --output under its own name, in its own format and at its own precisi
 .jpg gives a .jpg at quality 95, a 16-bit PNG a 16-bit PNG, a float32 TIFF a float32 TIFF, a .npy a
 .npy); where that format cannot hold the output (e.g. 6 bands from a PNG) it becomes a .tif. A TIFF too
 large to hold (its float32 values over a quarter of --exact_memory) is read, translated and written by regions,
-exactly, into a tiled TIFF (--tile is refused for it: models/inference/large_pictures.py). Float data
+exactly, into a tiled TIFF (--tile is refused for it: models/inference/large_pictures.py); a PNG or JPEG that
+large is held as its samples only and translated by regions into its own format. Float data
 map to the network's values by the --data_range the model trained with. A model trained on volumes (a
 3-D generator) translates the volume files among the inputs instead (.nii, .nii.gz, .npy), each whole in
 sliding windows of the --patch_size it trained on (--window_overlap, --window_batch), into a file of the

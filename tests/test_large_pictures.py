@@ -1,7 +1,8 @@
-"""TIFF pictures too large to hold (models/inference/large_pictures.py): `Translator.translate_file` and
-scripts/translate.py read them by regions, translate them exactly and write them by regions into a tiled TIFF, so
+"""Pictures too large to hold (models/inference/large_pictures.py): `Translator.translate_file` and
+scripts/translate.py read a TIFF by regions, translate it exactly and write it by regions into a tiled TIFF, so
 the output is the whole picture's translation while the picture is never whole in memory; what needs the picture
-whole is refused in one paragraph, and a failure midway leaves nothing at the output path.
+whole is refused in one paragraph, and a failure midway leaves nothing at the output path. A PNG or JPEG is held as
+its samples only and translated by regions likewise.
 
 Each case forces the way by regions with a small exact budget (a TIFF goes by regions when its float32 values
 exceed a quarter of the budget's memory)."""
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import tifffile
 import torch
+from PIL import Image
 from torch import nn
 
 from conftest import load_script, run_in_process
@@ -75,6 +77,29 @@ def test_an_8_bit_tiff_turned_by_its_orientation_tag_is_read_by_regions_as_shown
     assert written_by_regions(tmp_path / "regions.tif")
     assert by_regions.shape == whole.shape == (97, 70, 3) and by_regions.dtype == np.uint8
     assert np.abs(by_regions.astype(np.int32) - whole).max() <= 1
+
+
+def test_a_png_and_a_turned_jpeg_too_large_to_hold_as_float32_are_translated_by_regions_as_the_whole_way(tmp_path):
+    # Formats decoded whole are held as their samples (8-bit: a quarter of the float32 values) and read by regions
+    # from them; the output is written in the format its name says. (That the float32 values are never whole is
+    # shown under an address-space cap below.)
+    Image.fromarray(ramps(301, 499, 3, np.uint8)).save(tmp_path / "wide.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned 90 degrees clockwise: 403 x 250
+    Image.fromarray(ramps(250, 403, 3, np.uint8)).save(tmp_path / "turned.jpg", exif=exif, quality=95)
+    net = tiny_net(3)
+    by_regions = Translator.from_generator(net, "resnet_6blocks", 3, 3, device="cpu", exact=BY_REGIONS)
+    whole = Translator.from_generator(net, "resnet_6blocks", 3, 3, device="cpu", exact=None)
+    for source, output, shape in (("wide.png", "wide.png", (301, 499, 3)), ("turned.jpg", "turned.png", (403, 250, 3))):
+        by_regions.translate_file(tmp_path / source, tmp_path / "regions" / output)
+        whole.translate_file(tmp_path / source, tmp_path / "whole" / output)
+        written, expected = read_image(str(tmp_path / "regions" / output)), read_image(str(tmp_path / "whole" / output))
+        assert written.shape == expected.shape == shape and written.dtype == np.uint8
+        assert np.ptp(expected) > 100 and np.abs(written.astype(np.int32) - expected).max() <= 1
+    assert sorted(os.listdir(tmp_path / "regions")) == ["turned.png", "wide.png"]  # and no temporary file
+    # asked for cross-faded tiles, a held picture goes the whole way (it is decoded whole anyway), as before
+    assert by_regions.translate_file(tmp_path / "wide.png", tmp_path / "tiled.png", tile=128) == [
+        str(tmp_path / "tiled.png")]
 
 
 @pytest.mark.parametrize("options, refused", [
@@ -145,15 +170,18 @@ def test_translate_command_writes_a_tiff_too_large_for_exact_memory_under_its_na
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the address space from /proc (Linux)")
-def test_a_tiff_larger_than_the_memory_allowed_is_translated_within_it(tmp_path):
+def test_a_tiff_and_a_png_larger_than_the_memory_allowed_are_translated_within_it(tmp_path):
     # 8192 x 16384 uint16 (256 MiB of samples, 512 MiB as float32) translated within 192 MiB of address space more
     # than the process holds; the file is 300 KB of one constant compressed tile repeated. (16384 x 16384 passes
     # too, in twice the time: over 20 s on 2 cores; dev/large_tiff_under_limit.py runs the same at 32768 x 32768.)
+    # Then a 4096 x 8192 8-bit PNG: its float32 input and output (256 MiB) do not fit, its samples held do (32 MiB).
     height, width = 8192, 16384
     large_tiff_under_limit.write_constant_tiff(tmp_path / "huge.tif", height, width)
-    result = large_tiff_under_limit.translate_under_limit(tmp_path, height, width, headroom_mib=192, timeout=120)
+    large_tiff_under_limit.write_constant_png(tmp_path / "wide.png", 4096, 8192)
+    result = large_tiff_under_limit.translate_under_limit(tmp_path, height, width, headroom_mib=192, timeout=120,
+                                                          png=(4096, 8192))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(os.listdir(tmp_path / "out")) == ["huge.tif", "warm.tif"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["huge.tif", "warm.tif", "wide.png"]
 
 
 def test_smaller_tiffs_keep_the_whole_way(tmp_path):

@@ -1,23 +1,29 @@
-"""Pictures too large to hold in memory, translated from a TIFF (or BigTIFF) file into a TIFF by regions.
+"""Pictures too large to hold as the network's values, translated by regions: a TIFF (or BigTIFF) read and written
+by regions, any other picture held as its file's samples only.
 
-`Translator.translate_file` hands a TIFF here (`streamed_tiff`) when its picture, decoded to the network's float32
-values, would take more than a quarter of the exact budget's memory; smaller pictures, and every other format, go
-the whole way (pictures.py), as before. On this way nothing is ever whole in memory:
+`Translator.translate_file` hands a picture here (`streamed_picture`) when its float32 values would take more than a
+quarter of the exact budget's memory; smaller pictures go the whole way (pictures.py), as before. Such a picture's
+float32 values are never whole in memory:
 
-- `TiffPicture` (a MapSource, exact/storage.py) reads the regions the exact executor asks for from the file
-  (data/large_tiff.py) and maps them to [-1, 1] with pictures.py's own `network_batch`, so every dtype, channel
-  conversion and data range maps as a whole picture does. It turns them as the file's orientation tag says (as
-  image_io.read_image_as_shown does) and pads them by reflection to the generator's size multiple as
-  InferenceGenerator does (application.py), reading the reflected positions from the file.
+- A TIFF is read by regions from the file (data/large_tiff.py): `TiffPicture` (a MapSource, exact/storage.py) reads
+  the regions the exact executor asks for and maps them to [-1, 1] with pictures.py's own `network_batch`, so
+  every dtype, channel conversion and data range maps as a whole picture does. It turns them as the file's
+  orientation tag says (as image_io.read_image_as_shown does) and pads them by reflection to the generator's size
+  multiple as InferenceGenerator does (application.py), reading the reflected positions from the file.
+- Any other picture (PNG, JPEG, ...: formats decoded whole) is held as its decoded samples (an 8-bit RGB picture: a
+  quarter of its float32 values), upright as shown, and `TiffPicture` reads its regions from that array instead.
 - The exact executor (exact/) computes the generator's output tile by tile, every normalisation's statistics over
   the whole picture, and hands each tile to
-- `TiffSink`, which cuts the padding off, maps [-1, 1] back to the input's dtype with pictures.py's `pictures_out`
-  (8-bit in, 8-bit out; 16-bit, 16-bit; float data as float32 in the output's range) and writes the regions to a
-  TiffRegionWriter: the output appears only once complete, and a failure leaves nothing at its path.
+- `TiffSink`, which cuts the padding off and maps [-1, 1] back to the input's dtype with pictures.py's
+  `pictures_out` (8-bit in, 8-bit out; 16-bit, 16-bit; float data as float32 in the output's range), then writes
+  the regions to a TiffRegionWriter (a TIFF in: a tiled TIFF out) or, for a held picture, into an array of the
+  output's samples that pictures.py writes in the format the output's name says, as the whole way would: the
+  output appears only once complete, and a failure leaves nothing at its path.
 
-The output is the whole way's to float rounding. Refused for such a picture, each in one paragraph: `tile`
-(cross-faded tiles need the picture whole), an output not named .tif/.tiff, training mode (eval_mode=False),
-and generators that take a latent code (BicycleGAN) or walk a bridge (--model sb).
+The output is the whole way's to float rounding. A TIFF by regions is refused, each in one paragraph, for what
+needs it whole: `tile` (cross-faded tiles), an output not named .tif/.tiff, training mode (eval_mode=False), and
+generators that take a latent code (BicycleGAN) or walk a bridge (--model sb). A held picture asked for any of
+these goes the whole way, as it always has (it can be decoded whole).
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import numpy as np
 import tifffile
 import torch
 
-from data.image_io import TIFF_EXTENSIONS, as_shown
+from data.image_io import TIFF_EXTENSIONS, as_shown, probe_image_as_shown, read_image_as_shown
 from data.large_tiff import TiffRegions, TiffRegionWriter
 from models.inference.application import reflect_pad, split_padding
 from models.inference.exact import translate_exactly
@@ -45,14 +51,38 @@ _TURNS = {1: (False, False, False), 2: (False, False, True), 3: (False, True, Tr
           5: (True, False, False), 6: (True, False, True), 7: (True, True, True), 8: (True, True, False)}
 
 
-def streamed_tiff(path: str, loaded: LoadedGenerator, running: RunSettings,
-                  pictures: PictureTranslation) -> StreamedTiff | None:
-    """The TIFF picture at `path` to translate by regions, or None where it goes the whole way: not a TIFF, a
-    volume generator, no exact budget (always whole), a file data/large_tiff.py does not read by regions (colours
-    to convert, several pages that make one image: the whole way reads those or says why not), or a picture whose
-    float32 values (height x width x the generator's input channels x 4 bytes) fit a quarter of the budget."""
-    if loaded.volumes or running.exact is None or not path.lower().endswith(TIFF_EXTENSIONS):
+# What a translation may ask for beside the picture; a picture by regions gives one translation per input.
+_ANSWERS = ("n_samples", "codes", "reference", "steps")
+
+
+def streamed_picture(path: str, loaded: LoadedGenerator, running: RunSettings, pictures: PictureTranslation,
+                     tile: int = 0, answers: dict | None = None) -> StreamedPicture | None:
+    """The picture at `path` to translate by regions, or None where it goes the whole way: a volume generator, no
+    exact budget (always whole), a picture whose float32 values (height x width x the generator's input channels x
+    4 bytes) fit a quarter of the budget, a TIFF data/large_tiff.py does not read by regions (colours to convert,
+    several pages that make one image: the whole way reads those or says why not), a file that cannot be probed
+    (the whole way says why), and a picture of another format asked for what needs it whole (`tile`, training
+    mode, a latent code or bridge, `answers`: it is decoded whole anyway)."""
+    if loaded.volumes or running.exact is None:
         return None
+    if path.lower().endswith(TIFF_EXTENSIONS):
+        return _streamed_tiff(path, loaded, running, pictures)
+    needs_it_whole = tile or not running.eval_mode or loaded.latent_size or loaded.bridge is not None or \
+        any((answers or {}).get(name) is not None for name in _ANSWERS)
+    if needs_it_whole:
+        return None
+    try:
+        info = probe_image_as_shown(path)
+    except UserError:
+        return None
+    if not _too_large(info.height, info.width, loaded, running):
+        return None
+    held = read_image_as_shown(path)  # its samples only (8-bit RGB: 3 bytes a pixel, not 12)
+    return StreamedPicture(path, held.shape[:2], 1, info.alpha, held.dtype, loaded, running, pictures, held)
+
+
+def _streamed_tiff(path: str, loaded: LoadedGenerator, running: RunSettings,
+                   pictures: PictureTranslation) -> StreamedPicture | None:
     try:
         with TiffRegions(path) as regions:
             height, width, bands = regions.shape
@@ -67,23 +97,29 @@ def streamed_tiff(path: str, loaded: LoadedGenerator, running: RunSettings,
         orientation = int(tag.value) if tag is not None and int(tag.value) in _TURNS else 1
         # the alpha rule of image_io's TIFF reading: the last extra sample marked as opacity
         alpha = bool(page.extrasamples) and int(page.extrasamples[-1]) in (1, 2) and bands in (2, 4)
-    if height * width * loaded.input_nc * 4 <= running.exact.memory // 4:
+    if not _too_large(height, width, loaded, running):
         return None
-    return StreamedTiff(path, (height, width), orientation, alpha, _read_dtype(dtype), loaded, running, pictures)
+    return StreamedPicture(path, (height, width), orientation, alpha, _read_dtype(dtype), loaded, running, pictures)
+
+
+def _too_large(height: int, width: int, loaded: LoadedGenerator, running: RunSettings) -> bool:
+    """Whether a picture's float32 values would take more than a quarter of the exact budget's memory."""
+    return height * width * loaded.input_nc * 4 > running.exact.memory // 4
 
 
 @dataclass(frozen=True)
-class StreamedTiff:
-    """A TIFF picture too large to hold and how it is translated: `translate` writes its translation."""
+class StreamedPicture:
+    """A picture too large to hold as float32 values and how it is translated: `translate` writes its translation."""
 
     path: str
-    stored_size: tuple[int, int]  # height, width as the file stores them
-    orientation: int              # the file's orientation tag (1: as stored)
+    stored_size: tuple[int, int]  # height, width as the file stores them (a held picture: as held, upright)
+    orientation: int              # the file's orientation tag (1: as stored; a held picture is turned already)
     alpha: bool                   # whether its last band is opacity
     dtype: np.dtype               # its samples as read_image reads them, and the output's
     loaded: LoadedGenerator
     running: RunSettings
     pictures: PictureTranslation
+    held: np.ndarray | None = None  # a picture of a format decoded whole: its samples; None: a TIFF read by regions
 
     @property
     def shown_size(self) -> tuple[int, int]:
@@ -91,14 +127,17 @@ class StreamedTiff:
         return (width, height) if _TURNS[self.orientation][0] else (height, width)
 
     def translate(self, output_path: str, *, tile: int = 0, **answers: Any) -> list[str]:
-        """Translate the picture into the tiled TIFF `output_path` (its folder made if need be) by regions; returns
-        [output_path]. Raises `UserError` for what it refuses (see the module docstring) and unreadable regions."""
-        self._refuse_what_needs_it_whole(output_path, tile, answers)
+        """Translate the picture into `output_path` (its folder made if need be) by regions: a TIFF into a tiled
+        TIFF, a held picture in the format its name says; returns [output_path]. Raises `UserError` for what it
+        refuses (see the module docstring), unreadable regions and an output its format cannot hold."""
+        if self.held is None:
+            self._refuse_what_needs_it_whole(output_path, tile, answers)
         height, width = self.shown_size
         rule, running = self.loaded.size_rule, self.running
         rows = _PaddedAxis(height, *split_padding(height, rule.multiple, rule.minimum))
         columns = _PaddedAxis(width, *split_padding(width, rule.multiple, rule.minimum))
-        with TiffRegions(self.path) as regions, self._writer(output_path) as writer, _TileBar(self.path) as progress:
+        regions = TiffRegions(self.path) if self.held is None else _HeldRegions(self.held)
+        with regions, self._writer(output_path) as writer, _TileBar(self.path) as progress:
             source = TiffPicture(self, regions, rows, columns)
             sink = TiffSink(writer, rows, columns, self.pictures, self.dtype)
             with torch.inference_mode(), torch.autocast(running.device.type, dtype=running.autocast or torch.bfloat16,
@@ -106,8 +145,10 @@ class StreamedTiff:
                 translate_exactly(self.loaded.generator, source, budget=running.exact, sink=sink, progress=progress)
         return [output_path]
 
-    def _writer(self, output_path: str) -> TiffRegionWriter:
+    def _writer(self, output_path: str) -> TiffRegionWriter | _HeldCanvas:
         height, width = self.shown_size
+        if self.held is not None:
+            return _HeldCanvas(output_path, (height, width, self.loaded.output_nc), self.dtype, self)
         try:  # deflate, as image_io writes a whole picture's TIFF
             return TiffRegionWriter(output_path, height, width, self.loaded.output_nc, self.dtype, compression="zlib")
         except OSError as err:
@@ -133,10 +174,46 @@ class StreamedTiff:
             kind = "takes a latent code (BicycleGAN)" if self.loaded.latent_size else "walks a Schrödinger bridge"
             raise UserError(f"the generator of {self.loaded.name} {kind}, and {what}, which is done for generators "
                             f"of one pass only; crop the picture into pieces that fit, {whole}.")
-        given = [name for name in ("n_samples", "codes", "reference", "steps") if answers.get(name) is not None]
+        given = [name for name in _ANSWERS if answers.get(name) is not None]
         if given:
             raise UserError(f"{' and '.join(given)}: the generator of {self.loaded.name} gives one translation per "
                             f"input in one pass; leave {' and '.join(given)} out.")
+
+
+class _HeldRegions:
+    """Regions of a held picture's samples, read as TiffRegions reads a file's (`read(top, bottom, left, right)`)."""
+
+    def __init__(self, samples: np.ndarray):
+        self.samples = samples
+
+    def read(self, top: int, bottom: int, left: int, right: int) -> np.ndarray:
+        return self.samples[top:bottom, left:right]
+
+    def __enter__(self) -> _HeldRegions:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.samples = None  # the picture's memory goes with the translation's end
+
+
+class _HeldCanvas:
+    """The output of a held picture, received by regions as a TiffRegionWriter receives them and written whole, in
+    the format its name says (pictures.py, as the whole way writes it), once every region has come."""
+
+    def __init__(self, path: str, shape: tuple[int, int, int], dtype: np.dtype, picture: StreamedPicture):
+        self.path, self.picture = path, picture
+        self.samples = np.empty(shape, dtype)
+
+    def write(self, top: int, bottom: int, left: int, right: int, values: np.ndarray) -> None:
+        self.samples[top:bottom, left:right] = values.reshape(bottom - top, right - left, -1)
+
+    def __enter__(self) -> _HeldCanvas:
+        return self
+
+    def __exit__(self, error_type: type | None, *exc_info: Any) -> None:
+        samples, self.samples = self.samples, None
+        if error_type is None:
+            self.picture.pictures.write(self.path, samples, self.picture.path)
 
 
 @dataclass(frozen=True)
@@ -167,10 +244,11 @@ class _PaddedAxis:
 
 
 class TiffPicture:
-    """The generator's input for a StreamedTiff: 1 x input_nc x padded height x padded width float32 in [-1, 1],
+    """The generator's input for a StreamedPicture: 1 x input_nc x padded height x padded width float32 in [-1, 1],
     read by regions (a MapSource: `shape`, `dtype`, `read(box)`); see the module docstring."""
 
-    def __init__(self, picture: StreamedTiff, regions: TiffRegions, rows: _PaddedAxis, columns: _PaddedAxis):
+    def __init__(self, picture: StreamedPicture, regions: TiffRegions | _HeldRegions, rows: _PaddedAxis,
+                 columns: _PaddedAxis):
         self.picture, self.regions, self.rows, self.columns = picture, regions, rows, columns
         self.shape = torch.Size((1, picture.loaded.input_nc, rows.padded, columns.padded))
         self.dtype = torch.float32

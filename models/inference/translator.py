@@ -300,18 +300,21 @@ class Translator:
         """Translate an image file into `output_path` (its folder created if need be), in the format its
         extension names, at the input's precision (a 16-bit PNG into a 16-bit PNG, float32 into .tif or .npy;
         data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
-        half a file; a TIFF too large to hold is read, translated and written by regions into a TIFF
-        (models/inference/large_pictures.py). `answers` (n_samples, codes, seed, reference) are `translate`'s:
-        several answers are written as `<stem>_sample<k><extension>`. Returns the paths written. Raises
-        `UserError` when the file cannot be read, or the output's format cannot hold the output.
+        half a file. A picture whose float32 values would take more than a quarter of the exact budget is
+        translated by regions (models/inference/large_pictures.py): a TIFF read and written by regions into a
+        tiled TIFF, another format held as its file's samples only. `answers` (n_samples, codes, seed,
+        reference) are `translate`'s: several answers are written as `<stem>_sample<k><extension>`. Returns the
+        paths written. Raises `UserError` when the file cannot be read, or the output's format cannot hold the
+        output.
 
         A volume translator writes the volume in `input_path` translated into `output_path`: .nii or
         .nii.gz with the input's affine and header, or .npy (float32, the output domain's units)."""
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
         if isinstance(self._kind, VolumeTranslation):
             self._kind.check_file_names(input_path, output_path)  # before translating, which takes a while
-        if streamed := large_pictures.streamed_tiff(input_path, self.loaded, self.running, self._kind):
-            return streamed.translate(output_path, tile=tile, **answers)  # a TIFF too large to hold: by regions
+        streamed = large_pictures.streamed_picture(input_path, self.loaded, self.running, self._kind, tile, answers)
+        if streamed:
+            return streamed.translate(output_path, tile=tile, **answers)  # too large to hold as float32: by regions
         output = self.translate(input_path, tile=tile, tile_overlap=tile_overlap, **answers)
         return self._kind.write(output_path, output, input_path)
 
