@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # models/, for the default budget
 NETS = {"resnet_9blocks": ("instance", False), "unet_256": ("batch", True)}  # norm, training mode
 
 CHILD = r'''
@@ -94,7 +95,14 @@ else:
 
 def run(net: str, size: int, mode: str, keep: Path | None, folder: Path, exact_memory: int) -> dict:
     out = str(keep) if keep else "-"
-    if mode in ("tiff", "png"):  # the input file is written by another process: its memory is not the translation's
+    if mode in ("tiff", "png"):
+        from models.inference.exact.executor import DEFAULT_EXACT_MEMORY  # imports torch: only for these modes
+
+        budget = exact_memory << 20 or DEFAULT_EXACT_MEMORY
+        if size * size * 3 * 4 <= budget // 4:  # as models/inference/large_pictures.py decides
+            return {"error": f"{size} px fits a quarter of the budget as float32: it goes the whole way; give a "
+                             f"larger --sizes or a smaller --exact_memory"}
+        # the input file is written by another process: its memory is not the translation's
         out = str(folder / ("tiff_out.tif" if mode == "tiff" else "png_out.png"))
         subprocess.run([sys.executable, "-c", WRITE_RGB_PICTURE, str(size), out + ".in" + out[-4:]], check=True)
     done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out, str(exact_memory)],
