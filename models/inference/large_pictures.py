@@ -5,16 +5,16 @@ by regions, any other picture held as its file's samples only.
 quarter of the exact budget's memory; smaller pictures go the whole way (pictures.py), as before. Such a picture's
 float32 values are never whole in memory:
 
-- A TIFF is read by regions from the file (data/large_tiff.py): `TiffPicture` (a MapSource, exact/storage.py) reads
-  the regions the exact executor asks for and maps them to [-1, 1] with pictures.py's own `network_batch`, so
-  every dtype, channel conversion and data range maps as a whole picture does. It turns them as the file's
+- A TIFF is read by regions from the file (data/large_tiff.py): `PictureRegions` (a MapSource, exact/storage.py)
+  reads the regions the exact executor asks for and maps them to [-1, 1] with pictures.py's own `network_batch`,
+  so every dtype, channel conversion and data range maps as a whole picture does. It turns them as the file's
   orientation tag says (as image_io.read_image_as_shown does) and pads them by reflection to the generator's size
   multiple as InferenceGenerator does (application.py), reading the reflected positions from the file.
 - Any other picture (PNG, JPEG, ...: formats decoded whole) is held as its decoded samples (an 8-bit RGB picture: a
-  quarter of its float32 values), upright as shown, and `TiffPicture` reads its regions from that array instead.
+  quarter of its float32 values), upright as shown, and `PictureRegions` reads its regions from that array instead.
 - The exact executor (exact/) computes the generator's output tile by tile, every normalisation's statistics over
   the whole picture, and hands each tile to
-- `TiffSink`, which cuts the padding off and maps [-1, 1] back to the input's dtype with pictures.py's
+- `RegionSink`, which cuts the padding off and maps [-1, 1] back to the input's dtype with pictures.py's
   `pictures_out` (8-bit in, 8-bit out; 16-bit, 16-bit; float data as float32 in the output's range), then writes
   the regions to a TiffRegionWriter (a TIFF in: a tiled TIFF out) or, for a held picture, into an array of the
   output's samples that pictures.py writes in the format the output's name says, as the whole way would: the
@@ -138,8 +138,8 @@ class StreamedPicture:
         columns = _PaddedAxis(width, *split_padding(width, rule.multiple, rule.minimum))
         regions = TiffRegions(self.path) if self.held is None else _HeldRegions(self.held)
         with regions, self._writer(output_path) as writer, _TileBar(self.path) as progress:
-            source = TiffPicture(self, regions, rows, columns)
-            sink = TiffSink(writer, rows, columns, self.pictures, self.dtype)
+            source = PictureRegions(self, regions, rows, columns)
+            sink = RegionSink(writer, rows, columns, self.pictures, self.dtype)
             with torch.inference_mode(), torch.autocast(running.device.type, dtype=running.autocast or torch.bfloat16,
                                                         enabled=running.autocast is not None):
                 translate_exactly(self.loaded.generator, source, budget=running.exact, sink=sink, progress=progress)
@@ -193,7 +193,7 @@ class _HeldRegions:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.samples = None  # the picture's memory goes with the translation's end
+        pass
 
 
 class _HeldCanvas:
@@ -243,7 +243,7 @@ class _PaddedAxis:
         return max(start, self.before) - self.before, min(stop, self.before + self.size) - self.before
 
 
-class TiffPicture:
+class PictureRegions:
     """The generator's input for a StreamedPicture: 1 x input_nc x padded height x padded width float32 in [-1, 1],
     read by regions (a MapSource: `shape`, `dtype`, `read(box)`); see the module docstring."""
 
@@ -272,7 +272,7 @@ class TiffPicture:
         return picture.pictures.network_batch(_as_read(samples)[None], picture.alpha, f"image {picture.path}")
 
 
-class TiffSink:
+class RegionSink:
     """Receives the generator's output tile by tile (padded positions, row-major) and writes the picture's part of
     each, mapped back to `dtype` as pictures.py maps a whole picture, to `writer`."""
 
