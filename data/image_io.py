@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,15 +146,35 @@ def require_finite(array: np.ndarray, what: str, fix: str = "") -> None:
     and an infinite value would be clipped to the end of the data range, which is never what it meant."""
     if array.dtype.kind != "f" or np.isfinite(array).all():
         return
-    nan, infinite = int(np.isnan(array).sum()), int(np.isinf(array).sum())
     where = np.argwhere(~np.isfinite(array))[0]
-    row, column, band = (int(v) for v in where[-3:]) if array.ndim >= 3 else (int(where[0]), int(where[1]), 0)
+    first = tuple(int(v) for v in where[-3:]) if array.ndim >= 3 else (int(where[0]), int(where[1]), 0)
+    raise _non_finite(what, int(np.isnan(array).sum()), int(np.isinf(array).sum()), first, fix)
+
+
+def require_finite_by_rows(parts: Iterable[tuple[int, np.ndarray]], what: str, fix: str = "") -> None:
+    """`require_finite` for an H x W x C picture given as bands of rows, each (its first row, its samples): a
+    picture too large to hold is checked a band at a time, its first non-finite value named at the picture's row."""
+    nan = infinite = 0
+    first = None
+    for top, part in parts:
+        if part.dtype.kind != "f" or np.isfinite(part).all():
+            continue
+        nan, infinite = nan + int(np.isnan(part).sum()), infinite + int(np.isinf(part).sum())
+        if first is None:
+            row, column, band = (int(v) for v in np.argwhere(~np.isfinite(_hwc(part)))[0])
+            first = (top + row, column, band)
+    if first is not None:
+        raise _non_finite(what, nan, infinite, first, fix)
+
+
+def _non_finite(what: str, nan: int, infinite: int, first: tuple[int, int, int], fix: str) -> UserError:
     counts = " and ".join(text for count, text in ((nan, f"{nan} NaN"), (infinite, f"{infinite} infinite"))
                           if count)
-    raise UserError(f"{what} holds non-finite values: {counts} (the first at row {row}, column {column}, band "
-                    f"{band}); the networks need finite numbers (one NaN spreads through the whole output and every "
-                    f"loss). Replace them with values in the data range (e.g. np.nan_to_num(array, nan=..., "
-                    f"posinf=..., neginf=...), or a fill value for missing data), {fix or 'or remove the file'}.")
+    row, column, band = first
+    return UserError(f"{what} holds non-finite values: {counts} (the first at row {row}, column {column}, band "
+                     f"{band}); the networks need finite numbers (one NaN spreads through the whole output and every "
+                     f"loss). Replace them with values in the data range (e.g. np.nan_to_num(array, nan=..., "
+                     f"posinf=..., neginf=...), or a fill value for missing data), {fix or 'or remove the file'}.")
 
 
 def _extension(path: str) -> str:
@@ -489,8 +510,23 @@ def write_image(path: str, array: np.ndarray, alpha: bool = False) -> None:
             os.remove(temporary)
 
 
+def check_writable(path: str, dtype: np.dtype, channels: int) -> None:
+    """Raise ValueError, as `write_image` would, where no format is known for the extension of `path` or its format
+    cannot hold images of `channels` channels of `dtype`: before a long computation whose output it is."""
+    ext = _extension(path)
+    if ext in NUMPY_EXTENSIONS + TIFF_EXTENSIONS:
+        return
+    image_format = Image.registered_extensions().get(ext)  # also fills Image.SAVE
+    if image_format not in Image.SAVE:
+        raise ValueError(f"no image format that can be written is known for the extension {ext or '(none)'}; "
+                         f"name it .png, .jpg, .tif, .npy, ...")
+    if dtype not in (np.uint8, np.uint16) or channels > 4 or (dtype == np.uint16 and ext != ".png"):
+        raise ValueError(f"{ext} files cannot hold {channels}-channel {np.dtype(dtype)} images; use .tif or .npy")
+
+
 def _write(path: str, ext: str, array: np.ndarray, alpha: bool) -> None:
     channels = array.shape[2]
+    check_writable(path, array.dtype, channels)
     if ext in NUMPY_EXTENSIONS:
         np.save(path, array, allow_pickle=False)
         return
@@ -502,12 +538,7 @@ def _write(path: str, ext: str, array: np.ndarray, alpha: bool) -> None:
                             planarconfig="contig" if channels > 1 else None, extrasamples=extrasamples or None,
                             compression="zlib")
         return
-    image_format = Image.registered_extensions().get(ext)  # also fills Image.SAVE
-    if image_format not in Image.SAVE:
-        raise ValueError(f"no image format that can be written is known for the extension {ext or '(none)'}; "
-                         f"name it .png, .jpg, .tif, .npy, ...")
-    if array.dtype not in (np.uint8, np.uint16) or channels > 4 or (array.dtype == np.uint16 and ext != ".png"):
-        raise ValueError(f"{ext} files cannot hold {channels}-channel {array.dtype} images; use .tif or .npy")
+    image_format = Image.registered_extensions()[ext]
     if array.dtype == np.uint16 and channels > 1:
         import imagecodecs
 

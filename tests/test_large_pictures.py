@@ -2,7 +2,7 @@
 scripts/translate.py read a TIFF by regions, translate it exactly and write it by regions into a tiled TIFF, so
 the output is the whole picture's translation while the picture is never whole in memory; what needs the picture
 whole is refused in one paragraph, and a failure midway leaves nothing at the output path. A PNG or JPEG is held as
-its samples only and translated by regions likewise.
+its samples only and translated by regions likewise; a .npy file is mapped, in and out.
 
 Each case forces the way by regions with a small exact budget (a TIFF goes by regions when its float32 values
 exceed a quarter of the budget's memory)."""
@@ -23,6 +23,7 @@ from conftest import load_script, run_in_process
 from data.image_io import read_image
 from models import networks
 from models.inference.exact import ExactBudget
+from models.inference.held_pictures import held_samples
 from models.inference.translator import Translator
 from util.errors import UserError
 
@@ -97,9 +98,42 @@ def test_a_png_and_a_turned_jpeg_too_large_to_hold_as_float32_are_translated_by_
         assert written.shape == expected.shape == shape and written.dtype == np.uint8
         assert np.ptp(expected) > 100 and np.abs(written.astype(np.int32) - expected).max() <= 1
     assert sorted(os.listdir(tmp_path / "regions")) == ["turned.png", "wide.png"]  # and no temporary file
-    # asked for cross-faded tiles, a held picture goes the whole way (it is decoded whole anyway), as before
-    assert by_regions.translate_file(tmp_path / "wide.png", tmp_path / "tiled.png", tile=128) == [
-        str(tmp_path / "tiled.png")]
+    # Asked for cross-faded tiles, a held picture goes the whole way (it is decoded whole anyway), as before: under
+    # instance norm (each tile normalised on its own) the cross-fade shows.
+    torch.manual_seed(0)
+    normed = networks.define_G(3, 3, 4, "resnet_6blocks", "instance", init_type="xavier", init_gain=1.0)
+    for budget, name, tile in ((BY_REGIONS, "tiled.png", 128), (None, "whole_tiled.png", 128), (None, "exact.png", 0)):
+        Translator.from_generator(normed, "resnet_6blocks", 3, 3, device="cpu", exact=budget).translate_file(
+            tmp_path / "wide.png", tmp_path / name, tile=tile)
+    tiled = read_image(str(tmp_path / "tiled.png"))
+    assert np.array_equal(tiled, read_image(str(tmp_path / "whole_tiled.png")))
+    assert not np.array_equal(tiled, read_image(str(tmp_path / "exact.png")))
+
+
+def test_a_float_npy_too_large_to_hold_goes_by_regions_mapped_and_is_checked_before_the_first_tile(tmp_path):
+    # A .npy file is mapped, in and out, not read: its float32 values are never whole in memory.
+    picture = ramps(301, 499, 3, np.uint16) / 65535.0  # float64 in [0, 1]: read as float32, as the whole way
+    np.save(tmp_path / "big.npy", picture)
+    assert isinstance(held_samples(str(tmp_path / "big.npy")), np.memmap)
+    net = tiny_net(3)
+    for name, budget in (("regions", BY_REGIONS), ("whole", None)):
+        Translator.from_generator(net, "resnet_6blocks", 3, 3, device="cpu", exact=budget).translate_file(
+            tmp_path / "big.npy", tmp_path / name / "out.npy")
+    written, expected = np.load(tmp_path / "regions" / "out.npy"), np.load(tmp_path / "whole" / "out.npy")
+    assert written.shape == expected.shape == (301, 499, 3) and written.dtype == np.float32
+    # [-1, 1] float rounding (1e-5, the exact executor's bound) is half that in [0, 1]
+    assert np.ptp(expected) > 0.2 and np.abs(written - expected).max() <= 1e-5
+    assert os.listdir(tmp_path / "regions") == ["out.npy"]  # and no temporary file
+    # Refused before the generator's first tile (it would raise): a NaN, named where it is; float data into a PNG.
+    failing = nn.Sequential(nn.Conv2d(3, 3, 3, padding=1), FailingNorm(3, fail_at=1), nn.Tanh())
+    translator = Translator.from_generator(failing, "resnet_6blocks", 3, 3, device="cpu", exact=BY_REGIONS)
+    picture[250, 7, 1] = np.nan
+    np.save(tmp_path / "nan.npy", picture)
+    with pytest.raises(UserError, match=r"1 NaN \(the first at row 250, column 7, band 1\)"):
+        translator.translate_file(tmp_path / "nan.npy", tmp_path / "refused" / "nan.npy")
+    with pytest.raises(UserError, match="cannot write .*out.png: .png files cannot hold 3-channel float32"):
+        translator.translate_file(tmp_path / "big.npy", tmp_path / "refused" / "out.png")
+    assert not (tmp_path / "refused").exists()
 
 
 @pytest.mark.parametrize("options, refused", [

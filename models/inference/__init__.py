@@ -5,6 +5,8 @@
     translator.py        Translator: load a run, translate images or volumes from your own program
     records.py           what a Translator holds: LoadedGenerator, RunSettings, and each call's CallOptions
     pictures.py, volumes.py    what the Translator takes and gives for each kind of input
+    exact/               the exact executor: any size in bounded memory, every norm over the whole input
+    large_pictures.py, held_pictures.py    picture files too large to hold as float32, translated by regions
     saved_generator.py   finding a run's weights and building their network without flags
     reference_encoder.py, latent_codes.py    codes for generators with many answers per input
     serving/             the HTTP server (scripts/serve.py)

@@ -10,37 +10,40 @@ float32 values are never whole in memory:
   so every dtype, channel conversion and data range maps as a whole picture does. It turns them as the file's
   orientation tag says (as image_io.read_image_as_shown does) and pads them by reflection to the generator's size
   multiple as InferenceGenerator does (application.py), reading the reflected positions from the file.
-- Any other picture (PNG, JPEG, ...: formats decoded whole) is held as its decoded samples (an 8-bit RGB picture: a
-  quarter of its float32 values), upright as shown, and `PictureRegions` reads its regions from that array instead.
+- Any other picture is held as its file's samples (held_pictures.py: PNG, JPEG, ... decoded, an 8-bit RGB picture a
+  quarter of its float32 values; a .npy file mapped from disk), upright as shown, and `PictureRegions` reads its
+  regions from them instead. Float samples are checked for NaN and infinity first, a band of rows at a time.
 - The exact executor (exact/) computes the generator's output tile by tile, every normalisation's statistics over
   the whole picture, and hands each tile to
 - `RegionSink`, which cuts the padding off and maps [-1, 1] back to the input's dtype with pictures.py's
   `pictures_out` (8-bit in, 8-bit out; 16-bit, 16-bit; float data as float32 in the output's range), then writes
-  the regions to a TiffRegionWriter (a TIFF in: a tiled TIFF out) or, for a held picture, into an array of the
-  output's samples that pictures.py writes in the format the output's name says, as the whole way would: the
-  output appears only once complete, and a failure leaves nothing at its path.
+  the regions to a TiffRegionWriter (a TIFF in: a tiled TIFF out) or, for a held picture, to a HeldCanvas that
+  writes them in the format the output's name says, as the whole way would: the output appears only once
+  complete, and a failure leaves nothing at its path.
 
 The output is the whole way's to float rounding. A TIFF by regions is refused, each in one paragraph, for what
 needs it whole: `tile` (cross-faded tiles), an output not named .tif/.tiff, training mode (eval_mode=False), and
-generators that take a latent code (BicycleGAN) or walk a bridge (--model sb). A held picture asked for any of
-these goes the whole way, as it always has (it can be decoded whole).
+generators that take a latent code (BicycleGAN) or walk a bridge (--model sb). A held picture asked for tiles,
+training mode, a latent code, a bridge or several answers goes the whole way, as it always has (it can be read
+whole); its output may be any format that holds it.
 """
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import tifffile
 import torch
 
-from data.image_io import TIFF_EXTENSIONS, as_shown, probe_image_as_shown, read_image_as_shown
+from data.image_io import TIFF_EXTENSIONS, as_shown, probe_image_as_shown, require_finite_by_rows
 from data.large_tiff import TiffRegions, TiffRegionWriter
 from models.inference.application import reflect_pad, split_padding
 from models.inference.exact import translate_exactly
 from models.inference.exact.regions import Box
+from models.inference.held_pictures import HeldCanvas, HeldRegions, held_samples
 from models.inference.pictures import PictureTranslation
 from models.inference.records import LoadedGenerator, RunSettings
 from util.errors import UserError
@@ -51,7 +54,8 @@ _TURNS = {1: (False, False, False), 2: (False, False, True), 3: (False, True, Tr
           5: (True, False, False), 6: (True, False, True), 7: (True, True, True), 8: (True, True, False)}
 
 
-# What a translation may ask for beside the picture; a picture by regions gives one translation per input.
+# What a translation may ask for beside the picture, each for generators that a picture by regions cannot run (several
+# answers, a latent code, a bridge's steps).
 _ANSWERS = ("n_samples", "codes", "reference", "steps")
 
 
@@ -77,8 +81,9 @@ def streamed_picture(path: str, loaded: LoadedGenerator, running: RunSettings, p
         return None
     if not _too_large(info.height, info.width, loaded, running):
         return None
-    held = read_image_as_shown(path)  # its samples only (8-bit RGB: 3 bytes a pixel, not 12)
-    return StreamedPicture(path, held.shape[:2], 1, info.alpha, held.dtype, loaded, running, pictures, held)
+    held = held_samples(path)  # its samples only (8-bit RGB: 3 bytes a pixel, not 12; a .npy file: mapped)
+    return StreamedPicture(path, held.shape[:2], 1, info.alpha, _read_dtype(held.dtype), loaded, running, pictures,
+                           held)
 
 
 def _streamed_tiff(path: str, loaded: LoadedGenerator, running: RunSettings,
@@ -119,7 +124,8 @@ class StreamedPicture:
     loaded: LoadedGenerator
     running: RunSettings
     pictures: PictureTranslation
-    held: np.ndarray | None = None  # a picture of a format decoded whole: its samples; None: a TIFF read by regions
+    # a picture of a format read whole: its samples (held_pictures.py); None: a TIFF read by regions
+    held: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def shown_size(self) -> tuple[int, int]:
@@ -136,24 +142,40 @@ class StreamedPicture:
         rule, running = self.loaded.size_rule, self.running
         rows = _PaddedAxis(height, *split_padding(height, rule.multiple, rule.minimum))
         columns = _PaddedAxis(width, *split_padding(width, rule.multiple, rule.minimum))
-        regions = TiffRegions(self.path) if self.held is None else _HeldRegions(self.held)
-        with regions, self._writer(output_path) as writer, _TileBar(self.path) as progress:
-            source = PictureRegions(self, regions, rows, columns)
-            sink = RegionSink(writer, rows, columns, self.pictures, self.dtype)
-            with torch.inference_mode(), torch.autocast(running.device.type, dtype=running.autocast or torch.bfloat16,
-                                                        enabled=running.autocast is not None):
-                translate_exactly(self.loaded.generator, source, budget=running.exact, sink=sink, progress=progress)
+        regions = TiffRegions(self.path) if self.held is None else HeldRegions(self.held)
+        with regions:
+            self._require_finite(regions)  # before the output's file is begun
+            with self._writer(output_path) as writer, _TileBar(self.path) as progress:
+                source = PictureRegions(self, regions, rows, columns)
+                sink = RegionSink(writer, rows, columns, self.pictures, self.dtype)
+                with torch.inference_mode(), torch.autocast(running.device.type, enabled=running.autocast is not None,
+                                                            dtype=running.autocast or torch.bfloat16):
+                    translate_exactly(self.loaded.generator, source, budget=running.exact, sink=sink,
+                                      progress=progress)
         return [output_path]
 
-    def _writer(self, output_path: str) -> TiffRegionWriter | _HeldCanvas:
+    def _writer(self, output_path: str) -> TiffRegionWriter | HeldCanvas:
         height, width = self.shown_size
         if self.held is not None:
-            return _HeldCanvas(output_path, (height, width, self.loaded.output_nc), self.dtype, self)
+            return HeldCanvas(output_path, (height, width, self.loaded.output_nc), self.dtype, self.pictures, self.path)
         try:  # deflate, as image_io writes a whole picture's TIFF
             return TiffRegionWriter(output_path, height, width, self.loaded.output_nc, self.dtype, compression="zlib")
         except OSError as err:
             raise UserError(f"cannot write {output_path}: {' '.join(str(err).split())}; choose a folder you can "
                             f"write to.") from None
+
+    def _require_finite(self, regions: TiffRegions | HeldRegions) -> None:
+        """Float samples checked for NaN and infinity before the first tile, as the whole way checks its picture, a
+        band of rows at a time (its float32 values a sixteenth of the budget): found at once, and named at the row
+        and column the picture shows."""
+        if self.dtype.kind != "f":
+            return
+        height, width = self.shown_size
+        rows = max(1, self.running.exact.memory // 16 // (width * regions.shape[2] * 4))
+        stored = ((top, _stored_box((top, min(top + rows, height)), (0, width), self.orientation, self.stored_size))
+                  for top in range(0, height, rows))
+        bands = ((top, as_shown(regions.read(*box[0], *box[1]), self.orientation)) for top, box in stored)
+        require_finite_by_rows(bands, f"image {self.path}", "then translate it")
 
     def _refuse_what_needs_it_whole(self, output_path: str, tile: int, answers: dict) -> None:
         height, width = self.shown_size
@@ -178,42 +200,6 @@ class StreamedPicture:
         if given:
             raise UserError(f"{' and '.join(given)}: the generator of {self.loaded.name} gives one translation per "
                             f"input in one pass; leave {' and '.join(given)} out.")
-
-
-class _HeldRegions:
-    """Regions of a held picture's samples, read as TiffRegions reads a file's (`read(top, bottom, left, right)`)."""
-
-    def __init__(self, samples: np.ndarray):
-        self.samples = samples
-
-    def read(self, top: int, bottom: int, left: int, right: int) -> np.ndarray:
-        return self.samples[top:bottom, left:right]
-
-    def __enter__(self) -> _HeldRegions:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        pass
-
-
-class _HeldCanvas:
-    """The output of a held picture, received by regions as a TiffRegionWriter receives them and written whole, in
-    the format its name says (pictures.py, as the whole way writes it), once every region has come."""
-
-    def __init__(self, path: str, shape: tuple[int, int, int], dtype: np.dtype, picture: StreamedPicture):
-        self.path, self.picture = path, picture
-        self.samples = np.empty(shape, dtype)
-
-    def write(self, top: int, bottom: int, left: int, right: int, values: np.ndarray) -> None:
-        self.samples[top:bottom, left:right] = values.reshape(bottom - top, right - left, -1)
-
-    def __enter__(self) -> _HeldCanvas:
-        return self
-
-    def __exit__(self, error_type: type | None, *exc_info: Any) -> None:
-        samples, self.samples = self.samples, None
-        if error_type is None:
-            self.picture.pictures.write(self.path, samples, self.picture.path)
 
 
 @dataclass(frozen=True)
@@ -247,7 +233,7 @@ class PictureRegions:
     """The generator's input for a StreamedPicture: 1 x input_nc x padded height x padded width float32 in [-1, 1],
     read by regions (a MapSource: `shape`, `dtype`, `read(box)`); see the module docstring."""
 
-    def __init__(self, picture: StreamedPicture, regions: TiffRegions | _HeldRegions, rows: _PaddedAxis,
+    def __init__(self, picture: StreamedPicture, regions: TiffRegions | HeldRegions, rows: _PaddedAxis,
                  columns: _PaddedAxis):
         self.picture, self.regions, self.rows, self.columns = picture, regions, rows, columns
         self.shape = torch.Size((1, picture.loaded.input_nc, rows.padded, columns.padded))
@@ -276,7 +262,7 @@ class RegionSink:
     """Receives the generator's output tile by tile (padded positions, row-major) and writes the picture's part of
     each, mapped back to `dtype` as pictures.py maps a whole picture, to `writer`."""
 
-    def __init__(self, writer: TiffRegionWriter, rows: _PaddedAxis, columns: _PaddedAxis,
+    def __init__(self, writer: TiffRegionWriter | HeldCanvas, rows: _PaddedAxis, columns: _PaddedAxis,
                  pictures: PictureTranslation, dtype: np.dtype):
         self.writer, self.rows, self.columns, self.pictures, self.dtype = writer, rows, columns, pictures, dtype
 

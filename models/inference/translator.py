@@ -296,20 +296,22 @@ class Translator:
         return decoded.encode(self._forward(options, decoded.batch))
 
     def translate_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, tile: int = 0,
-                       tile_overlap: int = 64, **answers: Any) -> list[str]:
+                       tile_overlap: int = 64, n_samples: int | None = None, codes: Any = None,
+                       seed: int | None = None, reference: Any = None, steps: int | None = None) -> list[str]:
         """Translate an image file into `output_path` (its folder created if need be), in the format its
         extension names, at the input's precision (a 16-bit PNG into a 16-bit PNG, float32 into .tif or .npy;
         data/image_io.write_image). Written to a temporary file first, so an interrupted call never leaves
         half a file. A picture whose float32 values would take more than a quarter of the exact budget is
         translated by regions (models/inference/large_pictures.py): a TIFF read and written by regions into a
-        tiled TIFF, another format held as its file's samples only. `answers` (n_samples, codes, seed,
-        reference) are `translate`'s: several answers are written as `<stem>_sample<k><extension>`. Returns the
+        tiled TIFF, another format held as its file's samples only (a .npy file: mapped). n_samples, codes, seed,
+        reference and steps are `translate`'s: several answers are written as `<stem>_sample<k><extension>`. Returns the
         paths written. Raises `UserError` when the file cannot be read, or the output's format cannot hold the
         output.
 
         A volume translator writes the volume in `input_path` translated into `output_path`: .nii or
         .nii.gz with the input's affine and header, or .npy (float32, the output domain's units)."""
         input_path, output_path = os.fspath(input_path), os.fspath(output_path)
+        answers = dict(n_samples=n_samples, codes=codes, seed=seed, reference=reference, steps=steps)
         if isinstance(self._kind, VolumeTranslation):
             self._kind.check_file_names(input_path, output_path)  # before translating, which takes a while
         streamed = large_pictures.streamed_picture(input_path, self.loaded, self.running, self._kind, tile, answers)
