@@ -42,7 +42,7 @@ from models.inference.exact import ExactBudget
 from models.inference.windows import Windows
 net_name, size, mode, out = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 budget = ExactBudget(memory=int(sys.argv[6]) << 20) if sys.argv[6] != "0" else ExactBudget()
-norm, training = {"resnet_9blocks": ("instance", False), "unet_256": ("batch", True)}[net_name]
+norm, training = sys.argv[7], sys.argv[8] == "train"  # NETS' entry for net_name
 torch.manual_seed(0)
 net = networks.define_G(3, 3, 64, net_name, norm=norm).train(training)
 rule = networks.size_rule(net_name)
@@ -105,7 +105,9 @@ def run(net: str, size: int, mode: str, keep: Path | None, folder: Path, exact_m
         # the input file is written by another process: its memory is not the translation's
         out = str(folder / ("tiff_out.tif" if mode == "tiff" else "png_out.png"))
         subprocess.run([sys.executable, "-c", WRITE_RGB_PICTURE, str(size), out + ".in" + out[-4:]], check=True)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out, str(exact_memory)],
+    norm, training = NETS[net]
+    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), net, str(size), mode, out, str(exact_memory),
+                           norm, "train" if training else "eval"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
