@@ -14,6 +14,8 @@ headings) and returns it.
 """
 from __future__ import annotations
 
+import argparse
+import os
 from typing import TypeVar
 
 from models.inference.exact import DEFAULT_EXACT_MEMORY, ExactBudget
@@ -61,13 +63,24 @@ def add_exact_flags(parser: Container) -> Container:
                              "forward needs more is translated layer by layer in tiles, with every normalisation's "
                              "statistics taken over the whole picture, so the output equals the whole-picture one; "
                              "0: no limit (always whole)")
-    parser.add_argument("--scratch", default=None, on_resume="silent",
+    parser.add_argument("--scratch", type=scratch_folder, default=None, on_resume="silent",
                         help="folder for the maps of exact translation that do not fit --exact_memory (default: "
                              "the system's temporary folder)")
     parser.add_argument("--whole_volumes", action="store_true", on_resume="silent",
                         help="volume runs: translate each volume whole and exactly (3-D norms over the whole volume, "
                              "within --exact_memory) instead of in sliding windows of --patch_size")
     return parser
+
+
+def scratch_folder(text: str) -> str:
+    """--scratch: an existing folder this user can write to (its files are made as exact translation needs them)."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a folder; give an existing folder with room for the maps "
+                                         f"that exceed --exact_memory, or leave --scratch out (the system's "
+                                         f"temporary folder)")
+    if not os.access(text, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not writable by this user; give a folder you can write to")
+    return text
 
 
 def exact_budget(flags: object) -> ExactBudget | None:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from models.inference.exact.regions import Box
+from util.errors import UserError
 
 _NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
                 torch.bfloat16: np.uint16}  # bf16: numpy has none; the bits are kept as uint16
@@ -92,13 +93,19 @@ class MapStore:
         if self.held + nbytes <= self.memory:
             self.held += nbytes
             return StoredMap(torch.empty(shape, dtype=dtype))
-        if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="img2img-exact-", dir=self.scratch))
-        self.files += 1
-        path = self.folder / f"map-{self.files}.bin"
-        with open(path, "w+b") as file:
-            file.truncate(nbytes)  # sparse until written
-            mapping = mmap.mmap(file.fileno(), nbytes)
+        try:
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix="img2img-exact-", dir=self.scratch))
+            self.files += 1
+            path = self.folder / f"map-{self.files}.bin"
+            with open(path, "w+b") as file:
+                file.truncate(nbytes)  # sparse until written
+                mapping = mmap.mmap(file.fileno(), nbytes)
+        except OSError as err:
+            where = self.scratch or tempfile.gettempdir()
+            raise UserError(f"cannot keep the maps of exact translation that exceed its memory budget in {where}: "
+                            f"{' '.join(str(err).split())}; give --scratch (ExactBudget's scratch) a folder you can "
+                            f"write to with room for them, or a larger --exact_memory.") from None
         array = np.frombuffer(mapping, dtype=_NUMPY_TYPES[dtype]).reshape(shape)
         values = torch.from_numpy(array)
         return StoredMap(values.view(dtype) if dtype == torch.bfloat16 else values, mapping, path)
