@@ -46,6 +46,7 @@ from data.volume_io import VOLUME_EXTENSIONS, is_volume_file, volume_stem  # noq
 from data.volume_patches import add_window_flags  # noqa: E402
 from models import networks
 from models.inference.translator import Translator, sample_paths  # noqa: E402
+from models.inference.windows import check_tiling  # noqa: E402
 from models.networks import unet_latent  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
 from options.base_options import unwritable_folder_reason  # noqa: E402
@@ -260,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         # a volume keeps its name and format: x.nii.gz -> OUTPUT/x.nii.gz
         jobs, skipped = list_jobs(args.inputs, args.output, accepts=is_volume_file, kind="a volume file")
     else:
+        # once, now that the generator is known, rather than once per picture
+        check_tiling(translator.loaded.netG, args.tile, args.tile_overlap, translator.loaded.architecture)
         jobs, skipped = list_jobs(args.inputs, args.output,
                                   lambda source, destination: output_name(translator, source, destination))
     if not jobs:

@@ -412,13 +412,25 @@ def test_translate_command_exits_2_naming_a_folder_with_nothing_translatable(wor
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+def test_translate_command_refuses_a_tile_its_generator_cannot_take_once_before_translating(work, tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    for name in ("wide.png", "sq.png"):
+        Image.open(work / "unpaired" / "testA" / name).save(tmp_path / "in" / name)
+    status = translate_py.main([str(tmp_path / "in"), "--checkpoint", str(work / "ckpt" / "c"), "--output",
+                                str(tmp_path / "out"), "--device", "cpu", "--tile", "34"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("--tile 34 does not suit") == 1 and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("flags, named", [
     (["--output", "{file}/out"], ("--output", "{file} is a file")),
     (["--output", "{file}"], ("--output", "{file} is a file")),
     (["--output", "{tmp}/out", "--tile", "-8"], ("--tile", ">= 0", "'-8'")),
     (["--output", "{tmp}/out", "--ngf", "0"], ("--ngf", ">= 1")),
     (["--output", "{tmp}/out", "--data_range", "0", "inf"], ("--data_range", "'inf'")),
-], ids=["output under a file", "output is a file", "negative tile", "ngf 0", "infinite data range"])
+    (["--output", "{tmp}/out", "--scratch", "{file}"], ("--scratch", "{file} is not a folder")),
+], ids=["output under a file", "output is a file", "negative tile", "ngf 0", "infinite data range", "scratch a file"])
 def test_translate_command_refuses_its_flags_and_output_before_loading_anything(tmp_path, capsys, flags, named):
     (tmp_path / "notes.txt").write_text("a file where a folder is expected")
     fill = {"file": str(tmp_path / "notes.txt"), "tmp": str(tmp_path)}
