@@ -38,7 +38,7 @@ from data.image_io import (
     unreadable,
 )
 from util.errors import UserError
-from util.util import why_missing
+from util.paths import why_missing
 
 # What the dataset transforms take: an 8-bit PIL image, or a float C x H x W tensor in [-1, 1].
 Picture = Union[Image.Image, torch.Tensor]

@@ -39,7 +39,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from util.errors import UserError
-from util.util import broken_link
+from util.paths import broken_link
 
 logger = logging.getLogger(__name__)
 

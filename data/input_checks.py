@@ -28,7 +28,7 @@ from data.registry import built_in_datasets, find_dataset_using_name
 from data.volume_io import NIFTI_EXTENSIONS
 from util.console import print0
 from util.errors import UserError
-from util.util import broken_link, why_missing
+from util.paths import broken_link, why_missing
 
 logger = logging.getLogger(__name__)
 

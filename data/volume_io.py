@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from util.errors import UserError
-from util.util import broken_link, why_missing
+from util.paths import broken_link, why_missing
 
 NIFTI_EXTENSIONS = (".nii", ".nii.gz")
 VOLUME_EXTENSIONS: tuple[str, ...] = (*NIFTI_EXTENSIONS, ".npy")

@@ -42,7 +42,6 @@ from util.flag_types import (
 from util.frozen_options import FrozenOptions  # noqa: F401 (options.base_options.FrozenOptions)
 from util.resume_flags import SILENT, ignored
 from util.safe_files import atomic_write_json, atomic_write_text
-from util.util import broken_link
 
 logger = logging.getLogger(__name__)
 
@@ -430,28 +429,6 @@ class BaseOptions:
         extra = " (for several GPUs launch with torchrun --nproc_per_node=N)" if len(ids) > 1 else ""
         logger.warning(f"--gpu_ids is replaced by --device; --gpu_ids {gpu_ids} now means --device {chosen}{extra}.")
         return chosen
-
-
-def unwritable_folder_reason(path: str) -> str | None:
-    """Why the folder `path` cannot be created or written to, or None if it can (nothing is created)."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        if os.path.lexists(existing):  # a symbolic link leading nowhere: nothing can be created there
-            return broken_link(existing) or f"{existing} cannot be reached"
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return f"{existing} is a file, not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable by this user"
-    return None
-
-
-def unwritable_file_reason(path: str) -> str | None:
-    """Why the file `path` cannot be written (created, or replaced through a temporary file beside it,
-    its folder created if need be), or None if it can (nothing is created)."""
-    if os.path.isdir(path):
-        return f"{path} is a folder"
-    return unwritable_folder_reason(os.path.dirname(os.path.abspath(path)))
 
 
 def format_options(opt: FrozenOptions) -> str:

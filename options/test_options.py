@@ -5,11 +5,12 @@ import argparse
 import os
 
 import data
-from options.base_options import BaseOptions, unwritable_folder_reason
+from options.base_options import BaseOptions
 from options.inference_flags import add_exact_flags, add_tile_flags
 from util.errors import UserError
 from util.flag_types import MAX_SAMPLES, Bounded, positive_int
 from util.html import RESULT_LAYOUTS
+from util.paths import unwritable_folder_reason
 from util.safe_files import refuse_output_over_inputs
 
 

@@ -11,7 +11,7 @@ from models.losses.diff_augment import augment_policy
 from models.training.accumulation import accumulation_refusal
 from models.training.schedules import LR_SCALINGS
 from models.training.validator import save_best_refusal
-from options.base_options import BaseOptions, unwritable_folder_reason
+from options.base_options import BaseOptions
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
@@ -24,6 +24,7 @@ from util.flag_types import (
     positive_float,
     positive_int,
 )
+from util.paths import unwritable_folder_reason
 from util.resume_flags import ignored, refused
 from util.safe_files import refuse_output_over_inputs
 

@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from data.image_folder import is_image_file  # noqa: E402
 from data.image_io import decoded_size  # noqa: E402
-from options.base_options import unwritable_folder_reason  # noqa: E402
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser, positive_int  # noqa: E402
+from util.paths import unwritable_folder_reason  # noqa: E402
 from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 logger = logging.getLogger(__name__)

@@ -52,9 +52,9 @@ from util.evaluation.metrics import TranslationMetrics  # noqa: E402
 from util.evaluation.texture import texture_distances  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser  # noqa: E402
 from util.frozen_options import FrozenOptions  # noqa: E402
+from util.paths import why_missing  # noqa: E402
 from util.safe_files import atomic_write_json, read_json_object  # noqa: E402
 from util.seeding import seed_everything  # noqa: E402
-from util.util import why_missing  # noqa: E402
 
 MAX_TEXTURE_WINDOW = 4096  # --texture_window: pixels per side
 TEXTURE_WINDOW = Bounded(int, low=0, high=MAX_TEXTURE_WINDOW, name="texture_window")

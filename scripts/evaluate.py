@@ -29,7 +29,6 @@ import torch  # noqa: E402
 
 from data.image_folder import PIL_EXTENSIONS, image_batches, is_image_file, list_images, load_image_tensor  # noqa: E402
 from models import builtin_models  # noqa: E402
-from options.base_options import unwritable_file_reason  # noqa: E402
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.evaluation.inception import (  # noqa: E402
@@ -40,8 +39,8 @@ from util.evaluation.inception import (  # noqa: E402
 from util.evaluation.metrics import KID_SUBSET_SIZE, KID_SUBSETS, TranslationMetrics  # noqa: E402
 from util.evaluation.metrics_report import FEATURES_NAME, legacy_names  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, batch_size  # noqa: E402
+from util.paths import unwritable_file_reason, why_missing  # noqa: E402
 from util.safe_files import atomic_write_json  # noqa: E402
-from util.util import why_missing  # noqa: E402
 
 
 def scored_outputs() -> dict[str, str | None]:

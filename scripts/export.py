@@ -60,12 +60,12 @@ from models.inference.application import LatentPadToMultiple, PadToMultiple, Ste
 from models.inference.windows import check_window  # noqa: E402
 from models.losses import bridge  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
-from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.test_options import TestOptions  # noqa: E402
 from util.console import setup_logging  # noqa: E402
 from util.distributed import DistContext  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, comma_choices, hw_sizes, non_negative_float  # noqa: E402
+from util.paths import unwritable_folder_reason  # noqa: E402
 from util.safe_files import atomic_write, atomic_write_by_name, refuse_overwriting_inputs  # noqa: E402
 
 FORMATS = ("torchscript", "onnx")

@@ -13,11 +13,15 @@ checkpoint, before anything is served.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import socket
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
 
 from options.inference_flags import add_checkpoint_flags, add_exact_flags, add_precision_flag, exact_budget  # noqa: E402,E501
 from util.console import setup_logging  # noqa: E402
@@ -29,6 +33,22 @@ batch_images = Bounded(int, low=1, high=256, name="max_batch")
 # On a GPU a batch uses the device better; on the CPU one image at a time was faster: CycleGAN (ngf 64,
 # 256 px) translated 1.58 images/s one by one and 1.16-1.21 in batches of 8 on 2 Zen 4 cores (docs/serving.md).
 AUTO_BATCH = {"cuda": 8, "cpu": 1}
+MAX_DEVICES = 64  # translators, each a copy of the model in memory
+
+
+def device_names(text: str) -> list[str]:
+    """--devices: comma-separated devices (auto, cpu, cuda, cuda:N), at most MAX_DEVICES, each one PyTorch has."""
+    names = [name.strip() for name in text.split(",") if name.strip()] or ["auto"]
+    if len(names) > MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"{len(names)} devices; give at most {MAX_DEVICES} (each loads the model)")
+    for name in names:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", name):
+            raise argparse.ArgumentTypeError(f"{name!r} is not a device; give auto, cpu, cuda or cuda:N, separated "
+                                             f"by commas")
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{name} asks for a CUDA GPU, but PyTorch sees none on this machine; "
+                                             f"give cpu (or auto)")
+    return names
 # Listening on loopback, the server answers only requests addressed to loopback names (models/inference/serving/app.py).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
@@ -53,7 +73,7 @@ def parse_args(argv: list[str] | None):
     parser = add_checkpoint_flags(parser)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on; 0.0.0.0 lets other machines in")
     parser.add_argument("--port", type=port_number, default=8000, help="the port; 0 takes a free one (printed)")
-    parser.add_argument("--devices", default="auto",
+    parser.add_argument("--devices", type=device_names, default="auto",
                         help="comma-separated devices, one translator each (e.g. cuda:0,cuda:1); auto: CUDA when "
                              "available, else the CPU")
     parser = add_exact_flags(add_precision_flag(parser))
@@ -89,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"serving needs FastAPI and uvicorn ({err}); pip install -r requirements.txt") from None
     from models.inference.serving.uploads import Limits
 
-    devices = [device.strip() for device in args.devices.split(",") if device.strip()] or ["auto"]
-    model = load_model(args.checkpoint, devices, args.epoch, args.precision, exact_budget(args))
+    model = load_model(args.checkpoint, args.devices, args.epoch, args.precision, exact_budget(args))
     if args.max_batch == "auto":
         args.max_batch = min(AUTO_BATCH.get(r[model.default_direction].running.device.type, 1) for r in model.replicas)
     settings = ServerSettings(Limits(int(args.max_upload_mb * 2 ** 20), args.max_pixels, args.max_voxels),

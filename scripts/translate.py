@@ -49,7 +49,6 @@ from models.inference.translator import Translator, sample_paths  # noqa: E402
 from models.inference.windows import check_tiling  # noqa: E402
 from models.networks import unet_latent  # noqa: E402
 from models.sb_model import NUM_TIMESTEPS  # noqa: E402
-from options.base_options import unwritable_folder_reason  # noqa: E402
 from options.inference_flags import (  # noqa: E402,E501
     add_checkpoint_flags,
     add_exact_flags,
@@ -69,8 +68,8 @@ from util.flag_types import (  # noqa: E402
     sample_count,
     seed_value,
 )
+from util.paths import broken_link, unwritable_folder_reason  # noqa: E402
 from util.safe_files import folder_overlap, refuse_output_over_inputs  # noqa: E402
-from util.util import broken_link  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

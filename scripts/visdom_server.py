@@ -46,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from util.flag_types import OneParagraphParser, port_number  # noqa: E402 (train.py's --display_port)
+from util.paths import unwritable_folder_reason  # noqa: E402
 
 DEFAULT_REGISTRY = "https://registry.npmjs.org/"
 EXIT_FAILED = 2
@@ -321,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     args, visdom_args = parser.parse_known_args(argv)
     if args.install_scripts and visdom_args:
         parser.error(f"unrecognized arguments: {' '.join(visdom_args)}")
+    reason = args.env_path and unwritable_folder_reason(args.env_path)
+    if reason:  # visdom would fail to listen with an error that reads as the port's
+        parser.error(f"argument --env_path: visdom cannot keep its environments in {args.env_path} ({reason}); "
+                     f"give a folder you can write to")
     try:
         import visdom  # noqa: F401
     except ImportError:

@@ -55,6 +55,14 @@ def b_static_dir_under_a_file(work):
                            unchanged=(page,), stdout_lacks=("It's Alive",)))
 
 
+def b_env_path_under_a_file(work):
+    notes = work / "notes.txt"
+    notes.write_text("a file where visdom's folder would go\n")
+    return keep_argv(Setup(["--env_path", str(notes / "env")],
+                           stderr_has=("--env_path", f"{notes} is a file"), stdout_lacks=("It's Alive",),
+                           unchanged=(notes,)))
+
+
 VISDOM_SERVER_CASES = [
     Case("visdom_server.py --port 70000 is refused naming the range, not served on another port",
          port_refused("70000", ">= 1 and <= 65535", "'70000'"), 2, script=SCRIPT),
@@ -67,5 +75,7 @@ VISDOM_SERVER_CASES = [
     Case("visdom_server.py --static_dir naming a file is refused naming it", b_static_dir_is_a_file, 2,
          script=SCRIPT),
     Case("visdom_server.py --static_dir under a file is refused naming it", b_static_dir_under_a_file, 2,
+         script=SCRIPT),
+    Case("visdom_server.py --env_path under a file is refused naming it, not the port", b_env_path_under_a_file, 2,
          script=SCRIPT),
 ]

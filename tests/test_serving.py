@@ -659,6 +659,7 @@ def test_a_thousand_requests_at_once_are_served_or_told_to_retry_and_none_fails(
 
 
 @pytest.mark.parametrize("flags,named", [(["--max_batch", "0"], "--max_batch"), (["--port", "70000"], "--port"),
+                                         (["--devices", "cpu,gpu"], "--devices: 'gpu' is not a device"),
                                          (["--checkpoint", "no/such/run"], "no/such/run")])
 def test_the_serve_command_refuses_a_bad_flag_or_checkpoint_in_one_paragraph(runs, flags, named):
     args = ["--checkpoint", str(runs["cycle_gan"])] if flags[0] != "--checkpoint" else []

@@ -85,39 +85,6 @@ def mkdir(path: str | os.PathLike) -> None:
     os.makedirs(path, exist_ok=True)
 
 
-def broken_link(path: str) -> str | None:
-    """Why `path` cannot be reached when the cause is a symbolic link on the way that leads nowhere (to
-    something that does not exist, or around a loop), e.g. "/data/x is a symbolic link to /mnt/x, which
-    does not exist"; None when no part of `path` is such a link (it simply does not exist, or it exists)."""
-    current = os.path.abspath(path)
-    parts = current.split(os.sep)
-    for depth in range(2, len(parts) + 1):
-        prefix = os.sep.join(parts[:depth]) or os.sep
-        if os.path.islink(prefix) and not os.path.exists(prefix):
-            return _describe_link(prefix)
-        if not os.path.lexists(prefix):
-            return None
-    return None
-
-
-def _describe_link(link: str) -> str:
-    chain = [link]
-    while os.path.islink(chain[-1]) and len(chain) < 40:
-        target = os.path.normpath(os.path.join(os.path.dirname(chain[-1]), os.readlink(chain[-1])))
-        if target in chain:
-            shown = " -> ".join([*chain, target])
-            return f"{link} is a symbolic link in a loop ({shown}), which never reaches a file or folder"
-        chain.append(target)
-    return f"{link} is a symbolic link to {chain[-1]}, which does not exist"
-
-
-def why_missing(path: str) -> str:
-    """What to say after `path` when it was not found (do not ask for one that exists): "does not exist",
-    or, when a symbolic link on its way leads nowhere, "cannot be reached: <that link and where it leads>"."""
-    link = broken_link(path)
-    return f"cannot be reached: {link}" if link else "does not exist"
-
-
 def pad_to(image: np.ndarray, height: int, width: int, value: int = 255) -> np.ndarray:
     """`image` (HxWx3) centred on a `height` x `width` canvas filled with `value`."""
     h, w = image.shape[:2]

@@ -30,7 +30,7 @@ from models.inference.run_options import OPTIONS_FILES, find_options_file, read_
 from models.networks.checkpoint_files import ARCHITECTURE_FILE, drop_old_instance_norm_stats, read_architecture_file
 from util.checkpoint_io import load_state_dict_file
 from util.errors import UserError
-from util.util import why_missing
+from util.paths import why_missing
 
 # What every generator's architecture names, under the names of the flags (and of Translator.load's
 # keywords); its family adds the flags that shape it (`NetworkFamily.shape_flags`).
