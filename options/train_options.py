@@ -18,6 +18,7 @@ from util.errors import UserError
 from util.flag_types import (
     Bounded,
     fraction_below_one,
+    learning_rate,
     non_negative_float,
     non_negative_int,
     port_number,
@@ -140,7 +141,7 @@ class TrainOptions(BaseOptions):
                             help="momentum term of adam")
         parser.add_argument("--beta2", type=fraction_below_one, default=0.999, on_resume="reapplied",
                             help="second-moment term of adam (UNSB's and CUT's --beta2)")
-        parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied",
+        parser.add_argument("--lr", type=learning_rate, default=0.0002, on_resume="reapplied",
                             help="initial learning rate for adam")
         parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",
                             on_resume="silent", help="with --compile, time N training steps eager and N compiled at "

@@ -125,6 +125,7 @@ FLAG_AND_PATH_CASES = [
     flag_case("--ngf", "0"),
     flag_case("--num_threads", "-1", names=(">= 0",)),
     flag_case("--lr", "-1", names=("> 0",)),
+    flag_case("--lr", "1e300", names=("<= 3.40282e+38",)),
     flag_case("--beta1", "1.5", names=("< 1",)),
     flag_case("--save_epoch_freq", "0"),
     flag_case("--lr_decay_iters", "0", "--lr_policy", "step"),
