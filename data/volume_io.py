@@ -236,10 +236,11 @@ def _check_complete(path: str, image: Any) -> None:
             trailer = int.from_bytes(f.read(4), "little")
         if trailer != expected % 2 ** 32:
             # Not necessarily damaged (gzip files of several members, padding): decompress to be sure, counting
-            # (a whole gzip stream of the header alone holds fewer bytes than the header describes).
+            # (a whole gzip stream of the header alone holds fewer bytes than the header describes), and no further
+            # than the header's bytes: what follows them is never read, however much a file appends.
             count = 0
             with gzip.open(path, "rb") as stream:
-                while chunk := stream.read(1 << 24):
+                while count < expected and (chunk := stream.read(min(1 << 24, expected - count))):
                     count += len(chunk)
             if count < expected:
                 raise UserError(f"cannot read volume {path}: it is cut short ({count} bytes decompressed, but its "

@@ -385,6 +385,17 @@ def test_a_cut_short_nii_gz_is_refused_naming_it_before_any_model_is_built(tmp_p
         read_volume(path_A, 1)
 
 
+def test_a_nii_gz_with_data_appended_after_its_volume_is_read_no_further_than_its_header_says(tmp_path):
+    # A second gzip member after the volume (its trailer then disagrees with the header, so the file is decompressed
+    # to check that it is complete), whose data is no deflate stream: reading it would fail, and reading a large one
+    # would take as long as it is large.
+    root, (path_A, _) = single_domain_pair(tmp_path)
+    expected = read_volume(path_A, 1).array
+    with open(path_A, "ab") as f:
+        f.write(gzip.compress(b"\0" * 1024)[:10] + b"\xff" * 4096)
+    assert probe_volume(path_A).shape == volume_shape(path_A) and np.array_equal(read_volume(path_A, 1).array, expected)
+
+
 def test_a_file_that_is_no_nifti_is_refused_naming_it(tmp_path):
     root, (path_A, _) = single_domain_pair(tmp_path)
     with open(path_A, "wb") as f:
