@@ -28,6 +28,7 @@ from data.image_folder import is_image_file  # noqa: E402
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import OneParagraphParser, seed_value  # noqa: E402
+from util.paths import unwritable_folder_reason  # noqa: E402
 from util.safe_files import refuse_output_over_inputs  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def parse_ratios(text: str, splits: list[str]) -> list[float]:
         ratios = [float(r) for r in text.split(",")]
     except ValueError:
         raise UserError(f"--ratios {text} is not a comma-separated list of numbers; use e.g. 0.8,0.1,0.1.") from None
-    if len(ratios) != len(splits) or any(r < 0 for r in ratios) or abs(sum(ratios) - 1.0) > 1e-6:
+    if len(ratios) != len(splits) or not all(0 <= r <= 1 for r in ratios) or abs(sum(ratios) - 1.0) > 1e-6:
         raise UserError(f"--ratios {text} must be {len(splits)} non-negative numbers (for --splits "
                         f"{','.join(splits)}) that add up to 1, e.g. 0.8,0.1,0.1.")
     return ratios
@@ -84,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["copy", "move", "symlink"], default="copy", help="how files get there")
     args = parser.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    names_apart = {split + args.domain for split in splits}
+    if len(names_apart) < len(splits) or any(os.sep in name or name in (".", "..") for name in names_apart):
+        raise UserError(f"--splits {args.splits} with --domain {args.domain!r} must name {len(splits)} different "
+                        f"folders, each a plain name (no {os.sep}, . or ..), e.g. --splits train,val,test --domain A.")
     ratios = parse_ratios(args.ratios, splits)
     if not os.path.isdir(args.source):
         raise UserError(f"--source {args.source} is not a folder of images.")
@@ -97,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     for folder in folders:  # a split folder that is, lies inside or holds --source would mix into what is read
         refuse_output_over_inputs(folder, f"--dest {args.dest} (its {os.path.basename(folder)}/)",
                                   (("--source", args.source),), f"Pass a --dest apart from it, e.g. --dest {apart}.")
+    reason = unwritable_folder_reason(args.dest)
+    if reason:
+        raise UserError(f"--dest {args.dest} cannot receive the split folders ({reason}); choose another --dest.")
     for folder in folders:
         if os.path.isdir(folder) and any(is_image_file(n) for n in os.listdir(folder)):
             raise UserError(f"{folder} already holds images; splitting into it would mix two splits. Empty it or "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import tifffile
+from PIL import Image
 
 from bad_input_kit import NAME, PIX, Case, Setup, aligned, run_args
 
@@ -124,6 +125,19 @@ def b_split_dataset_no_folders(work):
     return Setup([], stderr_has=("--source", "--dest", "--help"), stderr_lacks=("usage:",))
 
 
+def split_refused(flags: list[str], *names: str):
+    """split_dataset.py on a folder of two images with `flags` ({work} filled in): refused, nothing made."""
+    def build(work: Path) -> Setup:
+        (work / "src").mkdir()
+        for i in range(2):
+            Image.new("RGB", (8, 8)).save(work / "src" / f"{i}.png")
+        (work / "notes.txt").write_text("a file where a folder is expected\n")
+        args = ["--source", str(work / "src"), "--dest", str(work / "split"),
+                *(flag.format(work=work) for flag in flags)]
+        return Setup(args, stderr_has=names, stderr_lacks=("Traceback",), after=lambda: _assert_absent(work / "split"))
+    return build
+
+
 def b_demo_dataset_too_small(work):
     return Setup(["--size", "8", "--out", str(work / "demo")], stderr_has=("--size", ">= 16"),
                  stderr_lacks=("usage:",), after=lambda: _assert_absent(work / "demo"))
@@ -164,6 +178,14 @@ DATA_AND_ENV_CASES = [
     # the dataset tools speak as train.py does: one paragraph, not argparse's usage block
     Case("split_dataset.py without its folders is refused in one paragraph naming them", b_split_dataset_no_folders,
          2, script="scripts/split_dataset.py"),
+    Case("split_dataset.py --ratios nan,0.5,0.5 is refused naming the flag", split_refused(
+        ["--ratios", "nan,0.5,0.5"], "--ratios nan,0.5,0.5", "add up to 1"), 2, script="scripts/split_dataset.py"),
+    Case("split_dataset.py --splits naming one folder twice is refused", split_refused(
+        ["--splits", "a,a,b", "--ratios", "0.5,0.25,0.25"], "--splits a,a,b", "3 different folders"), 2,
+         script="scripts/split_dataset.py"),
+    Case("split_dataset.py --dest under a file is refused naming it", split_refused(
+        ["--dest", "{work}/notes.txt/split", "--ratios", "0.5,0.5,0"], "notes.txt is a file"), 2,
+         script="scripts/split_dataset.py"),
     Case("make_demo_dataset.py --size 8 is refused in one paragraph naming the flag", b_demo_dataset_too_small, 2,
          script="scripts/make_demo_dataset.py"),
 ]
