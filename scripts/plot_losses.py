@@ -19,6 +19,7 @@ from util.console import setup_logging  # noqa: E402
 from util.display.loss_log import loss_curves, parse_loss_log, plot_loss_log  # noqa: E402
 from util.errors import EXIT_USER_ERROR, exit_with_status  # noqa: E402
 from util.flag_types import OneParagraphParser  # noqa: E402
+from util.paths import unwritable_file_reason  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.realpath(out) == os.path.realpath(log):  # the plot would replace the log it is drawn from
         print(f"error: --output {out} is the log {log} the plot is drawn from, so nothing was written; pass another "
               f"--output, e.g. -o {os.path.splitext(out)[0]}_plot.png.", file=sys.stderr)
+        return EXIT_USER_ERROR
+    reason = unwritable_file_reason(out)
+    if reason:
+        print(f"error: --output {out} cannot be written ({reason}); pass another --output, e.g. -o losses.png.",
+              file=sys.stderr)
         return EXIT_USER_ERROR
     sections = parse_loss_log(log)
     curves = loss_curves(sections)

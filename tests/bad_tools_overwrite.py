@@ -243,6 +243,13 @@ def b_plot_over_its_log(work):
                  unchanged=(log.parent,))
 
 
+def b_plot_into_a_folder(work):
+    setup = b_plot_over_its_log(work)
+    setup.args[-1] = str(work)  # -o: a folder
+    setup.stderr_has = (f"--output {work}", "is a folder")
+    return setup
+
+
 TOOL_OVERWRITE_CASES = [
     # every script that writes files: never over, into or around a folder it reads
     Case("combine_A_and_B.py --fold_AB equal to --fold_A is refused before writing, naming both", b_combine_into_fold_A,
@@ -277,6 +284,8 @@ TOOL_OVERWRITE_CASES = [
     Case("export.py of generator.pt beside itself is refused before exporting", b_export_over_its_weights, 2,
          script="scripts/export.py", parse_only=False),
     Case("plot_losses.py -o naming the log it reads is refused", b_plot_over_its_log, 2,
+         script="scripts/plot_losses.py"),
+    Case("plot_losses.py -o naming a folder is refused in one paragraph", b_plot_into_a_folder, 2,
          script="scripts/plot_losses.py"),
     # the dataset tools decode every image before writing one
     Case("combine_A_and_B.py with a png cut short after its header is refused naming it, nothing written",
