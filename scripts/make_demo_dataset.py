@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
 from util.flag_types import Bounded, OneParagraphParser, seed_value  # noqa: E402
+from util.paths import unwritable_folder_reason  # noqa: E402
 
 PARAMS_FILE = ".demo_params.json"  # hidden, so image-folder loaders never see it
 DEMO_FILES = (".png", ".nii.gz")  # what the demo datasets are made of
@@ -390,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
                         "their true striped counterparts, for scoring); scenes: label maps and rendered scenes, "
                         "unpaired; bicyclegan: the hue-turned pix2pix demo")
     args = parser.parse_args(argv)
+    reason = unwritable_folder_reason(str(args.out))
+    if reason:
+        parser.error(f"argument --out: cannot make the demo datasets in {args.out} ({reason}); choose another --out")
     if args.task in ("pix2pix", "both"):
         make_pix2pix_demo(args.out, args.size, args.seed, args.n_train, args.n_test, args.n_test)
     if args.task in ("cyclegan", "both", "cut"):

@@ -138,6 +138,13 @@ def split_refused(flags: list[str], *names: str):
     return build
 
 
+def b_demo_dataset_into_a_file(work):
+    notes = work / "notes.txt"
+    notes.write_text("a file where the datasets' folder would go\n")
+    return Setup(["--out", str(notes), "--task", "pix2pix"], stderr_has=("--out", f"{notes} is a file"),
+                 stderr_lacks=("Traceback",), unchanged=(notes,))
+
+
 def b_demo_dataset_too_small(work):
     return Setup(["--size", "8", "--out", str(work / "demo")], stderr_has=("--size", ">= 16"),
                  stderr_lacks=("usage:",), after=lambda: _assert_absent(work / "demo"))
@@ -186,6 +193,8 @@ DATA_AND_ENV_CASES = [
     Case("split_dataset.py --dest under a file is refused naming it", split_refused(
         ["--dest", "{work}/notes.txt/split", "--ratios", "0.5,0.5,0"], "notes.txt is a file"), 2,
          script="scripts/split_dataset.py"),
+    Case("make_demo_dataset.py --out naming a file is refused in one paragraph naming it", b_demo_dataset_into_a_file,
+         2, script="scripts/make_demo_dataset.py"),
     Case("make_demo_dataset.py --size 8 is refused in one paragraph naming the flag", b_demo_dataset_too_small, 2,
          script="scripts/make_demo_dataset.py"),
 ]
