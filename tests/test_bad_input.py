@@ -38,6 +38,7 @@ from bad_corpus import CASES
 from bad_input_kit import PIX, SMALL, Case, execute, snapshot
 from conftest import FAST_FLAGS, ROOT, run_in_process, run_script
 from helpers import Payload
+from util.errors import exits_on_user_error, out_of_memory, out_of_memory_paragraph
 
 
 def assert_user_error(result, *must_name: str) -> str:
@@ -303,3 +304,22 @@ def test_the_volume_mode_a_nifti_refusal_names_reads_the_same_folders(tmp_path, 
                                 "--output_nc", "1"])
     dataset = create_dataset(opt, 0).dataset
     assert len(dataset) == 2 and dataset[0]["A"].shape == (1, 8, 8, 8)
+
+
+def test_memory_running_out_ends_an_entry_point_in_one_paragraph_naming_the_flags_that_size_it(capsys):
+    # Each size flag has its own range, but their product can still exceed the machine (--ngf 4096 asked for
+    # 4.8 GB in its first layer); every entry point's main goes through exits_on_user_error.
+    @exits_on_user_error()
+    def main(error: BaseException) -> int:
+        raise error
+
+    cpu_allocator = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                                 "memory: you tried to allocate 4831838208 bytes. Error code 12\n(a second line)")
+    for error in (MemoryError(), cpu_allocator):
+        assert main(error) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: out of memory") and len(err.strip().splitlines()) == 1
+        assert "--batch_size" in err and "--ngf" in err and "--tile" in err
+    assert "4831838208 bytes" in out_of_memory_paragraph(out_of_memory(cpu_allocator))
+    with pytest.raises(RuntimeError, match="a bug keeps its traceback"):
+        main(RuntimeError("a bug keeps its traceback"))

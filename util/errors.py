@@ -32,11 +32,27 @@ def print_to_stderr(message: str) -> None:
     print(message, file=sys.stderr)  # user-facing: the one-paragraph error the program exits with
 
 
+def out_of_memory(error: BaseException) -> str | None:
+    """The first line of `error` where it says that memory ran out (MemoryError; PyTorch's allocators: the CPU's
+    "can't allocate memory", CUDA's OutOfMemoryError), else None."""
+    oom = isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and (
+        type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)))
+    return (str(error).strip().splitlines() or [type(error).__name__])[0] if oom else None
+
+
+def out_of_memory_paragraph(first_line: str) -> str:
+    return ("error: out of memory (" + " ".join(first_line.split()) + "): the sizes asked for need more memory than "
+            "this machine has. The flags that size it: --batch_size, --load_size and --crop_size, --ngf and --ndf "
+            "(training); --tile, --exact_memory, --max_batch and --check_sizes (translating, serving, exporting); "
+            "lower them (docs/training_tips.md, \"Ranges of the flags that size memory\").")
+
+
 def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
     """Decorator of an entry point's function that returns the exit status: a UserError raised in it
     ends it with its one-paragraph message (`describe`) given to `report` (default: printed on
-    stderr; train.py and test.py pass the rank-aware one) and exit status 2. Everything else keeps
-    its traceback."""
+    stderr; train.py and test.py pass the rank-aware one) and exit status 2, and so does memory
+    running out (sizes the user asked for: `out_of_memory_paragraph` names the flags). Everything
+    else keeps its traceback."""
     def decorate(function):
         @functools.wraps(function)
         def run(*args, **kwargs) -> int:
@@ -44,6 +60,12 @@ def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
                 return function(*args, **kwargs)
             except UserError as err:
                 report(describe(err))
+                return EXIT_USER_ERROR
+            except (MemoryError, RuntimeError) as err:
+                first_line = out_of_memory(err)
+                if first_line is None:
+                    raise
+                report(out_of_memory_paragraph(first_line))
                 return EXIT_USER_ERROR
         return run
     return decorate
