@@ -35,6 +35,10 @@ batch_images = Bounded(int, low=1, high=256, name="max_batch")
 AUTO_BATCH = {"cuda": 8, "cpu": 1}
 MAX_DEVICES = 64  # translators, each a copy of the model in memory
 
+# Listening on loopback, the server answers only requests addressed to loopback names (models/inference/serving/app.py).
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+
 
 def device_names(text: str) -> list[str]:
     """--devices: comma-separated devices (auto, cpu, cuda, cuda:N), at most MAX_DEVICES, each one PyTorch has."""
@@ -49,9 +53,6 @@ def device_names(text: str) -> list[str]:
             raise argparse.ArgumentTypeError(f"{name} asks for a CUDA GPU, but PyTorch sees none on this machine; "
                                              f"give cpu (or auto)")
     return names
-# Listening on loopback, the server answers only requests addressed to loopback names (models/inference/serving/app.py).
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 def max_batch(text: str) -> int | str:
