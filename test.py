@@ -208,7 +208,9 @@ def tiling_note(opt) -> str:
     return f"tiles of {opt.tile} px, overlap {opt.tile_overlap}: equal to whole-image inference up to rounding."
 
 
-@exits_on_user_error(report=distributed.report_user_error)  # one paragraph, exit status 2
+@exits_on_user_error(report=distributed.report_user_error, memory_advice=(  # one paragraph, exit status 2
+    "translate large pictures exactly in less memory (a lower --exact_memory) or in tiles (--tile 512), or "
+    "lower --load_size (volumes: --window_batch, --patch_size)"))
 def start_and_test(opt) -> int:
     """Distributed start, translation and results page; every rank waits for rank 0's page."""
     ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)

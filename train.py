@@ -272,7 +272,8 @@ def train(opt: argparse.Namespace, ctx: distributed.DistContext) -> int:
         run.stop.uninstall()
 
 
-@exits_on_user_error(report=distributed.report_user_error)  # one paragraph, exit status 2
+@exits_on_user_error(report=distributed.report_user_error, memory_advice=(  # one paragraph, exit status 2
+    "lower --batch_size, --load_size and --crop_size, or --ngf and --ndf (volumes: --patch_size)"))
 def start_and_train(opt: argparse.Namespace, locks: list[RunLock]) -> int:
     """Distributed start, the run folder's lock (held in `locks` for main to release), training."""
     ctx = distributed.init_distributed(opt.device, opt.ddp_timeout, opt.ddp_backend)

@@ -9,16 +9,17 @@ import models
 from models import networks
 from models.losses.diff_augment import augment_policy
 from models.training.accumulation import accumulation_refusal
-from models.training.schedules import LR_SCALINGS
+from models.training.schedules import LR_SCALINGS, batch_lr_factor, global_batch
 from models.training.validator import save_best_refusal
 from options.base_options import BaseOptions
+from util import distributed
 from util.display.user_loggers import logger_classes
 from util.display.visualizer import BUILT_IN_BACKENDS
 from util.errors import UserError
 from util.flag_types import (
+    FLOAT32_MAX,
     Bounded,
     fraction_below_one,
-    learning_rate,
     non_negative_float,
     non_negative_int,
     port_number,
@@ -141,7 +142,7 @@ class TrainOptions(BaseOptions):
                             help="momentum term of adam")
         parser.add_argument("--beta2", type=fraction_below_one, default=0.999, on_resume="reapplied",
                             help="second-moment term of adam (UNSB's and CUT's --beta2)")
-        parser.add_argument("--lr", type=learning_rate, default=0.0002, on_resume="reapplied",
+        parser.add_argument("--lr", type=positive_float, default=0.0002, on_resume="reapplied",
                             help="initial learning rate for adam")
         parser.add_argument("--compile_probe", type=non_negative_int, default=3, metavar="N",
                             on_resume="silent", help="with --compile, time N training steps eager and N compiled at "
@@ -276,6 +277,7 @@ class TrainOptions(BaseOptions):
                          f"(epochs {opt.epoch_count} to {last_epoch} of --n_epochs {opt.n_epochs} + --n_epochs_decay "
                          f"{opt.n_epochs_decay}), so the learning rate would never reach the schedule's; pass a "
                          f"shorter warm-up (e.g. --warmup_epochs 1) or train longer")
+        self.check_first_step(parser, opt)
         if save_best_refusal(opt):
             parser.error(f"argument --save_best: {save_best_refusal(opt)}")
         unsplit = accumulation_refusal(models.find_model_using_name(opt.model), opt.model, opt.accum_steps)
@@ -302,6 +304,23 @@ class TrainOptions(BaseOptions):
                                       f"{os.path.normpath(opt.dataroot)}_checkpoints.")
         except UserError as err:
             parser.error(f"argument --checkpoints_dir: {err}")
+
+    @staticmethod
+    def check_first_step(parser: argparse.ArgumentParser, opt) -> None:
+        """Adam's first step moves a weight by up to its rate / (1 - beta1), a number the optimisers hold in
+        float32: a product past float32's range overflows in the first step (a traceback) instead of training."""
+        try:
+            launch = distributed.launch_environment()
+        except UserError:  # launcher variables that make no launch: said where the processes start (train.py)
+            launch = None
+        batch = global_batch(opt, launch.world_size if launch else 1)
+        factor = batch_lr_factor(opt.scale_lr, batch)
+        first_step = opt.lr * factor / (1 - opt.beta1)
+        if first_step > FLOAT32_MAX:
+            scaled = f" x {factor:g} (--scale_lr {opt.scale_lr} at global batch {batch})" if factor != 1 else ""
+            parser.error(f"argument --lr: Adam's first step moves a weight by up to --lr {opt.lr:g}{scaled} / (1 - "
+                         f"--beta1 {opt.beta1:g}) = {first_step:.3g}, more than float32 holds ({FLOAT32_MAX:.3g}); "
+                         f"lower --lr")
 
     @staticmethod
     def check_high_resolution(parser: argparse.ArgumentParser, opt) -> None:

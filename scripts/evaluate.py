@@ -217,7 +217,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     return result
 
 
-@exits_on_user_error()
+@exits_on_user_error(memory_advice="lower --batch_size")
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)

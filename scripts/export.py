@@ -341,7 +341,7 @@ def run_onnx(path: str, steps: int = 0):
     return lambda *x: torch.from_numpy(session.run(None, dict(zip(input_names(steps), (t.numpy() for t in x))))[0])
 
 
-@exits_on_user_error()
+@exits_on_user_error(memory_advice="lower --check_sizes")
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     opt = ExportOptions().parse(argv)

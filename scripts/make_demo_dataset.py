@@ -374,7 +374,7 @@ MAX_SIZE = 4096  # --size: an image side (its pixels are allocated whole)
 MAX_COUNT = 100_000  # --n_train, --n_test
 
 
-@exits_on_user_error()
+@exits_on_user_error(memory_advice="lower --size")
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     parser = OneParagraphParser(description=__doc__.split("\n\n")[0])

@@ -52,6 +52,9 @@ def device_names(text: str) -> list[str]:
         if name.startswith("cuda") and not torch.cuda.is_available():
             raise argparse.ArgumentTypeError(f"{name} asks for a CUDA GPU, but PyTorch sees none on this machine; "
                                              f"give cpu (or auto)")
+        if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{name}: PyTorch sees {torch.cuda.device_count()} GPU(s) here, "
+                                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return names
 
 
@@ -98,7 +101,7 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-@exits_on_user_error()
+@exits_on_user_error(memory_advice="lower --max_pixels, --max_voxels, --max_batch or --exact_memory")
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)

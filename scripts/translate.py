@@ -236,7 +236,8 @@ def refuse_output_among_inputs(inputs: list[str], output: str) -> None:
                             f"its own name, would replace it, so nothing was written. {apart}")
 
 
-@exits_on_user_error()
+@exits_on_user_error(memory_advice="translate large pictures exactly in less memory (a lower "
+                     "--exact_memory) or in tiles (--tile 512); volumes: a lower --window_batch")
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)

@@ -105,7 +105,8 @@ MEMORY_HEADROOM = 3 << 30
 def address_space_cap(headroom: int = MEMORY_HEADROOM):
     """Within the block, this process may map at most `headroom` bytes more than it has mapped now (the
     soft RLIMIT_AS, i.e. `ulimit -v`): an allocation sized by an unchecked number fails with MemoryError
-    (a traceback the corpus refuses) instead of taking the machine's memory. The limit is lifted after."""
+    instead of taking the machine's memory, which the programs report as "out of memory" (util/errors.py):
+    a case fails then because it expects the limit or the file its check names. The limit is lifted after."""
     with open("/proc/self/status") as status:
         mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)

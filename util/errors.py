@@ -33,26 +33,35 @@ def print_to_stderr(message: str) -> None:
 
 
 def out_of_memory(error: BaseException) -> str | None:
-    """The first line of `error` where it says that memory ran out (MemoryError; PyTorch's allocators: the CPU's
-    "can't allocate memory", CUDA's OutOfMemoryError), else None."""
-    oom = isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and (
-        type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error)))
-    return (str(error).strip().splitlines() or [type(error).__name__])[0] if oom else None
+    """What `error` says ran out, where it says that memory ran out (MemoryError; PyTorch's allocators: the CPU's
+    "can't allocate memory", CUDA's OutOfMemoryError; also as a DataLoader worker re-raises them), else None."""
+    if isinstance(error, MemoryError):
+        return " ".join(str(error).split()) or "MemoryError"
+    if not isinstance(error, RuntimeError):
+        return None
+    lines = [" ".join(line.split()) for line in str(error).splitlines() if line.strip()] or [""]
+    if "Original Traceback" in str(error):  # a DataLoader worker's: the original error is the last line
+        last = lines[-1]
+        oom = last.startswith(("MemoryError", "torch.OutOfMemoryError")) or "can't allocate memory" in last
+        return last if oom else None
+    oom = type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in lines[0]
+    return lines[0] if oom else None
 
 
-def out_of_memory_paragraph(first_line: str) -> str:
-    return ("error: out of memory (" + " ".join(first_line.split()) + "): the sizes asked for need more memory than "
-            "this machine has. The flags that size it: --batch_size, --load_size and --crop_size, --ngf and --ndf "
-            "(training); --tile, --exact_memory, --max_batch and --check_sizes (translating, serving, exporting); "
-            "lower them (docs/training_tips.md, \"Ranges of the flags that size memory\").")
+def out_of_memory_paragraph(what: str, advice: str = "") -> str:
+    """The one paragraph of memory running out: `what` ran out, and `advice`, the program's flags that size its
+    memory (e.g. "lower --batch_size"; default: its sizes in general)."""
+    return (f"error: out of memory ({what}): the sizes asked for need more memory than this machine has; "
+            f"{advice or 'ask this program for less'} (docs/training_tips.md, \"Ranges of the flags that size "
+            f"memory\").")
 
 
-def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
+def exits_on_user_error(report: Callable[[str], None] = print_to_stderr, memory_advice: str = ""):
     """Decorator of an entry point's function that returns the exit status: a UserError raised in it
     ends it with its one-paragraph message (`describe`) given to `report` (default: printed on
     stderr; train.py and test.py pass the rank-aware one) and exit status 2, and so does memory
-    running out (sizes the user asked for: `out_of_memory_paragraph` names the flags). Everything
-    else keeps its traceback."""
+    running out (sizes the user asked for: `out_of_memory_paragraph` with `memory_advice`, which names
+    the program's flags that size memory). Everything else keeps its traceback."""
     def decorate(function):
         @functools.wraps(function)
         def run(*args, **kwargs) -> int:
@@ -62,10 +71,10 @@ def exits_on_user_error(report: Callable[[str], None] = print_to_stderr):
                 report(describe(err))
                 return EXIT_USER_ERROR
             except (MemoryError, RuntimeError) as err:
-                first_line = out_of_memory(err)
-                if first_line is None:
+                what = out_of_memory(err)
+                if what is None:
                     raise
-                report(out_of_memory_paragraph(first_line))
+                report(out_of_memory_paragraph(what, memory_advice))
                 return EXIT_USER_ERROR
         return run
     return decorate

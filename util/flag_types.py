@@ -73,10 +73,8 @@ MAX_BATCH = 4096         # images at once: --batch_size (per process)
 MAX_SAMPLES = 1000       # answers per input: --n_samples
 MAX_SEED = 2 ** 32 - 1   # NumPy's seeds
 image_side = Bounded(int, low=1, high=MAX_IMAGE_SIDE, name="image_side")
-# The optimisers hold the learning rate in the weights' float32: above float32's largest number it overflows
-# (a rate far below it diverges, which training reports as such).
+# The optimisers hold a step's rate in the weights' float32 (TrainOptions.check_first_step).
 FLOAT32_MAX = 3.4028234663852886e38
-learning_rate = Bounded(float, low=0, low_open=True, high=FLOAT32_MAX, name="learning_rate")
 channel_count = Bounded(int, low=1, high=MAX_CHANNELS, name="channel_count")
 network_width = Bounded(int, low=1, high=MAX_WIDTH, name="network_width")
 batch_size = Bounded(int, low=1, high=MAX_BATCH, name="batch_size")

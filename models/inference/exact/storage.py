@@ -102,7 +102,7 @@ class MapStore:
                 file.truncate(nbytes)  # sparse until written
                 mapping = mmap.mmap(file.fileno(), nbytes)
         except OSError as err:
-            where = self.scratch or tempfile.gettempdir()
+            where = self.scratch or "the system's temporary folder"
             raise UserError(f"cannot keep the maps of exact translation that exceed its memory budget in {where}: "
                             f"{' '.join(str(err).split())}; give --scratch (ExactBudget's scratch) a folder you can "
                             f"write to with room for them, or a larger --exact_memory.") from None
