@@ -182,7 +182,7 @@ def _extension(path: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ dtypes
-def _stored_dtype(dtype: np.dtype) -> np.dtype:
+def stored_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype `read_image` returns for samples of `dtype`."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
@@ -194,10 +194,11 @@ def _stored_dtype(dtype: np.dtype) -> np.dtype:
     raise ValueError(f"samples of type {dtype} are not image data")
 
 
-def _as_stored(array: np.ndarray) -> np.ndarray:
+def as_stored(array: np.ndarray) -> np.ndarray:
+    """`array` as `read_image` returns such samples (bilevel as 0 and 255)."""
     if array.dtype == np.bool_:
         return array.astype(np.uint8) * np.uint8(255)
-    return array.astype(_stored_dtype(array.dtype), copy=False)
+    return array.astype(stored_dtype(array.dtype), copy=False)
 
 
 def _hwc(array: np.ndarray) -> np.ndarray:
@@ -264,7 +265,7 @@ def _tiff_info(path: str) -> tuple[ImageInfo | None, str]:
         spatial = [n for i, n in enumerate(shape) if i != channel_axis]
         channels = 1 if channel_axis is None else shape[channel_axis]
         alpha = bool(page.extrasamples) and int(page.extrasamples[-1]) in (1, 2) and channels in (2, 4)
-        return _checked_size(path, ImageInfo(spatial[1], spatial[0], channels, _stored_dtype(series.dtype), alpha)), ""
+        return _checked_size(path, ImageInfo(spatial[1], spatial[0], channels, stored_dtype(series.dtype), alpha)), ""
 
 
 def _tiff_rows_as_pages(path: str) -> tuple[int, int, int] | None:
@@ -306,7 +307,7 @@ def _npy_info(path: str) -> ImageInfo:
     if len(shape) not in (2, 3):
         raise UserError(f"cannot read image {path}: it holds an array of shape {shape}; .npy images must be "
                         f"height x width or height x width x channels.")
-    return _checked_size(path, ImageInfo(shape[1], shape[0], 1 if len(shape) == 2 else shape[2], _stored_dtype(dtype)))
+    return _checked_size(path, ImageInfo(shape[1], shape[0], 1 if len(shape) == 2 else shape[2], stored_dtype(dtype)))
 
 
 def _checked_size(path: str, info: ImageInfo) -> ImageInfo:
@@ -389,12 +390,12 @@ def _read_tiff(path: str) -> np.ndarray:
     array = array.reshape(shape)
     if channel_axis is not None:
         array = np.moveaxis(array, channel_axis, -1)
-    return _hwc(_as_stored(np.ascontiguousarray(array)))
+    return _hwc(as_stored(np.ascontiguousarray(array)))
 
 
 def _read_npy(path: str) -> np.ndarray:
     _npy_info(path)  # the shape check
-    return _hwc(_as_stored(np.load(path, allow_pickle=False)))
+    return _hwc(as_stored(np.load(path, allow_pickle=False)))
 
 
 def read_image(path: str) -> np.ndarray:

@@ -38,7 +38,14 @@ import numpy as np
 import tifffile
 import torch
 
-from data.image_io import TIFF_EXTENSIONS, as_shown, probe_image_as_shown, require_finite_by_rows
+from data.image_io import (
+    TIFF_EXTENSIONS,
+    as_shown,
+    as_stored,
+    probe_image_as_shown,
+    require_finite_by_rows,
+    stored_dtype,
+)
 from data.large_tiff import TiffRegions, TiffRegionWriter
 from models.inference.application import reflect_pad, split_padding
 from models.inference.exact import translate_exactly
@@ -82,7 +89,7 @@ def streamed_picture(path: str, loaded: LoadedGenerator, running: RunSettings, p
     if not _too_large(info.height, info.width, loaded, running):
         return None
     held = held_samples(path)  # its samples only (8-bit RGB: 3 bytes a pixel, not 12; a .npy file: mapped)
-    return StreamedPicture(path, held.shape[:2], 1, info.alpha, _read_dtype(held.dtype), loaded, running, pictures,
+    return StreamedPicture(path, held.shape[:2], 1, info.alpha, stored_dtype(held.dtype), loaded, running, pictures,
                            held)
 
 
@@ -104,7 +111,11 @@ def _streamed_tiff(path: str, loaded: LoadedGenerator, running: RunSettings,
         alpha = bool(page.extrasamples) and int(page.extrasamples[-1]) in (1, 2) and bands in (2, 4)
     if not _too_large(height, width, loaded, running):
         return None
-    return StreamedPicture(path, (height, width), orientation, alpha, _read_dtype(dtype), loaded, running, pictures)
+    try:
+        dtype = stored_dtype(dtype)
+    except ValueError:  # not image data: the whole way says so, naming the file
+        return None
+    return StreamedPicture(path, (height, width), orientation, alpha, dtype, loaded, running, pictures)
 
 
 def _too_large(height: int, width: int, loaded: LoadedGenerator, running: RunSettings) -> bool:
@@ -255,7 +266,7 @@ class PictureRegions:
         picture = self.picture
         (top, bottom), (left, right) = _stored_box(rows, columns, picture.orientation, picture.stored_size)
         samples = as_shown(self.regions.read(top, bottom, left, right), picture.orientation)
-        return picture.pictures.network_batch(_as_read(samples)[None], picture.alpha, f"image {picture.path}")
+        return picture.pictures.network_batch(as_stored(samples)[None], picture.alpha, f"image {picture.path}")
 
 
 class RegionSink:
@@ -307,18 +318,3 @@ def _stored_box(rows: tuple[int, int], columns: tuple[int, int], orientation: in
     if columns_flipped:
         columns = (width - columns[1], width - columns[0])
     return (columns, rows) if transposed else (rows, columns)
-
-
-def _read_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype image_io.read_image returns for samples of `dtype`: uint8, uint16 and float32 as they are,
-    bilevel as uint8, any other number as float32."""
-    if dtype == np.bool_:
-        return np.dtype(np.uint8)
-    return dtype if dtype in (np.uint8, np.uint16, np.float32) else np.dtype(np.float32)
-
-
-def _as_read(samples: np.ndarray) -> np.ndarray:
-    """`samples` as image_io.read_image returns them (bilevel as 0 and 255)."""
-    if samples.dtype == np.bool_:
-        return samples.astype(np.uint8) * np.uint8(255)
-    return samples.astype(_read_dtype(samples.dtype), copy=False)
