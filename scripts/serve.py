@@ -21,8 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import torch  # noqa: E402
-
+from models.inference.records import resolve_device  # noqa: E402
 from options.inference_flags import add_checkpoint_flags, add_exact_flags, add_precision_flag, exact_budget  # noqa: E402,E501
 from util.console import setup_logging  # noqa: E402
 from util.errors import UserError, exit_with_status, exits_on_user_error  # noqa: E402
@@ -49,12 +48,10 @@ def device_names(text: str) -> list[str]:
         if not re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", name):
             raise argparse.ArgumentTypeError(f"{name!r} is not a device; give auto, cpu, cuda or cuda:N, separated "
                                              f"by commas")
-        if name.startswith("cuda") and not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"{name} asks for a CUDA GPU, but PyTorch sees none on this machine; "
-                                             f"give cpu (or auto)")
-        if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{name}: PyTorch sees {torch.cuda.device_count()} GPU(s) here, "
-                                             f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        try:
+            resolve_device(name)  # one the machine has
+        except UserError as err:
+            raise argparse.ArgumentTypeError(str(err).rstrip(".")) from None
     return names
 
 

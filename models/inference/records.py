@@ -128,14 +128,18 @@ class CallOptions:
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """The torch device "auto", "cpu", "cuda", "cuda:N" or a torch.device names; `UserError` for anything else
-    and for CUDA where PyTorch sees no GPU."""
-    if isinstance(device, str) and device in ("auto", "cpu", "cuda"):
+    """The torch device "auto", "cpu", "cuda", "cuda:N" or a torch.device names; `UserError` for anything else,
+    for CUDA where PyTorch sees no GPU and for a GPU number it does not see."""
+    if isinstance(device, str) and device in ("auto", "cpu"):
         return pick_device(device)
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
         raise UserError(f"device {device!r} is not a device; use auto, cpu, cuda or cuda:N.") from None
-    if resolved.type == "cuda":
-        pick_device("cuda")  # the clear error when PyTorch sees no GPU
-    return resolved
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device} asks for a CUDA GPU, but PyTorch sees none on this machine; use cpu (or "
+                        f"auto).")
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        raise UserError(f"device {device}: PyTorch sees {torch.cuda.device_count()} GPU(s) here, cuda:0 to "
+                        f"cuda:{torch.cuda.device_count() - 1}.")
+    return pick_device("cuda") if resolved == torch.device("cuda") else resolved
